@@ -1,0 +1,93 @@
+# dspark-bench — one binary, one static library of its modules, CMocka test binaries.
+#
+#   make            build build/dspark-bench (installs missing Debian packages first)
+#   make model      fetch the embedded default target into ~/.cache/dspark-bench (sha256-checked)
+#   make run        the main job on the embedded default
+#   make test       every test suite (SAN=1: AddressSanitizer + UBSan build in build-san/)
+#   make bench      bench-target on the embedded default, JSON into bench/
+#   make fuzz       libFuzzer target for the GGUF reader (clang), FUZZ_SECONDS=600
+
+.DEFAULT_GOAL := all
+SAN ?= 0
+CC ?= gcc
+BUILD := build
+OPT := -O2
+ifeq ($(SAN),1)
+  BUILD := build-san
+  OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+# Package flags are resolved once, after scripts/deps.sh made sure the packages are there.
+-include $(BUILD)/config.mk
+$(BUILD)/config.mk: scripts/deps.sh
+	@./scripts/deps.sh
+	@mkdir -p $(BUILD)
+	@echo "PKG_CFLAGS := $$(pkg-config --cflags openblas hdf5 libcjson)" > $@
+	@echo "PKG_LIBS := $$(pkg-config --libs openblas hdf5 libcjson)" >> $@
+	@echo "CMOCKA_LIBS := $$(pkg-config --libs cmocka)" >> $@
+
+CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=native -fopenmp -ffp-contract=off \
+          -Wall -Wextra -Wno-missing-field-initializers -MMD -MP $(PKG_CFLAGS)
+LDFLAGS := $(OPT) -fopenmp
+LDLIBS := $(PKG_LIBS) -lm
+
+LIB_SRC := $(wildcard runtime/*.c verify/*.c drafters/*.c schedulers/*.c calib/*.c datasets/*.c engine/*.c)
+CLI_SRC := $(wildcard cli/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BIN := $(BUILD)/dspark-bench
+
+.PHONY: all deps model run test tests bench fuzz clean
+all: $(BIN)
+
+deps: $(BUILD)/config.mk
+
+$(BUILD)/%.o: %.c $(BUILD)/config.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libdspark.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(BUILD)/libdspark.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libdspark.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libdspark.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdspark.a $(LDLIBS) $(CMOCKA_LIBS)
+
+model:
+	@./scripts/fetch_model.sh
+
+run: $(BIN) model
+	$(BIN) generate
+
+tests: $(TESTS) $(BIN)
+
+# Each suite runs from the repo root; the real-model suites find the model in the cache.
+test: tests model
+	@fail=0; for t in $(TESTS); do \
+	  echo "== $$t"; \
+	  DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $$t || fail=1; \
+	done; \
+	if [ $$fail -ne 0 ]; then echo "TESTS FAILED"; exit 1; else echo "ALL TESTS PASSED"; fi
+
+bench: $(BIN) model
+	@mkdir -p bench
+	$(BIN) bench-target --out bench/bench-target.json
+
+FUZZ_SECONDS ?= 600
+fuzz: $(BUILD)/config.mk
+	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
+	  tests/fuzz/fuzz_gguf.c runtime/gguf.c runtime/quant.c runtime/common.c -o $(BUILD)/fuzz/fuzz_gguf -lm
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  $(BUILD)/fuzz/corpus tests/fuzz/seeds
+
+clean:
+	rm -rf build build-san
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

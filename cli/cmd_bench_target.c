@@ -1,0 +1,219 @@
+/* bench-target — what the target runtime costs on this machine: memory bandwidth, prefill and
+ * decode throughput, and the time of one forward at B tokens (the SPS(B) curve the hardware-aware
+ * scheduler consumes), written as JSON. */
+#include <cJSON.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+#include "../runtime/quant.h"
+#include "../runtime/sampling.h"
+#include "../runtime/target.h"
+#include "args.h"
+#include "commands.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Read bandwidth: every thread sums its slice of a buffer far larger than the caches. */
+static double measure_bandwidth(int threads, size_t bytes) {
+    size_t n = bytes / sizeof(float);
+    float *buf = ds_aligned_alloc(n * sizeof(float), "bandwidth buffer");
+    if (!buf) return 0;
+#pragma omp parallel for num_threads(threads)
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = ds_now(), total = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : total)
+        for (size_t i = 0; i < n; i += 16) {
+            float s = 0;
+            for (int k = 0; k < 16; k++) s += buf[i + k];
+            total += s;
+        }
+        double dt = ds_now() - t0;
+        sink += total;
+        if (bytes / dt > best) best = (double)bytes / dt;
+    }
+    free(buf);
+    return sink == -1 ? 0 : best / 1e9;
+}
+
+static size_t mat_bytes(const qmat *w) { return (size_t)w->rows * w->row_bytes; }
+
+/* Bytes one decode step must read: every weight matrix once, the head, one embedding row, the
+ * norms and the KV cache of the context. */
+static double decode_bytes(const model *m, int ctx) {
+    const model_config *c = &m->cfg;
+    double b = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        b += (double)(mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+                      mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down));
+        b += 2.0 * c->dim * 4;
+    }
+    b += (double)mat_bytes(&m->output) + (double)m->tok_embd.row_bytes + c->dim * 4.0;
+    b += 2.0 * c->n_layers * (double)ctx * c->n_kv_heads * c->head_dim * 4;
+    return b;
+}
+
+int cmd_bench_target(int argc, char **argv) {
+    const char *model_path = default_model_path(), *out_path = NULL;
+    int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64;
+    opt_def opts[] = {
+        {"model", OPT_STR, &model_path, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores", 0, 256, 0},
+        {"reps", OPT_INT, &reps, "N", "repetitions per measurement, median reported (default 5)", 1, 1000, 0},
+        {"context", OPT_INT, &ctx, "N", "context length before decode and SPS(B) steps (default 128)", 1, 1 << 20, 0},
+        {"decode-tokens", OPT_INT, &decode_n, "N", "tokens per decode measurement (default 128)", 1, 1 << 20, 0},
+        {"max-B", OPT_INT, &max_b, "N", "largest batch in the SPS(B) curve (default 64)", 1, 4096, 0},
+        {"out", OPT_STR, &out_path, "FILE", "write the results as JSON", 0, 0, 0},
+        OPT_END};
+    const char *pos[1];
+    int npos, rc = args_parse("bench-target", "[options]", opts, argc, argv, pos, 0, &npos);
+    if (rc) return rc < 0 ? -1 : 0;
+
+    target t;
+    if (target_open(&t, model_path, threads)) return -1;
+    const model *m = &t.m;
+    int V = m->cfg.vocab_size, nt = t.be->n_threads;
+    int maxlen = DS_MAX(512, ctx + DS_MAX(max_b, decode_n)) + 8;
+    kv_cache *kv = NULL;
+    float *logits = NULL;
+    int *toks = NULL;
+    double *tm = NULL;
+    cJSON *root = cJSON_CreateObject(), *sps = NULL;
+    rng_t rng;
+    rng_seed(&rng, 1234);
+    DS_CHECK(maxlen <= m->cfg.max_seq, "context %d plus batch exceeds the model's context length %d", ctx, m->cfg.max_seq);
+    DS_TRYP(kv = kv_cache_new(t.be, &m->cfg, maxlen));
+    DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)V * (size_t)DS_MAX(max_b, 1), "logits"));
+    DS_TRYP(toks = ds_malloc(sizeof(int) * (size_t)maxlen, "tokens"));
+    DS_TRYP(tm = ds_malloc(sizeof(double) * (size_t)reps, "timings"));
+    for (int i = 0; i < maxlen; i++) toks[i] = 100 + (int)(rng_u64(&rng) % (uint64_t)(V - 100));
+
+    char cpu[256] = "unknown";
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (ci) {
+        char line[512];
+        while (fgets(line, sizeof line, ci))
+            if (strncmp(line, "model name", 10) == 0) {
+                char *p = strchr(line, ':');
+                if (p) snprintf(cpu, sizeof cpu, "%s", p + 2);
+                cpu[strcspn(cpu, "\n")] = 0;
+                break;
+            }
+        fclose(ci);
+    }
+    fprintf(stderr, "bench-target: %s, %d threads, %s\n", model_path, nt, cpu);
+
+    /* warm up both matmul paths (the GEMM path makes its fp32 weight copies here) */
+    kv_cache_crop(kv, 0);
+    DS_TRY(model_forward_one(m, &t.fs, kv, toks, 64, 0, logits));
+    DS_TRY(model_forward_one(m, &t.fs, kv, toks, 4, 0, logits));
+
+    double bw = measure_bandwidth(nt, (size_t)1 << 30);
+    double bytes = decode_bytes(m, ctx);
+    printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, nt);
+    printf("decode reads %.1f MB per token -> bandwidth floor %.2f ms/token (%.0f tok/s)\n", bytes / 1e6,
+           1e3 * bytes / (bw * 1e9), bw * 1e9 / bytes);
+
+    cJSON_AddStringToObject(root, "cpu", cpu);
+    cJSON_AddNumberToObject(root, "threads", nt);
+    cJSON_AddStringToObject(root, "model", model_path);
+    cJSON_AddStringToObject(root, "fingerprint", m->fingerprint);
+    cJSON_AddStringToObject(root, "backend", t.be->name);
+    cJSON_AddNumberToObject(root, "gemm_min_T", t.be->gemm_min_T);
+    cJSON_AddNumberToObject(root, "bandwidth_GBps", bw);
+    cJSON_AddNumberToObject(root, "decode_bytes_per_token", bytes);
+    cJSON_AddNumberToObject(root, "decode_floor_ms", 1e3 * bytes / (bw * 1e9));
+
+    /* prefill from an empty cache */
+    cJSON *pf = cJSON_AddObjectToObject(root, "prefill_tok_s");
+    int pf_n[2] = {128, 512};
+    for (int k = 0; k < 2; k++) {
+        for (int r = 0; r < reps; r++) {
+            kv_cache_crop(kv, 0);
+            double t0 = ds_now();
+            DS_TRY(model_forward_one(m, &t.fs, kv, toks, pf_n[k], 0, logits));
+            tm[r] = ds_now() - t0;
+        }
+        double med = median(tm, reps);
+        printf("prefill %4d tokens: %8.1f tok/s  (%.1f ms)\n", pf_n[k], pf_n[k] / med, 1e3 * med);
+        char key[16];
+        snprintf(key, sizeof key, "%d", pf_n[k]);
+        cJSON_AddNumberToObject(pf, key, pf_n[k] / med);
+    }
+
+    /* autoregressive decode after a context of ctx tokens */
+    for (int r = 0; r < reps; r++) {
+        kv_cache_crop(kv, 0);
+        DS_TRY(model_forward_one(m, &t.fs, kv, toks, ctx, 0, logits));
+        int tok = toks[ctx];
+        double t0 = ds_now();
+        for (int i = 0; i < decode_n; i++) {
+            DS_TRY(model_forward_one(m, &t.fs, kv, &tok, 1, 0, logits));
+            tok = argmax_f32(logits, V);
+        }
+        tm[r] = ds_now() - t0;
+    }
+    double dmed = median(tm, reps);
+    printf("decode (context %d, %d tokens): %.1f tok/s  (%.2f ms/token)\n", ctx, decode_n, decode_n / dmed,
+           1e3 * dmed / decode_n);
+    cJSON_AddNumberToObject(root, "decode_tok_s", decode_n / dmed);
+    cJSON_AddNumberToObject(root, "decode_context", ctx);
+
+    /* SPS(B): one forward of B tokens (logits for all, as verification needs) after ctx tokens */
+    sps = cJSON_AddObjectToObject(root, "sps");
+    cJSON_AddNumberToObject(sps, "context", ctx);
+    cJSON *jb = cJSON_AddArrayToObject(sps, "B"), *js = cJSON_AddArrayToObject(sps, "seconds"),
+          *jr = cJSON_AddArrayToObject(sps, "steps_per_s");
+    kv_cache_crop(kv, 0);
+    DS_TRY(model_forward_one(m, &t.fs, kv, toks, ctx, 0, logits));
+    printf("\n%6s %10s %12s %12s\n", "B", "ms", "steps/s", "tokens/s");
+    for (int B = 1; B <= max_b; B *= 2) {
+        for (int r = 0; r < reps; r++) {
+            double t0 = ds_now();
+            DS_TRY(model_forward_one(m, &t.fs, kv, toks + ctx, B, 1, logits));
+            tm[r] = ds_now() - t0;
+            kv_cache_crop(kv, ctx);
+        }
+        double med = median(tm, reps);
+        printf("%6d %10.2f %12.1f %12.1f\n", B, 1e3 * med, 1 / med, B / med);
+        cJSON_AddItemToArray(jb, cJSON_CreateNumber(B));
+        cJSON_AddItemToArray(js, cJSON_CreateNumber(med));
+        cJSON_AddItemToArray(jr, cJSON_CreateNumber(1 / med));
+    }
+    if (out_path) {
+        char *txt = cJSON_Print(root);
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+        FILE *f = fopen(tmp, "w");
+        DS_CHECK(f != NULL, "%s: cannot create", tmp);
+        int ok = fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
+        ok &= fclose(f) == 0;
+        free(txt);
+        DS_CHECK(ok && rename(tmp, out_path) == 0, "%s: write failed", out_path);
+        fprintf(stderr, "wrote %s\n", out_path);
+    }
+    rc = 0;
+    goto done;
+fail:
+    rc = -1;
+done:
+    cJSON_Delete(root);
+    free(tm);
+    free(toks);
+    free(logits);
+    if (kv) kv_cache_free(t.be, kv);
+    target_close(&t);
+    return rc;
+}

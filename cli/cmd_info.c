@@ -1,0 +1,63 @@
+/* info — what a model file holds, read through the same loader the runtime uses. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+#include "../runtime/quant.h"
+#include "../runtime/target.h"
+#include "args.h"
+#include "commands.h"
+
+int cmd_info(int argc, char **argv) {
+    const char *pos[1];
+    int npos;
+    opt_def opts[] = {OPT_END};
+    int rc = args_parse("info", "[MODEL]   (default: the embedded SmolLM2-135M-Instruct)", opts, argc, argv, pos, 1, &npos);
+    if (rc) return rc < 0 ? -1 : 0;
+    const char *path = npos ? pos[0] : default_model_path();
+    target t;
+    if (target_open(&t, path, 1)) return -1;
+    const model *m = &t.m;
+    const model_config *c = &m->cfg;
+    printf("file:          %s\n", path);
+    printf("format:        %s", m->format == 0 ? "GGUF" : "safetensors + config.json");
+    if (m->format == 0) printf(" v%u, %llu tensors, %llu metadata keys, alignment %u", m->gguf.version,
+                               (unsigned long long)m->gguf.n_tensors, (unsigned long long)m->gguf.n_kv, m->gguf.alignment);
+    printf("\nfingerprint:   %s\n", m->fingerprint);
+    printf("architecture:  %s\n", model_arch_name(c->arch));
+    printf("parameters:    %.1f M\n", (double)model_n_params(m) / 1e6);
+    printf("dims:          dim %d, layers %d, heads %d (kv %d, head size %d), ffn %d, vocab %d, context %d\n", c->dim,
+           c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->hidden_dim, c->vocab_size, c->max_seq);
+    printf("norm:          RMSNorm eps %g\n", (double)c->norm_eps);
+    printf("rope:          base %g, %s pairs, linear scale %g%s\n", (double)c->rope_theta,
+           c->rope_neox ? "rotate-half" : "adjacent", (double)c->rope_scale, m->rope_freqs ? ", frequency factors" : "");
+    printf("head:          %s\n", c->tied ? "tied to the token embedding" : "separate output matrix");
+    if (m->format == 0) {
+        int count[GGML_TYPE_LIMIT] = {0};
+        uint64_t bytes[GGML_TYPE_LIMIT] = {0};
+        for (uint64_t i = 0; i < m->gguf.n_tensors; i++) {
+            count[m->gguf.tensors[i].type]++;
+            bytes[m->gguf.tensors[i].type] += m->gguf.tensors[i].nbytes;
+        }
+        printf("tensor types: ");
+        for (int ty = 0; ty < GGML_TYPE_LIMIT; ty++)
+            if (count[ty]) printf(" %s x%d (%.1f MB)", ggml_type_name((uint32_t)ty), count[ty], (double)bytes[ty] / 1e6);
+        printf("\n");
+    } else {
+        printf("tensor types:  F32 in memory (converted from the checkpoint's dtype)\n");
+    }
+    if (t.has_tokenizer) {
+        const tokenizer *tk = &t.tk;
+        printf("tokenizer:     byte-level BPE, pre-tokenizer '%s', %d tokens, %d merges, %d special\n", tk->pre_name,
+               tk->n_vocab, tk->n_merges, tk->n_special);
+        printf("special ids:   bos %d, eos %d, unk %d, pad %d, add_bos %d; end of generation:", tk->bos, tk->eos, tk->unk,
+               tk->pad, tk->add_bos);
+        for (int i = 0; i < tk->n_eog; i++) printf(" %d %s", tk->eog[i], tk->text[tk->eog[i]]);
+        printf("\nchat template: %s%s%s%s\n", chat_family_name(&t.ct), t.ct.default_system ? ", default system message \"" : "",
+               t.ct.default_system ? t.ct.default_system : "", t.ct.default_system ? "\"" : "");
+    } else {
+        printf("tokenizer:     none in this checkpoint\n");
+    }
+    target_close(&t);
+    return 0;
+}

@@ -1,0 +1,9 @@
+/* commands.h — one function per subcommand: 0 on success, -1 with ds_errmsg() set on failure. */
+#ifndef DS_COMMANDS_H
+#define DS_COMMANDS_H
+
+int cmd_info(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench_target(int argc, char **argv);
+
+#endif

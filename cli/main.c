@@ -1,0 +1,44 @@
+/* main.c — dspark-bench entry point: dispatch to a subcommand, turn its error into one line on
+ * stderr and a non-zero exit status. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+static const command COMMANDS[] = {
+    {"info", cmd_info, "describe a model file: architecture, sizes, tensor types, tokenizer, chat template"},
+    {"generate", cmd_generate, "chat generation with the target model (streams text, tok/s on stderr)"},
+    {"bench-target", cmd_bench_target, "benchmark the target runtime: prefill, decode, SPS(B) curve (JSON)"},
+};
+#define N_COMMANDS (int)(sizeof COMMANDS / sizeof *COMMANDS)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dspark-bench COMMAND [options]   (dspark-bench COMMAND --help for its options)\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-14s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(argv[1], COMMANDS[i].name) != 0) continue;
+        if (COMMANDS[i].fn(argc - 2, argv + 2) != 0) {
+            fflush(stdout);
+            fprintf(stderr, "dspark-bench: error: %s\n", ds_errmsg());
+            return 1;
+        }
+        return 0;
+    }
+    fprintf(stderr, "dspark-bench: error: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

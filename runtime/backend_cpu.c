@@ -1,0 +1,402 @@
+/* backend_cpu.c — the reference backend: OpenMP over rows, OpenBLAS sgemm for large batches.
+ *
+ * Matmul has two paths with one contract. Below gemm_min_T rows the weights stay in their file
+ * format: each thread dequantizes up to 4 weight rows into an L1-resident fp32 buffer and dots them
+ * with every token of the batch, so the cost of decoding the weights is shared by the whole batch
+ * (what makes verifying several draft tokens nearly as cheap as one), and each output element is
+ * computed in the same order whatever T is — a token's logits do not depend on what else is in its
+ * batch. From gemm_min_T rows on (prefill) an fp32 copy of the weights, made once, goes through
+ * OpenBLAS sgemm; the two paths agree to float rounding. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "backend.h"
+#include "common.h"
+#include "quant.h"
+
+void openblas_set_num_threads(int); /* OpenBLAS extension; our threads split the GEMM instead */
+
+#define MAX_THREADS 256
+#define ROWS_PER_GROUP 4
+
+typedef struct {
+    float *wbuf[MAX_THREADS];   /* [ROWS_PER_GROUP][max_cols] dequantized weight rows */
+    size_t wbuf_cols;
+    float *sbuf[MAX_THREADS];   /* attention scores */
+    size_t sbuf_len;
+} cpu_ctx;
+
+/* --------------------------------------------------------------------------------- dot products */
+
+#if defined(__AVX2__) && defined(__FMA__)
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+/* res[j] = w[j] . x for nr (1..4) rows of length n, stride ldw. Every row is accumulated the same
+ * way (two 8-lane partial sums over alternating chunks of 8, then a fixed reduction, then the
+ * scalar tail), so the value of a dot does not depend on nr. */
+static void dot_rows(const float *w, size_t ldw, int nr, const float *x, int n, float *res) {
+    int k = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    int n16 = n & ~15;
+    if (nr == 4) {
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+        const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
+        for (; k < n16; k += 16) {
+            __m256 xa = _mm256_loadu_ps(x + k), xb = _mm256_loadu_ps(x + k + 8);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xa, a0);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k + 8), xb, b0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xa, a1);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k + 8), xb, b1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xa, a2);
+            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k + 8), xb, b2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xa, a3);
+            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k + 8), xb, b3);
+        }
+        res[0] = hsum8(_mm256_add_ps(a0, b0));
+        res[1] = hsum8(_mm256_add_ps(a1, b1));
+        res[2] = hsum8(_mm256_add_ps(a2, b2));
+        res[3] = hsum8(_mm256_add_ps(a3, b3));
+    } else {
+        for (int j = 0; j < nr; j++) {
+            const float *wj = w + (size_t)j * ldw;
+            __m256 a = _mm256_setzero_ps(), b = a;
+            for (int kk = 0; kk < n16; kk += 16) {
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(wj + kk), _mm256_loadu_ps(x + kk), a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(wj + kk + 8), _mm256_loadu_ps(x + kk + 8), b);
+            }
+            res[j] = hsum8(_mm256_add_ps(a, b));
+        }
+        k = n16;
+    }
+    k = n16;
+#else
+    for (int j = 0; j < nr; j++) res[j] = 0.0f;
+#endif
+    for (int j = 0; j < nr; j++) {
+        const float *wj = w + (size_t)j * ldw;
+        float t = 0.0f;
+        for (int kk = k; kk < n; kk++) t += wj[kk] * x[kk];
+        res[j] += t;
+    }
+}
+
+/* ------------------------------------------------------------------------------------- memory */
+
+static void *cpu_alloc(backend *be, size_t n) {
+    DS_UNUSED(be);
+    return ds_aligned_alloc(n, "backend buffer");
+}
+static void cpu_release(backend *be, void *p) {
+    DS_UNUSED(be);
+    free(p);
+}
+static void cpu_memcpy(backend *be, void *dst, const void *src, size_t n) {
+    DS_UNUSED(be);
+    if (n) memcpy(dst, src, n);
+}
+
+/* Per-thread scratch, grown outside parallel regions. */
+static int ensure_wbuf(backend *be, size_t cols) {
+    cpu_ctx *c = be->ctx;
+    if (c->wbuf_cols >= cols) return 0;
+    for (int t = 0; t < be->n_threads; t++) {
+        free(c->wbuf[t]);
+        c->wbuf[t] = ds_aligned_alloc(sizeof(float) * ROWS_PER_GROUP * cols, "matmul scratch");
+        if (!c->wbuf[t]) return -1;
+    }
+    c->wbuf_cols = cols;
+    return 0;
+}
+
+static int ensure_sbuf(backend *be, size_t len) {
+    cpu_ctx *c = be->ctx;
+    if (c->sbuf_len >= len) return 0;
+    size_t n = DS_MAX(len, 2 * c->sbuf_len);
+    for (int t = 0; t < be->n_threads; t++) {
+        free(c->sbuf[t]);
+        c->sbuf[t] = ds_aligned_alloc(sizeof(float) * n, "attention scratch");
+        if (!c->sbuf[t]) return -1;
+    }
+    c->sbuf_len = n;
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------------------- ops */
+
+static void cpu_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
+    DS_UNUSED(be);
+    for (int t = 0; t < T; t++) qmat_row_f32(emb, tok[t], out + (size_t)t * emb->cols);
+}
+
+static void cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+#pragma omp parallel for num_threads(be->n_threads) if (n_rows >= 64)
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * C;
+        float *o = out + (size_t)r * C;
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += (double)xr[i] * xr[i];
+        float s = (float)(1.0 / sqrt(ss / C + eps));
+        for (int i = 0; i < C; i++) o[i] = xr[i] * s * w[i];
+    }
+}
+
+/* fp32 copy for the GEMM path, dequantized once on first use */
+static int ensure_f32(backend *be, qmat *w) {
+    if (w->f32) return 0;
+    float *p = ds_aligned_alloc(sizeof(float) * (size_t)w->rows * (size_t)w->cols, "fp32 weight copy");
+    if (!p) return -1;
+#pragma omp parallel for num_threads(be->n_threads)
+    for (int r = 0; r < w->rows; r++) qmat_row_f32(w, r, p + (size_t)r * w->cols);
+    w->f32 = p;
+    return 0;
+}
+
+static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
+    int cols = W[0]->cols;
+    for (int i = 1; i < n; i++)
+        if (W[i]->cols != cols) {
+            ds_error("matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols, cols);
+            return -1;
+        }
+    if (T >= be->gemm_min_T) {
+        for (int i = 0; i < n; i++)
+            if (ensure_f32(be, (qmat *)W[i])) return -1;
+#pragma omp parallel num_threads(be->n_threads)
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            for (int i = 0; i < n; i++) {
+                int rows = W[i]->rows, r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
+                if (r1 > r0)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r1 - r0, cols, 1.0f, x, cols,
+                                W[i]->f32 + (size_t)r0 * cols, cols, 0.0f, out[i] + r0, rows);
+            }
+        }
+        return 0;
+    }
+    if (ensure_wbuf(be, (size_t)cols)) return -1;
+    cpu_ctx *c = be->ctx;
+#pragma omp parallel num_threads(be->n_threads)
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
+        for (int i = 0; i < n; i++) {
+            const qmat *w = W[i];
+            to_float_fn deq = ggml_type_get(w->type)->to_float;
+            int rows = w->rows, groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
+            int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
+            for (int g = g0; g < g1; g++) {
+                int r0 = g * ROWS_PER_GROUP, nr = DS_MIN(ROWS_PER_GROUP, rows - r0);
+                const float *wr;
+                if (w->type == GGML_F32) {
+                    wr = (const float *)w->data + (size_t)r0 * cols;
+                } else {
+                    for (int j = 0; j < nr; j++)
+                        deq((const uint8_t *)w->data + (size_t)(r0 + j) * w->row_bytes, buf + (size_t)j * cols, cols);
+                    wr = buf;
+                }
+                for (int t = 0; t < T; t++) {
+                    dot_rows(wr, (size_t)cols, nr, x + (size_t)t * cols, cols, res);
+                    float *o = out[i] + (size_t)t * rows + r0;
+                    for (int j = 0; j < nr; j++) o[j] = res[j];
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
+    int hd = rt->head_dim, half = hd / 2;
+#pragma omp parallel for num_threads(be->n_threads) if (T >= 64)
+    for (int t = 0; t < T; t++) {
+        const float *cs = rt->cos + (size_t)t * half, *sn = rt->sin + (size_t)t * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                int a = rt->neox ? i : 2 * i, b = rt->neox ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
+static void cpu_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
+    DS_UNUSED(be);
+    for (int t = 0; t < ab->T; t++) {
+        kv_cache *kv = ab->kv[ab->seq[t]];
+        size_t d = (size_t)kv->kv_dim;
+        memcpy(kv->k[layer] + (size_t)ab->pos[t] * d, k + (size_t)t * d, d * sizeof(float));
+        memcpy(kv->v[layer] + (size_t)ab->pos[t] * d, v + (size_t)t * d, d * sizeof(float));
+    }
+}
+
+static void cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
+                          int n_kv_heads, int hd) {
+    int maxpos = 0;
+    for (int t = 0; t < ab->T; t++) maxpos = DS_MAX(maxpos, ab->pos[t]);
+    if (ensure_sbuf(be, (size_t)maxpos + 1)) {
+        /* cannot happen after the forward reserved scratch; keep the output defined */
+        memset(out, 0, sizeof(float) * (size_t)ab->T * n_heads * hd);
+        return;
+    }
+    cpu_ctx *c = be->ctx;
+    int group = n_heads / n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (ab->T * n_heads >= 4)
+    for (int th = 0; th < ab->T * n_heads; th++) {
+        int t = th / n_heads, h = th % n_heads, kvh = h / group;
+        const kv_cache *kv = ab->kv[ab->seq[t]];
+        const float *qh = q + ((size_t)t * n_heads + h) * hd;
+        const float *K = kv->k[layer] + (size_t)kvh * hd, *V = kv->v[layer] + (size_t)kvh * hd;
+        size_t ld = (size_t)kv->kv_dim;
+        float *s = c->sbuf[omp_get_thread_num()], *o = out + ((size_t)t * n_heads + h) * hd;
+        int n = ab->pos[t] + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            float d;
+            dot_rows(K + (size_t)j * ld, 0, 1, qh, hd, &d);
+            s[j] = d * scale;
+            mx = fmaxf(mx, s[j]);
+        }
+        float sum = 0;
+        for (int j = 0; j < n; j++) {
+            s[j] = expf(s[j] - mx);
+            sum += s[j];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++) o[i] = 0;
+        for (int j = 0; j < n; j++) {
+            float a = s[j] * inv;
+            const float *vj = V + (size_t)j * ld;
+            for (int i = 0; i < hd; i++) o[i] += a * vj[i];
+        }
+    }
+}
+
+static void cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for num_threads(be->n_threads) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void cpu_add(backend *be, float *x, const float *y, size_t n) {
+#pragma omp parallel for num_threads(be->n_threads) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void cpu_destroy(backend *be) {
+    cpu_ctx *c = be->ctx;
+    for (int t = 0; t < MAX_THREADS; t++) {
+        free(c->wbuf[t]);
+        free(c->sbuf[t]);
+    }
+    free(c);
+    free(be);
+}
+
+backend *backend_cpu_new(int n_threads) {
+    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    backend *be = ds_calloc(1, sizeof *be, "backend");
+    cpu_ctx *c = ds_calloc(1, sizeof *c, "backend context");
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return NULL;
+    }
+    openblas_set_num_threads(1);
+    be->name = "cpu";
+    be->n_threads = n_threads;
+    be->gemm_min_T = 32;
+    be->ctx = c;
+    be->alloc = cpu_alloc;
+    be->release = cpu_release;
+    be->to_host = cpu_memcpy;
+    be->to_device = cpu_memcpy;
+    be->copy = cpu_memcpy;
+    be->embed = cpu_embed;
+    be->rmsnorm = cpu_rmsnorm;
+    be->matmul = cpu_matmul;
+    be->rope = cpu_rope;
+    be->kv_write = cpu_kv_write;
+    be->attention = cpu_attention;
+    be->swiglu = cpu_swiglu;
+    be->add = cpu_add;
+    be->destroy = cpu_destroy;
+    return be;
+}
+
+void backend_free(backend *be) {
+    if (be) be->destroy(be);
+}
+
+/* -------------------------------------------------------------------------------- KV caches */
+
+kv_cache *kv_cache_new(backend *be, const model_config *c, int cap) {
+    kv_cache *kv = ds_calloc(1, sizeof *kv, "kv cache");
+    if (!kv) return NULL;
+    kv->n_layers = c->n_layers;
+    kv->kv_dim = c->n_kv_heads * c->head_dim;
+    kv->k = ds_calloc((size_t)c->n_layers, sizeof(float *), "kv cache");
+    kv->v = ds_calloc((size_t)c->n_layers, sizeof(float *), "kv cache");
+    if (!kv->k || !kv->v || kv_cache_reserve(be, kv, cap > 0 ? cap : 64)) {
+        kv_cache_free(be, kv);
+        return NULL;
+    }
+    return kv;
+}
+
+int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
+    if (cap <= kv->cap) return 0;
+    size_t row = sizeof(float) * (size_t)kv->kv_dim;
+    for (int l = 0; l < kv->n_layers; l++) {
+        float *nk = be->alloc(be, row * (size_t)cap), *nv = be->alloc(be, row * (size_t)cap);
+        if (!nk || !nv) {
+            be->release(be, nk);
+            be->release(be, nv);
+            ds_error("out of memory growing a KV cache to %d positions", cap);
+            return -1;
+        }
+        if (kv->k[l]) {
+            be->copy(be, nk, kv->k[l], row * (size_t)kv->len);
+            be->copy(be, nv, kv->v[l], row * (size_t)kv->len);
+            be->release(be, kv->k[l]);
+            be->release(be, kv->v[l]);
+        }
+        kv->k[l] = nk;
+        kv->v[l] = nv;
+    }
+    kv->cap = cap;
+    return 0;
+}
+
+void kv_cache_crop(kv_cache *kv, int len) {
+    if (len < 0) len = 0;
+    if (len < kv->len) kv->len = len;
+}
+
+void kv_cache_free(backend *be, kv_cache *kv) {
+    if (!kv) return;
+    for (int l = 0; l < kv->n_layers; l++) {
+        if (kv->k) be->release(be, kv->k[l]);
+        if (kv->v) be->release(be, kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}

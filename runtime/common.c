@@ -1,0 +1,122 @@
+#include "common.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char g_err[1024];
+
+void ds_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+}
+
+void ds_error_prefix(const char *fmt, ...) {
+    char ctx[512], old[sizeof g_err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    memcpy(old, g_err, sizeof old);
+    snprintf(g_err, sizeof g_err, "%.500s: %.500s", ctx, old);
+}
+
+const char *ds_errmsg(void) { return g_err[0] ? g_err : "unknown error"; }
+void ds_error_clear(void) { g_err[0] = 0; }
+
+void *ds_malloc(size_t n, const char *what) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ds_error("out of memory allocating %zu bytes for %s", n, what);
+    return p;
+}
+
+void *ds_calloc(size_t n, size_t size, const char *what) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) ds_error("out of memory allocating %zu x %zu bytes for %s", n, size, what);
+    return p;
+}
+
+void *ds_realloc(void *p, size_t n, const char *what) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) ds_error("out of memory growing %s to %zu bytes", what, n);
+    return q;
+}
+
+void *ds_aligned_alloc(size_t n, const char *what) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0) {
+        ds_error("out of memory allocating %zu aligned bytes for %s", n, what);
+        return NULL;
+    }
+    return p;
+}
+
+char *ds_strndup(const char *s, size_t n, const char *what) {
+    char *p = ds_malloc(n + 1, what);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+double ds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ds_read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    if (!f) {
+        ds_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    DS_TRYP(buf = ds_malloc(cap, path));
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = ds_realloc(buf, cap * 2, path);
+            DS_TRYP(nb);
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    DS_CHECK(!ferror(f), "%s: read error: %s", path, strerror(errno));
+    fclose(f);
+    buf[n] = 0;
+    *out = buf;
+    if (len) *len = n;
+    return 0;
+fail:
+    free(buf);
+    fclose(f);
+    return -1;
+}
+
+void ds_progress_start(ds_progress *p, const char *label, const char *unit, long total) {
+    p->label = label;
+    p->unit = unit;
+    p->total = total;
+    p->t0 = p->last = ds_now();
+}
+
+void ds_progress_update(ds_progress *p, long done, const char *extra) {
+    double now = ds_now();
+    if (done < p->total && now - p->last < 0.5) return; /* at most two redraws a second */
+    p->last = now;
+    double el = now - p->t0, rate = el > 0 ? (double)done / el : 0;
+    double eta = rate > 0 ? (double)(p->total - done) / rate : 0;
+    fprintf(stderr, "\r%s %ld/%ld  %.2f %s/s  ETA %02d:%02d  %s\033[K", p->label, done, p->total, rate,
+            p->unit, (int)(eta / 60), (int)eta % 60, extra ? extra : "");
+    fflush(stderr);
+}
+
+void ds_progress_end(ds_progress *p) {
+    fprintf(stderr, "  (%.1f s)\n", ds_now() - p->t0);
+}

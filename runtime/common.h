@@ -1,0 +1,79 @@
+/* common.h — error reporting, checked arithmetic, allocation and timing shared by every module.
+ *
+ * Library code never exits: a function that can fail returns 0 (or a non-NULL pointer) on success
+ * and -1 (or NULL) on failure, after recording one human-readable message with ds_error(). Only
+ * cli/ turns that message into "dspark-bench: error: ..." and a non-zero exit status. */
+#ifndef DS_COMMON_H
+#define DS_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define DS_UNUSED(x) ((void)(x))
+#define DS_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DS_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Record the error message of the failing call (thread-local, last one wins). */
+void ds_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prepend context to the current message: "ctx: <old message>". */
+void ds_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *ds_errmsg(void);
+void ds_error_clear(void);
+
+/* Fail-fast helpers for functions that use a single `fail:` cleanup label. */
+#define DS_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            ds_error(__VA_ARGS__);                                                                 \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+#define DS_TRY(call)                                                                               \
+    do {                                                                                           \
+        if ((call) != 0) goto fail;                                                                \
+    } while (0)
+#define DS_TRYP(ptr_expr)                                                                          \
+    do {                                                                                           \
+        if ((ptr_expr) == NULL) goto fail;                                                         \
+    } while (0)
+
+/* Allocation that records "out of memory (N bytes for what)" instead of crashing. */
+void *ds_malloc(size_t n, const char *what);
+void *ds_calloc(size_t n, size_t size, const char *what);
+void *ds_realloc(void *p, size_t n, const char *what);
+void *ds_aligned_alloc(size_t n, const char *what); /* 64-byte aligned, release with free() */
+char *ds_strndup(const char *s, size_t n, const char *what);
+
+/* Checked arithmetic: return 0 and store the result, or -1 on overflow. */
+static inline int ds_mul_u64(uint64_t a, uint64_t b, uint64_t *r) { return __builtin_mul_overflow(a, b, r) ? -1 : 0; }
+static inline int ds_add_u64(uint64_t a, uint64_t b, uint64_t *r) { return __builtin_add_overflow(a, b, r) ? -1 : 0; }
+static inline int ds_mul_size(size_t a, size_t b, size_t *r) { return __builtin_mul_overflow(a, b, r) ? -1 : 0; }
+/* Round x up to a multiple of align (a power of two); -1 on overflow. */
+static inline int ds_pad_u64(uint64_t x, uint64_t align, uint64_t *r) {
+    uint64_t t;
+    if (ds_add_u64(x, align - 1, &t)) return -1;
+    *r = t & ~(align - 1);
+    return 0;
+}
+
+/* Monotonic wall clock in seconds. */
+double ds_now(void);
+
+/* Whole-file read into a NUL-terminated heap buffer; -1 with a message naming the path. */
+int ds_read_file(const char *path, char **out, size_t *len);
+
+/* Progress line on stderr: "\r<label> done/total  rate unit/s  ETA mm:ss" (rewritten in place). */
+typedef struct {
+    const char *label;
+    const char *unit;
+    double t0, last;
+    long total;
+} ds_progress;
+void ds_progress_start(ds_progress *p, const char *label, const char *unit, long total);
+void ds_progress_update(ds_progress *p, long done, const char *extra);
+void ds_progress_end(ds_progress *p);
+
+#endif

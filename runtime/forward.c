@@ -1,0 +1,213 @@
+#include "forward.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+
+int fwd_state_init(fwd_state *st, backend *be) {
+    memset(st, 0, sizeof *st);
+    st->be = be;
+    return 0;
+}
+
+static void release_all(fwd_state *st) {
+    backend *be = st->be;
+    float **dev[] = {&st->x, &st->xb, &st->q, &st->k, &st->v, &st->att, &st->h1, &st->h2, &st->hid};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) {
+        be->release(be, *dev[i]);
+        *dev[i] = NULL;
+    }
+    free(st->cos);
+    free(st->sin);
+    free(st->seq);
+    free(st->pos);
+    free(st->rows);
+    st->cos = st->sin = NULL;
+    st->seq = st->pos = st->rows = NULL;
+    st->cap_T = 0;
+}
+
+void fwd_state_free(fwd_state *st) {
+    if (!st->be) return;
+    release_all(st);
+    st->be->release(st->be, st->logits);
+    st->logits = NULL;
+}
+
+static int reserve_T(fwd_state *st, const model_config *c, int T) {
+    if (T <= st->cap_T) return 0;
+    int cap = DS_MAX(T, 2 * st->cap_T);
+    release_all(st);
+    backend *be = st->be;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t wide = DS_MAX((size_t)c->dim, qd), n = (size_t)cap;
+    DS_TRYP(st->x = be->alloc(be, sizeof(float) * n * c->dim));
+    DS_TRYP(st->xb = be->alloc(be, sizeof(float) * n * wide));
+    DS_TRYP(st->q = be->alloc(be, sizeof(float) * n * qd));
+    DS_TRYP(st->k = be->alloc(be, sizeof(float) * n * kvd));
+    DS_TRYP(st->v = be->alloc(be, sizeof(float) * n * kvd));
+    DS_TRYP(st->att = be->alloc(be, sizeof(float) * n * qd));
+    DS_TRYP(st->h1 = be->alloc(be, sizeof(float) * n * c->hidden_dim));
+    DS_TRYP(st->h2 = be->alloc(be, sizeof(float) * n * c->hidden_dim));
+    DS_TRYP(st->hid = be->alloc(be, sizeof(float) * n * c->dim));
+    DS_TRYP(st->cos = ds_malloc(sizeof(float) * n * (size_t)(c->head_dim / 2), "rope table"));
+    DS_TRYP(st->sin = ds_malloc(sizeof(float) * n * (size_t)(c->head_dim / 2), "rope table"));
+    DS_TRYP(st->seq = ds_malloc(sizeof(int) * n, "batch index"));
+    DS_TRYP(st->pos = ds_malloc(sizeof(int) * n, "batch index"));
+    DS_TRYP(st->rows = ds_malloc(sizeof(int) * n, "batch index"));
+    st->cap_T = cap;
+    return 0;
+fail:
+    release_all(st);
+    return -1;
+}
+
+static int reserve_logits(fwd_state *st, const model_config *c, int rows) {
+    if (rows <= st->cap_logit_rows) return 0;
+    st->be->release(st->be, st->logits);
+    st->logits = st->be->alloc(st->be, sizeof(float) * (size_t)rows * c->vocab_size);
+    st->cap_logit_rows = st->logits ? rows : 0;
+    return st->logits ? 0 : -1;
+}
+
+/* cos/sin of every (token, rotary pair), in double for accuracy at long positions */
+static void rope_fill(const model *m, fwd_state *st, int T) {
+    const model_config *c = &m->cfg;
+    int half = c->head_dim / 2;
+    double inv[512];
+    for (int i = 0; i < half; i++) {
+        inv[i] = pow((double)c->rope_theta, -2.0 * i / c->head_dim);
+        if (m->rope_freqs) inv[i] /= m->rope_freqs[i];
+    }
+    for (int t = 0; t < T; t++) {
+        double p = (double)st->pos[t] / c->rope_scale;
+        for (int i = 0; i < half; i++) {
+            st->cos[(size_t)t * half + i] = (float)cos(p * inv[i]);
+            st->sin[(size_t)t * half + i] = (float)sin(p * inv[i]);
+        }
+    }
+}
+
+int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
+    const model_config *c = &m->cfg;
+    backend *be = st->be;
+    int T = 0;
+    DS_CHECK(b->n_seq > 0, "forward: empty batch");
+    for (int s = 0; s < b->n_seq; s++) {
+        DS_CHECK(b->n_new[s] >= 0, "forward: request %d adds %d tokens", s, b->n_new[s]);
+        DS_CHECK(b->all_logits || !b->logits || b->n_new[s] > 0, "forward: request %d adds no token but wants logits", s);
+        kv_cache *kv = b->kv[s];
+        long need = (long)kv->len + b->n_new[s];
+        DS_CHECK(need <= c->max_seq, "context length exceeded: request %d would hold %ld tokens, the model's limit is %d",
+                 s, need, c->max_seq);
+        DS_TRY(kv_cache_reserve(be, kv, (int)DS_MIN((long)c->max_seq, DS_MAX(need, 2L * kv->cap))));
+        T += b->n_new[s]; /* each n_new <= max_seq <= 2^24, so no overflow before the check */
+        DS_CHECK(T <= (1 << 24), "forward: batch of more than 2^24 tokens");
+    }
+    if (T == 0) return 0;
+    for (int t = 0; t < T; t++)
+        DS_CHECK(b->tokens[t] >= 0 && b->tokens[t] < c->vocab_size, "forward: token id %d outside the vocabulary (0..%d)",
+                 b->tokens[t], c->vocab_size - 1);
+    for (int i = 0; i < b->n_capture; i++)
+        DS_CHECK(b->capture_layers[i] >= -1 && b->capture_layers[i] < c->n_layers,
+                 "forward: capture layer %d outside -1..%d", b->capture_layers[i], c->n_layers - 1);
+    DS_TRY(reserve_T(st, c, T));
+    for (int s = 0, t = 0; s < b->n_seq; s++)
+        for (int j = 0; j < b->n_new[s]; j++, t++) {
+            st->seq[t] = s;
+            st->pos[t] = b->kv[s]->len + j;
+        }
+    rope_fill(m, st, T);
+
+    int dim = c->dim, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    attn_batch ab = {T, st->seq, st->pos, b->kv};
+    rope_tables rt = {hd, c->rope_neox, st->cos, st->sin};
+    size_t cap_stride = (size_t)T * dim;
+
+#define CAPTURE(layer_id)                                                                                    \
+    for (int ci = 0; ci < b->n_capture; ci++)                                                                \
+        if (b->capture_layers[ci] == (layer_id)) be->to_host(be, b->capture + ci * cap_stride, st->x, cap_stride * sizeof(float));
+
+    be->embed(be, st->x, &m->tok_embd, b->tokens, T);
+    CAPTURE(-1);
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        /* attention block */
+        be->rmsnorm(be, st->xb, st->x, L->attn_norm, T, dim, c->norm_eps);
+        {
+            float *outs[3] = {st->q, st->k, st->v};
+            const qmat *ws[3] = {&L->wq, &L->wk, &L->wv};
+            DS_TRY(be->matmul(be, 3, outs, ws, st->xb, T));
+        }
+        if (L->q_norm) {
+            be->rmsnorm(be, st->q, st->q, L->q_norm, T * nh, hd, c->norm_eps);
+            be->rmsnorm(be, st->k, st->k, L->k_norm, T * nkv, hd, c->norm_eps);
+        }
+        be->rope(be, st->q, T, nh, &rt);
+        be->rope(be, st->k, T, nkv, &rt);
+        be->kv_write(be, &ab, l, st->k, st->v);
+        be->attention(be, st->att, st->q, &ab, l, nh, nkv, hd);
+        {
+            float *outs[1] = {st->xb};
+            const qmat *ws[1] = {&L->wo};
+            DS_TRY(be->matmul(be, 1, outs, ws, st->att, T));
+        }
+        be->add(be, st->x, st->xb, (size_t)T * dim);
+        /* feed-forward block */
+        be->rmsnorm(be, st->xb, st->x, L->ffn_norm, T, dim, c->norm_eps);
+        {
+            float *outs[2] = {st->h1, st->h2};
+            const qmat *ws[2] = {&L->w_gate, &L->w_up};
+            DS_TRY(be->matmul(be, 2, outs, ws, st->xb, T));
+        }
+        be->swiglu(be, st->h1, st->h1, st->h2, (size_t)T * c->hidden_dim);
+        {
+            float *outs[1] = {st->xb};
+            const qmat *ws[1] = {&L->w_down};
+            DS_TRY(be->matmul(be, 1, outs, ws, st->h1, T));
+        }
+        be->add(be, st->x, st->xb, (size_t)T * dim);
+        CAPTURE(l);
+    }
+#undef CAPTURE
+
+    /* final norm and head, only on the rows that need logits */
+    int n_rows = 0;
+    if (b->all_logits) {
+        for (int t = 0; t < T; t++) st->rows[n_rows++] = t;
+    } else {
+        for (int s = 0, off = 0; s < b->n_seq; off += b->n_new[s], s++)
+            if (b->n_new[s] > 0) st->rows[n_rows++] = off + b->n_new[s] - 1;
+    }
+    if (b->final_hidden) {
+        be->rmsnorm(be, st->hid, st->x, m->out_norm, T, dim, c->norm_eps);
+        be->to_host(be, b->final_hidden, st->hid, sizeof(float) * (size_t)T * dim);
+        if (!b->all_logits) /* gather the rows the head needs */
+            for (int r = 0; r < n_rows; r++)
+                be->copy(be, st->xb + (size_t)r * dim, st->hid + (size_t)st->rows[r] * dim, sizeof(float) * dim);
+        else be->copy(be, st->xb, st->hid, sizeof(float) * (size_t)T * dim);
+    } else if (b->logits) {
+        for (int r = 0; r < n_rows; r++)
+            be->copy(be, st->hid + (size_t)r * dim, st->x + (size_t)st->rows[r] * dim, sizeof(float) * dim);
+        be->rmsnorm(be, st->xb, st->hid, m->out_norm, n_rows, dim, c->norm_eps);
+    }
+    if (b->logits) {
+        DS_TRY(reserve_logits(st, c, n_rows));
+        float *outs[1] = {st->logits};
+        const qmat *ws[1] = {&m->output};
+        DS_TRY(be->matmul(be, 1, outs, ws, st->xb, n_rows));
+        be->to_host(be, b->logits, st->logits, sizeof(float) * (size_t)n_rows * c->vocab_size);
+    }
+    for (int s = 0; s < b->n_seq; s++) b->kv[s]->len += b->n_new[s];
+    return 0;
+fail:
+    return -1;
+}
+
+int model_forward_one(const model *m, fwd_state *st, kv_cache *kv, const int *tokens, int n, int all_logits,
+                      float *logits) {
+    kv_cache *kvs[1] = {kv};
+    fwd_batch b = {.n_seq = 1, .kv = kvs, .n_new = &n, .tokens = tokens, .all_logits = all_logits, .logits = logits};
+    return model_forward(m, st, &b);
+}

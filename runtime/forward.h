@@ -1,0 +1,43 @@
+/* forward.h — the transformer forward over a flattened varlen batch.
+ *
+ * One call advances several requests at once: request s adds n_new[s] tokens after the kv[s]->len
+ * it already holds (prefill, single-token decode and multi-token verification are the same call).
+ * Logits come back for every new token or only each request's last one; hidden states can be
+ * captured after any list of layers, and the final normed (pre-head) state for every token. */
+#ifndef DS_FORWARD_H
+#define DS_FORWARD_H
+
+#include "backend.h"
+#include "model.h"
+
+typedef struct {
+    int n_seq;
+    kv_cache *const *kv;       /* [n_seq], each extended by n_new[s]; crop to roll back */
+    const int *n_new;          /* [n_seq] */
+    const int *tokens;         /* [sum n_new], request by request */
+    int all_logits;            /* 1: logits for every token; 0: only each request's last token */
+    float *logits;             /* host out [rows][vocab], rows = sum n_new or n_seq; NULL = none */
+    int n_capture;
+    const int *capture_layers; /* layer ids, 0-based; -1 = embedding output */
+    float *capture;            /* host out [n_capture][T][dim] residual stream after each layer */
+    float *final_hidden;       /* host out [T][dim] after the final norm (what the head sees) */
+} fwd_batch;
+
+/* Scratch for the forward, grown on demand and reused across calls. */
+typedef struct {
+    backend *be;
+    int cap_T, cap_logit_rows;
+    float *x, *xb, *q, *k, *v, *att, *h1, *h2, *logits, *hid; /* backend memory */
+    float *cos, *sin;                                            /* host */
+    int *seq, *pos, *rows;                                       /* host */
+} fwd_state;
+
+int fwd_state_init(fwd_state *st, backend *be);
+void fwd_state_free(fwd_state *st);
+int model_forward(const model *m, fwd_state *st, const fwd_batch *b);
+
+/* Convenience for one request: append n tokens, logits of the last (or all) into `logits`. */
+int model_forward_one(const model *m, fwd_state *st, kv_cache *kv, const int *tokens, int n, int all_logits,
+                      float *logits);
+
+#endif

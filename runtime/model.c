@@ -1,0 +1,454 @@
+#include "model.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+#include "quant.h"
+
+const char *model_arch_name(model_arch a) { return a == ARCH_QWEN3 ? "qwen3" : "llama"; }
+
+static int own(model *m, void *p) {
+    void **n = ds_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1), "model buffers");
+    if (!n) {
+        free(p);
+        return -1;
+    }
+    m->owned = n;
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+static float *own_floats(model *m, size_t n, const char *what) {
+    float *p = ds_aligned_alloc(n * sizeof(float), what);
+    if (!p || own(m, p)) return NULL;
+    return p;
+}
+
+void qmat_row_f32(const qmat *w, int row, float *dst) {
+    ggml_type_get(w->type)->to_float((const uint8_t *)w->data + (size_t)row * w->row_bytes, dst, w->cols);
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void set_fingerprint(model *m, const uint8_t *p, size_t n, uint64_t size) {
+    uint64_t h = fnv1a(p, n, 0xcbf29ce484222325ull);
+    h = fnv1a((const uint8_t *)&size, sizeof size, h);
+    snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)h);
+}
+
+/* Dimension sanity shared by both loaders: everything later indexes with these. */
+static int check_config(const model_config *c, const char *path) {
+    DS_CHECK(c->dim > 0 && c->dim <= 65536, "%s: hidden size %d outside 1..65536", path, c->dim);
+    DS_CHECK(c->n_layers > 0 && c->n_layers <= 512, "%s: layer count %d outside 1..512", path, c->n_layers);
+    DS_CHECK(c->n_heads > 0 && c->n_heads <= 1024, "%s: head count %d outside 1..1024", path, c->n_heads);
+    DS_CHECK(c->n_kv_heads > 0 && c->n_kv_heads <= c->n_heads && c->n_heads % c->n_kv_heads == 0,
+             "%s: kv head count %d must divide the head count %d", path, c->n_kv_heads, c->n_heads);
+    DS_CHECK(c->head_dim > 0 && c->head_dim <= 1024 && c->head_dim % 2 == 0, "%s: head size %d must be even, 2..1024",
+             path, c->head_dim);
+    DS_CHECK(c->hidden_dim > 0 && c->hidden_dim <= (1 << 20), "%s: feed-forward size %d outside 1..2^20", path,
+             c->hidden_dim);
+    DS_CHECK(c->vocab_size > 0 && c->vocab_size <= (1 << 22), "%s: vocabulary size %d outside 1..2^22", path,
+             c->vocab_size);
+    DS_CHECK(c->max_seq > 0 && c->max_seq <= (1 << 24), "%s: context length %d outside 1..2^24", path, c->max_seq);
+    DS_CHECK(c->norm_eps > 0 && c->norm_eps < 1, "%s: RMSNorm epsilon %g outside (0, 1)", path, (double)c->norm_eps);
+    DS_CHECK(c->rope_theta > 0 && isfinite(c->rope_theta), "%s: RoPE base %g must be positive", path,
+             (double)c->rope_theta);
+    DS_CHECK(c->rope_scale > 0 && isfinite(c->rope_scale), "%s: RoPE scaling factor %g must be positive", path,
+             (double)c->rope_scale);
+    return 0;
+fail:
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ GGUF */
+
+static int gguf_mat(model *m, const char *name, int cols, int rows, qmat *w, int required) {
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t) {
+        if (!required) return 1;
+        ds_error("%s: missing tensor '%s'", m->path, name);
+        return -1;
+    }
+    const ggml_type_info *ti = ggml_type_get(t->type);
+    DS_CHECK(t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows,
+             "%s: tensor '%s' has shape [%lld, %lld] (%u dims), expected [%d, %d]", m->path, name, (long long)t->ne[0],
+             (long long)t->ne[1], t->n_dims, cols, rows);
+    DS_CHECK(ti->to_float != NULL,
+             "%s: tensor '%s' has type %s, which this build cannot decode (supported: F32 F16 BF16 Q4_0 Q4_1 Q8_0 "
+             "Q4_K Q6_K)",
+             m->path, name, ti->name);
+    DS_CHECK(((uintptr_t)t->data % (t->type == GGML_F32 ? 4 : 2)) == 0,
+             "%s: tensor '%s' data is not aligned for type %s (file alignment %u)", m->path, name, ti->name,
+             m->gguf.alignment);
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = (size_t)cols / (size_t)ti->blck * (size_t)ti->size;
+    w->data = t->data;
+    w->f32 = t->type == GGML_F32 ? (float *)t->data : NULL; /* F32 needs no copy for the GEMM path */
+    return 0;
+fail:
+    return -1;
+}
+
+static int gguf_vec(model *m, const char *name, int n, float **out, int required) {
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t) {
+        if (!required) return 1;
+        ds_error("%s: missing tensor '%s'", m->path, name);
+        return -1;
+    }
+    const ggml_type_info *ti = ggml_type_get(t->type);
+    DS_CHECK(t->n_dims == 1 && t->ne[0] == n, "%s: tensor '%s' has %u dims and %lld elements, expected a vector of %d",
+             m->path, name, t->n_dims, (long long)t->ne[0], n);
+    DS_CHECK(ti->to_float != NULL, "%s: tensor '%s' has type %s, which this build cannot decode", m->path, name, ti->name);
+    DS_TRYP(*out = own_floats(m, (size_t)n, name));
+    if (t->type == GGML_F32) memcpy(*out, t->data, (size_t)n * 4); /* the image may be unaligned */
+    else ti->to_float(t->data, *out, n);
+    return 0;
+fail:
+    return -1;
+}
+
+/* An integer hyperparameter "<arch>.<key>"; def < 0 means required. */
+static int hp_int(model *m, const char *arch, const char *key, int64_t def, int64_t hi, int *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    const gguf_value *v = gguf_get(&m->gguf, full);
+    if (v && v->type == GGUF_ARRAY) {
+        ds_error("%s: '%s' is a per-layer array, which this runtime does not support", m->path, full);
+        return -1;
+    }
+    int64_t x;
+    int rc = gguf_get_int(&m->gguf, full, 0, hi, &x);
+    if (rc < 0) return -1;
+    if (rc == 1) {
+        if (def < 0) {
+            ds_error("%s: missing metadata key '%s'", m->path, full);
+            return -1;
+        }
+        x = def;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int hp_float(model *m, const char *arch, const char *key, double def, float *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    double x;
+    int rc = gguf_get_float(&m->gguf, full, &x);
+    if (rc < 0) return -1;
+    *out = (float)(rc == 1 ? def : x);
+    return 0;
+}
+
+int model_load_gguf(model *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    DS_TRYP(m->path = ds_strndup(path, strlen(path), "path"));
+    DS_TRY(gguf_open(&m->gguf, path));
+    model_config *c = &m->cfg;
+    const char *as;
+    uint64_t al;
+    int rc = gguf_get_str(&m->gguf, "general.architecture", &as, &al);
+    DS_TRY(rc < 0 ? -1 : 0);
+    DS_CHECK(rc == 0, "%s: missing metadata key 'general.architecture'", path);
+    char arch[32] = {0};
+    DS_CHECK(al < sizeof arch, "%s: architecture name too long", path);
+    memcpy(arch, as, al);
+    if (strcmp(arch, "llama") == 0) c->arch = ARCH_LLAMA;
+    else if (strcmp(arch, "qwen3") == 0) c->arch = ARCH_QWEN3;
+    else DS_CHECK(0, "%s: architecture '%s' is not supported (supported: llama, qwen3)", path, arch);
+
+    DS_TRY(hp_int(m, arch, "embedding_length", -1, 65536, &c->dim));
+    DS_TRY(hp_int(m, arch, "block_count", -1, 512, &c->n_layers));
+    DS_TRY(hp_int(m, arch, "attention.head_count", -1, 1024, &c->n_heads));
+    DS_TRY(hp_int(m, arch, "attention.head_count_kv", c->n_heads, 1024, &c->n_kv_heads));
+    DS_TRY(hp_int(m, arch, "feed_forward_length", -1, 1 << 20, &c->hidden_dim));
+    DS_TRY(hp_int(m, arch, "context_length", 2048, 1 << 24, &c->max_seq));
+    DS_CHECK(c->n_heads > 0 && c->dim % c->n_heads == 0, "%s: hidden size %d is not a multiple of the head count %d",
+             path, c->dim, c->n_heads);
+    DS_TRY(hp_int(m, arch, "attention.key_length", c->dim / c->n_heads, 1024, &c->head_dim));
+    int vlen, rope_dims;
+    DS_TRY(hp_int(m, arch, "attention.value_length", c->head_dim, 1024, &vlen));
+    DS_CHECK(vlen == c->head_dim, "%s: value head size %d differs from key head size %d (unsupported)", path, vlen,
+             c->head_dim);
+    DS_TRY(hp_float(m, arch, "attention.layer_norm_rms_epsilon", 1e-5, &c->norm_eps));
+    DS_TRY(hp_float(m, arch, "rope.freq_base", 10000.0, &c->rope_theta));
+    DS_TRY(hp_int(m, arch, "rope.dimension_count", c->head_dim, 1024, &rope_dims));
+    DS_CHECK(rope_dims == c->head_dim, "%s: partial rotary embedding (%d of %d dims) is not supported", path, rope_dims,
+             c->head_dim);
+    c->rope_scale = 1.0f;
+    {
+        char key[128];
+        const char *st;
+        uint64_t sl;
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        int r = gguf_get_str(&m->gguf, key, &st, &sl);
+        DS_TRY(r < 0 ? -1 : 0);
+        if (r == 0 && !(sl == 4 && memcmp(st, "none", 4) == 0)) {
+            DS_CHECK(sl == 6 && memcmp(st, "linear", 6) == 0, "%s: RoPE scaling '%.*s' is not supported (none, linear)",
+                     path, (int)DS_MIN(sl, 32), st);
+            DS_TRY(hp_float(m, arch, "rope.scaling.factor", 1.0, &c->rope_scale));
+        }
+    }
+    c->rope_neox = c->arch == ARCH_QWEN3; /* llama.cpp: LLAMA uses NORM rope, QWEN3 uses NEOX */
+    const gguf_tensor *emb = gguf_find_tensor(&m->gguf, "token_embd.weight");
+    DS_CHECK(emb != NULL, "%s: missing tensor 'token_embd.weight'", path);
+    DS_CHECK(emb->n_dims == 2 && emb->ne[1] > 0 && emb->ne[1] <= (1 << 22), "%s: token_embd.weight has a bad shape", path);
+    c->vocab_size = (int)emb->ne[1];
+    DS_TRY(check_config(c, path));
+
+    DS_TRY(gguf_mat(m, "token_embd.weight", c->dim, c->vocab_size, &m->tok_embd, 1));
+    rc = gguf_mat(m, "output.weight", c->dim, c->vocab_size, &m->output, 0);
+    DS_TRY(rc < 0 ? -1 : 0);
+    c->tied = rc == 1;
+    if (c->tied) m->output = m->tok_embd;
+    DS_TRY(gguf_vec(m, "output_norm.weight", c->dim, &m->out_norm, 1));
+    DS_TRY(gguf_vec(m, "rope_freqs.weight", c->head_dim / 2, &m->rope_freqs, 0) < 0 ? -1 : 0);
+
+    DS_TRYP(m->layers = ds_calloc((size_t)c->n_layers, sizeof(layer_weights), "layers"));
+    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s.weight", l, s), n)
+        DS_TRY(gguf_vec(m, NAME("attn_norm"), c->dim, &L->attn_norm, 1));
+        DS_TRY(gguf_vec(m, NAME("ffn_norm"), c->dim, &L->ffn_norm, 1));
+        DS_TRY(gguf_mat(m, NAME("attn_q"), c->dim, q, &L->wq, 1));
+        DS_TRY(gguf_mat(m, NAME("attn_k"), c->dim, kv, &L->wk, 1));
+        DS_TRY(gguf_mat(m, NAME("attn_v"), c->dim, kv, &L->wv, 1));
+        DS_TRY(gguf_mat(m, NAME("attn_output"), q, c->dim, &L->wo, 1));
+        DS_TRY(gguf_mat(m, NAME("ffn_gate"), c->dim, c->hidden_dim, &L->w_gate, 1));
+        DS_TRY(gguf_mat(m, NAME("ffn_up"), c->dim, c->hidden_dim, &L->w_up, 1));
+        DS_TRY(gguf_mat(m, NAME("ffn_down"), c->hidden_dim, c->dim, &L->w_down, 1));
+        if (c->arch == ARCH_QWEN3) {
+            DS_TRY(gguf_vec(m, NAME("attn_q_norm"), c->head_dim, &L->q_norm, 1));
+            DS_TRY(gguf_vec(m, NAME("attn_k_norm"), c->head_dim, &L->k_norm, 1));
+        }
+#undef NAME
+    }
+    set_fingerprint(m, m->gguf.image, (size_t)m->gguf.data_offset, m->gguf.size);
+    m->format = 0;
+    return 0;
+fail:
+    ds_error_prefix("cannot load model");
+    model_free(m);
+    return -1;
+}
+
+/* ----------------------------------------------------------------------------- safetensors + HF */
+
+static int js_int(const cJSON *root, const char *key, int def, int *out, const char *path) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || cJSON_IsNull(j)) {
+        if (def < 0) {
+            ds_error("%s: config.json has no '%s'", path, key);
+            return -1;
+        }
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < 0 ||
+        j->valuedouble > 2147483647.0) {
+        ds_error("%s: config.json '%s' is not a non-negative integer", path, key);
+        return -1;
+    }
+    *out = (int)j->valuedouble;
+    return 0;
+}
+
+static int js_float(const cJSON *root, const char *key, double def, float *out, const char *path) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || cJSON_IsNull(j)) {
+        *out = (float)def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(j)) {
+        ds_error("%s: config.json '%s' is not a number", path, key);
+        return -1;
+    }
+    *out = (float)j->valuedouble;
+    return 0;
+}
+
+static int st_mat(model *m, const char *name, int rows, int cols, qmat *w, int required) {
+    const st_tensor *t = st_find(&m->st, name);
+    if (!t) {
+        if (!required) return 1;
+        ds_error("%s: missing tensor '%s'", m->st.name, name);
+        return -1;
+    }
+    DS_CHECK(t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols,
+             "%s: tensor '%s' has shape [%lld, %lld] (%d dims), expected [%d, %d]", m->st.name, name,
+             (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0), t->n_dims, rows, cols);
+    float *p;
+    DS_TRYP(p = own_floats(m, (size_t)rows * (size_t)cols, name));
+    DS_TRY(st_to_f32(&m->st, t, p));
+    w->type = GGML_F32;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = (size_t)cols * 4;
+    w->data = p;
+    w->f32 = p;
+    return 0;
+fail:
+    return -1;
+}
+
+static int st_vec(model *m, const char *name, int n, float **out) {
+    const st_tensor *t = st_find(&m->st, name);
+    DS_CHECK(t != NULL, "%s: missing tensor '%s'", m->st.name, name);
+    DS_CHECK(t->n_dims == 1 && t->shape[0] == n, "%s: tensor '%s' is not a vector of %d", m->st.name, name, n);
+    DS_TRYP(*out = own_floats(m, (size_t)n, name));
+    DS_TRY(st_to_f32(&m->st, t, *out));
+    return 0;
+fail:
+    return -1;
+}
+
+int model_load_safetensors(model *m, const char *dir) {
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    char *text = NULL;
+    cJSON *cfg = NULL;
+    DS_TRYP(m->path = ds_strndup(dir, strlen(dir), "path"));
+    DS_CHECK(snprintf(path, sizeof path, "%s/config.json", dir) < (int)sizeof path, "%s: path too long", dir);
+    size_t tl;
+    DS_TRY(ds_read_file(path, &text, &tl));
+    cfg = cJSON_ParseWithLength(text, tl);
+    DS_CHECK(cfg && cJSON_IsObject(cfg), "%s: not a valid JSON object", path);
+    model_config *c = &m->cfg;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
+    DS_CHECK(cJSON_IsString(mt), "%s: no 'model_type' string", path);
+    if (strcmp(mt->valuestring, "llama") == 0) c->arch = ARCH_LLAMA;
+    else if (strcmp(mt->valuestring, "qwen3") == 0) c->arch = ARCH_QWEN3;
+    else DS_CHECK(0, "%s: model_type '%s' is not supported (supported: llama, qwen3)", path, mt->valuestring);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
+    DS_CHECK(!act || (cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0),
+             "%s: hidden_act must be 'silu'", path);
+    DS_CHECK(!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")) &&
+                 !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")),
+             "%s: attention_bias / mlp_bias are not supported", path);
+    DS_TRY(js_int(cfg, "hidden_size", -1, &c->dim, path));
+    DS_TRY(js_int(cfg, "num_hidden_layers", -1, &c->n_layers, path));
+    DS_TRY(js_int(cfg, "num_attention_heads", -1, &c->n_heads, path));
+    DS_TRY(js_int(cfg, "num_key_value_heads", c->n_heads, &c->n_kv_heads, path));
+    DS_CHECK(c->n_heads > 0, "%s: num_attention_heads must be positive", path);
+    DS_TRY(js_int(cfg, "head_dim", c->dim / c->n_heads, &c->head_dim, path));
+    DS_TRY(js_int(cfg, "intermediate_size", -1, &c->hidden_dim, path));
+    DS_TRY(js_int(cfg, "vocab_size", -1, &c->vocab_size, path));
+    DS_TRY(js_int(cfg, "max_position_embeddings", 2048, &c->max_seq, path));
+    DS_TRY(js_float(cfg, "rms_norm_eps", 1e-6, &c->norm_eps, path));
+    DS_TRY(js_float(cfg, "rope_theta", 10000.0, &c->rope_theta, path));
+    c->rope_scale = 1.0f;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        DS_CHECK(cJSON_IsString(ty) && (strcmp(ty->valuestring, "linear") == 0 || strcmp(ty->valuestring, "default") == 0),
+                 "%s: rope_scaling type is not supported (linear only)", path);
+        if (strcmp(ty->valuestring, "linear") == 0) DS_TRY(js_float(rs, "factor", 1.0, &c->rope_scale, path));
+    }
+    c->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
+    c->rope_neox = 1; /* HF checkpoints keep q/k in the rotate-half layout */
+    DS_TRY(check_config(c, path));
+
+    DS_CHECK(snprintf(path, sizeof path, "%s/model.safetensors", dir) < (int)sizeof path, "%s: path too long", dir);
+    DS_TRY(st_open(&m->st, path));
+    DS_TRY(st_mat(m, "model.embed_tokens.weight", c->vocab_size, c->dim, &m->tok_embd, 1));
+    if (!c->tied) DS_TRY(st_mat(m, "lm_head.weight", c->vocab_size, c->dim, &m->output, 1));
+    else m->output = m->tok_embd;
+    DS_TRY(st_vec(m, "model.norm.weight", c->dim, &m->out_norm));
+    DS_TRYP(m->layers = ds_calloc((size_t)c->n_layers, sizeof(layer_weights), "layers"));
+    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        char n[128];
+#define NAME(s) (snprintf(n, sizeof n, "model.layers.%d.%s.weight", l, s), n)
+        DS_TRY(st_vec(m, NAME("input_layernorm"), c->dim, &L->attn_norm));
+        DS_TRY(st_vec(m, NAME("post_attention_layernorm"), c->dim, &L->ffn_norm));
+        DS_TRY(st_mat(m, NAME("self_attn.q_proj"), q, c->dim, &L->wq, 1));
+        DS_TRY(st_mat(m, NAME("self_attn.k_proj"), kv, c->dim, &L->wk, 1));
+        DS_TRY(st_mat(m, NAME("self_attn.v_proj"), kv, c->dim, &L->wv, 1));
+        DS_TRY(st_mat(m, NAME("self_attn.o_proj"), c->dim, q, &L->wo, 1));
+        DS_TRY(st_mat(m, NAME("mlp.gate_proj"), c->hidden_dim, c->dim, &L->w_gate, 1));
+        DS_TRY(st_mat(m, NAME("mlp.up_proj"), c->hidden_dim, c->dim, &L->w_up, 1));
+        DS_TRY(st_mat(m, NAME("mlp.down_proj"), c->dim, c->hidden_dim, &L->w_down, 1));
+        if (c->arch == ARCH_QWEN3) {
+            DS_TRY(st_vec(m, NAME("self_attn.q_norm"), c->head_dim, &L->q_norm));
+            DS_TRY(st_vec(m, NAME("self_attn.k_norm"), c->head_dim, &L->k_norm));
+        }
+#undef NAME
+    }
+    {
+        uint64_t hl;
+        memcpy(&hl, m->st.image, 8);
+        set_fingerprint(m, m->st.image, (size_t)(8 + hl), m->st.size);
+    }
+    m->format = 1;
+    free(text);
+    cJSON_Delete(cfg);
+    return 0;
+fail:
+    ds_error_prefix("cannot load model");
+    free(text);
+    cJSON_Delete(cfg);
+    model_free(m);
+    return -1;
+}
+
+int model_load(model *m, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        memset(m, 0, sizeof *m);
+        ds_error("model file not found: %s", path);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) return model_load_safetensors(m, path);
+    size_t n = strlen(path);
+    if (n > 12 && strcmp(path + n - 12, ".safetensors") == 0) {
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        return model_load_safetensors(m, dir);
+    }
+    return model_load_gguf(m, path);
+}
+
+void model_free(model *m) {
+    /* fp32 copies made by the GEMM path (F32 matrices point at their own data instead) */
+    if (m->tok_embd.f32 && m->tok_embd.type != GGML_F32) free(m->tok_embd.f32);
+    if (m->output.f32 && m->output.type != GGML_F32 && m->output.f32 != m->tok_embd.f32) free(m->output.f32);
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            qmat *ws[] = {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv, &m->layers[l].wo,
+                          &m->layers[l].w_gate, &m->layers[l].w_up, &m->layers[l].w_down};
+            for (int i = 0; i < 7; i++)
+                if (ws[i]->f32 && ws[i]->type != GGML_F32) free(ws[i]->f32);
+        }
+    }
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    gguf_close(&m->gguf);
+    st_close(&m->st);
+    free(m->path);
+    memset(m, 0, sizeof *m);
+}
+
+uint64_t model_n_params(const model *m) {
+    const model_config *c = &m->cfg;
+    uint64_t q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
+    uint64_t per = 2 * (uint64_t)c->dim + 2 * q * c->dim + 2 * kv * c->dim + 3 * (uint64_t)c->dim * c->hidden_dim;
+    if (c->arch == ARCH_QWEN3) per += 2 * (uint64_t)c->head_dim;
+    uint64_t n = per * (uint64_t)c->n_layers + (uint64_t)c->vocab_size * c->dim + c->dim;
+    if (!c->tied) n += (uint64_t)c->vocab_size * c->dim;
+    return n;
+}

@@ -1,0 +1,75 @@
+/* model.h — transformer configuration and weights (Llama family and Qwen3), loaded from GGUF or
+ * from safetensors + HF config.json.
+ *
+ * Weight matrices stay in their file format (a GGUF Q4_1 matrix is used as Q4_1: the CPU kernels
+ * dequantize rows on the fly into fp32); norms are always fp32. */
+#ifndef DS_MODEL_H
+#define DS_MODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "safetensors.h"
+
+typedef enum { ARCH_LLAMA = 0, ARCH_QWEN3 = 1 } model_arch;
+
+typedef struct {
+    model_arch arch;
+    int dim;          /* residual width */
+    int n_layers;
+    int n_heads, n_kv_heads, head_dim;
+    int hidden_dim;   /* SwiGLU width */
+    int vocab_size;
+    int max_seq;      /* context length from the file */
+    float norm_eps;
+    float rope_theta;
+    float rope_scale; /* linear position scaling factor (1 = none) */
+    int rope_neox;    /* 1: rotate halves (HF layout); 0: rotate adjacent pairs (GGUF llama layout) */
+    int tied;         /* LM head is the token embedding */
+} model_config;
+
+/* A weight matrix y = W x with W [rows = out features][cols = in features], row-major in its
+ * storage type (ggml type id; F32 for safetensors models). */
+typedef struct {
+    uint32_t type;
+    int rows, cols;
+    size_t row_bytes;
+    const void *data;
+    float *f32;       /* fp32 copy, made on first use by the batched GEMM path */
+} qmat;
+
+typedef struct {
+    float *attn_norm, *ffn_norm; /* [dim] */
+    float *q_norm, *k_norm;      /* [head_dim], Qwen3 only */
+    qmat wq, wk, wv, wo;         /* [n_heads*hd][dim], [n_kv*hd][dim], [n_kv*hd][dim], [dim][n_heads*hd] */
+    qmat w_gate, w_up, w_down;   /* [hidden][dim], [hidden][dim], [dim][hidden] */
+} layer_weights;
+
+typedef struct model {
+    model_config cfg;
+    qmat tok_embd;               /* [vocab][dim] */
+    qmat output;                 /* [vocab][dim]; aliases tok_embd when tied */
+    float *out_norm;             /* [dim] */
+    float *rope_freqs;           /* [head_dim/2] frequency divisors, or NULL */
+    layer_weights *layers;
+    char *path;
+    char fingerprint[17];        /* 64-bit FNV-1a of the file's header region and size, hex */
+    int format;                  /* 0 = GGUF, 1 = safetensors */
+    gguf_file gguf;
+    st_file st;
+    void **owned;                /* buffers converted at load, freed with the model */
+    int n_owned;
+} model;
+
+/* Load by path: a .gguf file, or a directory (or its model.safetensors) holding config.json. */
+int model_load(model *m, const char *path);
+int model_load_gguf(model *m, const char *path);
+int model_load_safetensors(model *m, const char *dir);
+void model_free(model *m);
+const char *model_arch_name(model_arch a);
+uint64_t model_n_params(const model *m);
+
+/* Decode one row of a weight matrix (or the embedding table) into fp32. */
+void qmat_row_f32(const qmat *w, int row, float *dst);
+
+#endif

@@ -1,0 +1,56 @@
+#include "sampling.h"
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void rng_seed(rng_t *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t rng_u64(rng_t *r) {
+    uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return res;
+}
+
+double rng_uniform(rng_t *r) { return (double)(rng_u64(r) >> 11) * 0x1p-53; }
+
+double rng_uniform_pos(rng_t *r) {
+    double u;
+    do u = rng_uniform(r);
+    while (u == 0.0);
+    return u;
+}
+
+int argmax_f32(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int sample_probs(const float *probs, int n, double u) {
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        if (probs[i] > 0) total += probs[i];
+    double target = u * total, c = 0;
+    int last = 0;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue;
+        c += probs[i];
+        last = i;
+        if (target < c) return i;
+    }
+    return last; /* rounding left target at the total: the last token with mass */
+}

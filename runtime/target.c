@@ -1,0 +1,32 @@
+#include "target.h"
+
+#include <string.h>
+
+#include "common.h"
+
+int target_open(target *t, const char *path, int n_threads) {
+    memset(t, 0, sizeof *t);
+    DS_TRY(model_load(&t->m, path));
+    if (t->m.format == 0) {
+        DS_TRY(tokenizer_load_gguf(&t->tk, &t->m.gguf));
+        t->has_tokenizer = 1;
+        DS_CHECK(t->tk.n_vocab == t->m.cfg.vocab_size, "%s: tokenizer has %d tokens but the embedding has %d rows", path,
+                 t->tk.n_vocab, t->m.cfg.vocab_size);
+        DS_TRY(chat_template_init(&t->ct, &t->tk));
+    }
+    DS_TRYP(t->be = backend_cpu_new(n_threads));
+    DS_TRY(fwd_state_init(&t->fs, t->be));
+    return 0;
+fail:
+    target_close(t);
+    return -1;
+}
+
+void target_close(target *t) {
+    if (t->be) fwd_state_free(&t->fs);
+    backend_free(t->be);
+    chat_template_free(&t->ct);
+    if (t->has_tokenizer) tokenizer_free(&t->tk);
+    model_free(&t->m);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,24 @@
+/* target.h — a loaded target model ready to run: weights, tokenizer, chat template, backend and
+ * forward scratch. Drafters, the decoding loop and the CLI all take one of these. */
+#ifndef DS_TARGET_H
+#define DS_TARGET_H
+
+#include "backend.h"
+#include "forward.h"
+#include "model.h"
+#include "tokenizer.h"
+
+typedef struct target {
+    model m;
+    tokenizer tk;
+    int has_tokenizer;  /* GGUF models carry one; safetensors checkpoints do not */
+    chat_template ct;
+    backend *be;
+    fwd_state fs;
+} target;
+
+/* Load the model at path (GGUF or safetensors dir) on a CPU backend with n_threads (<= 0: all). */
+int target_open(target *t, const char *path, int n_threads);
+void target_close(target *t);
+
+#endif
