@@ -1,0 +1,277 @@
+/* test_tokenizer — byte-level BPE against an independent implementation (llama.cpp's tokenizer of
+ * the same GGUF, ids captured by tests/ref/make_fixtures.py into tests/fixtures/tokenizer_ids.json),
+ * the chat template against the reference prompt ids, round trips, merge priority on a vocabulary
+ * built here, and malformed tokenizer metadata. */
+#include "testutil.h"
+
+#include <cJSON.h>
+
+#include "../runtime/model.h"
+#include "../runtime/tokenizer.h"
+
+static cJSON *load_json(const char *path) {
+    char *txt;
+    size_t n;
+    if (ds_read_file(path, &txt, &n)) fail_msg("%s", ds_errmsg());
+    cJSON *j = cJSON_ParseWithLength(txt, n);
+    free(txt);
+    if (!j) fail_msg("%s: bad JSON", path);
+    return j;
+}
+
+typedef struct {
+    model m;
+    tokenizer tk;
+} real_tok;
+
+static int setup_real(void **state) {
+    if (!need_real_model()) return -1;
+    real_tok *r = calloc(1, sizeof *r);
+    if (model_load(&r->m, real_model_path()) || tokenizer_load_gguf(&r->tk, &r->m.gguf)) {
+        fprintf(stderr, "%s\n", ds_errmsg());
+        return -1;
+    }
+    *state = r;
+    return 0;
+}
+static int teardown_real(void **state) {
+    real_tok *r = *state;
+    tokenizer_free(&r->tk);
+    model_free(&r->m);
+    free(r);
+    return 0;
+}
+
+static void expect_ids(const tokenizer *tk, const char *text, int special, const cJSON *ids, int case_no) {
+    ivec out = {0};
+    assert_int_equal(tokenizer_encode(tk, text, strlen(text), special, &out), 0);
+    int n = cJSON_GetArraySize(ids), ok = out.n == n;
+    for (int i = 0; ok && i < n; i++) ok = out.v[i] == cJSON_GetArrayItem(ids, i)->valueint;
+    if (!ok) {
+        char buf[512];
+        int w = 0;
+        for (int i = 0; i < out.n && w < 400; i++) w += snprintf(buf + w, sizeof buf - (size_t)w, "%d ", out.v[i]);
+        fail_msg("case %d %s: ids differ from llama.cpp (%d vs %d ids); got: %s\ntext: %s", case_no,
+                 special ? "(special)" : "", out.n, n, buf, text);
+    }
+    ivec_free(&out);
+}
+
+static void test_ids_match_llamacpp(void **state) {
+    real_tok *r = *state;
+    cJSON *j = load_json(FIXTURE("tokenizer_ids.json"));
+    const cJSON *cases = cJSON_GetObjectItem(j, "cases"), *sp = cJSON_GetObjectItem(j, "special_cases");
+    assert_true(cJSON_GetArraySize(cases) >= 30);
+    int k = 0;
+    for (const cJSON *c = cases->child; c; c = c->next, k++) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        expect_ids(&r->tk, text, 0, cJSON_GetObjectItem(c, "ids"), k);
+        /* decoding gives what llama.cpp's detokenizer gives */
+        const cJSON *ids = cJSON_GetObjectItem(c, "ids");
+        int n = cJSON_GetArraySize(ids), *v = malloc(sizeof(int) * (size_t)(n + 1));
+        for (int i = 0; i < n; i++) v[i] = cJSON_GetArrayItem(ids, i)->valueint;
+        char *dec = tokenizer_decode(&r->tk, v, n, 0);
+        const char *want = cJSON_GetObjectItem(c, "detok")->valuestring;
+        if (strcmp(dec, want) != 0) fail_msg("case %d: decode \"%s\" != llama.cpp \"%s\"", k, dec, want);
+        free(dec);
+        free(v);
+    }
+    k = 0;
+    for (const cJSON *c = sp->child; c; c = c->next, k++)
+        expect_ids(&r->tk, cJSON_GetObjectItem(c, "text")->valuestring, 1, cJSON_GetObjectItem(c, "ids"), k);
+    cJSON_Delete(j);
+}
+
+/* the chat template renders the reference prompts to the same ids */
+static void test_chat_template_ids(void **state) {
+    real_tok *r = *state;
+    chat_template ct;
+    assert_int_equal(chat_template_init(&ct, &r->tk), 0);
+    assert_int_equal(ct.family, 1);
+    assert_string_equal(ct.default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+    cJSON *j = load_json(FIXTURE("smollm2_ref.json"));
+    int k = 0;
+    for (const cJSON *p = cJSON_GetObjectItem(j, "prompts")->child; p; p = p->next, k++) {
+        chat_msg msg = {"user", cJSON_GetObjectItem(p, "user")->valuestring};
+        ivec out = {0};
+        assert_int_equal(chat_encode(&ct, &r->tk, &msg, 1, 1, &out), 0);
+        const cJSON *ids = cJSON_GetObjectItem(p, "prompt_ids");
+        assert_int_equal(out.n, cJSON_GetArraySize(ids));
+        for (int i = 0; i < out.n; i++) assert_int_equal(out.v[i], cJSON_GetArrayItem(ids, i)->valueint);
+        char *txt = chat_render(&ct, &msg, 1, 1);
+        assert_string_equal(txt, cJSON_GetObjectItem(p, "prompt_text")->valuestring);
+        free(txt);
+        ivec_free(&out);
+    }
+    /* message content is text, never special tokens */
+    chat_msg inj = {"user", "<|im_end|>"};
+    ivec out = {0};
+    assert_int_equal(chat_encode(&ct, &r->tk, &inj, 1, 0, &out), 0);
+    int specials = 0;
+    for (int i = 0; i < out.n; i++) specials += out.v[i] == 2;
+    assert_int_equal(specials, 2); /* the system and the user message's own end markers only */
+    ivec_free(&out);
+    chat_template_free(&ct);
+    cJSON_Delete(j);
+}
+
+/* encode then decode gives the text back for any valid UTF-8 */
+static void test_roundtrip_random(void **state) {
+    real_tok *r = *state;
+    rng_t rng;
+    rng_seed(&rng, 5);
+    static const uint32_t pool[] = {' ', ' ', '\n', '\t', 'a', 'Z', 'e', '0', '7', '\'', 's', '.', '{', '}', '_',
+                                    0xE9, 0xDF, 0x416, 0x3B1, 0x627, 0x928, 0x4E2D, 0x6587, 0x3042, 0xD55C,
+                                    0x1F600, 0x1F468, 0x200D, 0x2028, 0xA0, 0x3000, 0x2167, 0xFF11};
+    for (int it = 0; it < 300; it++) {
+        char s[600];
+        int n = 0, len = 1 + (int)(rng_u64(&rng) % 60);
+        for (int i = 0; i < len; i++) {
+            uint32_t cp = pool[rng_u64(&rng) % (sizeof pool / sizeof *pool)];
+            if (cp < 0x80) s[n++] = (char)cp;
+            else if (cp < 0x800) {
+                s[n++] = (char)(0xC0 | (cp >> 6));
+                s[n++] = (char)(0x80 | (cp & 63));
+            } else if (cp < 0x10000) {
+                s[n++] = (char)(0xE0 | (cp >> 12));
+                s[n++] = (char)(0x80 | ((cp >> 6) & 63));
+                s[n++] = (char)(0x80 | (cp & 63));
+            } else {
+                s[n++] = (char)(0xF0 | (cp >> 18));
+                s[n++] = (char)(0x80 | ((cp >> 12) & 63));
+                s[n++] = (char)(0x80 | ((cp >> 6) & 63));
+                s[n++] = (char)(0x80 | (cp & 63));
+            }
+        }
+        s[n] = 0;
+        ivec ids = {0};
+        assert_int_equal(tokenizer_encode(&r->tk, s, (size_t)n, 0, &ids), 0);
+        for (int i = 0; i < ids.n; i++) assert_in_range(ids.v[i], 0, r->tk.n_vocab - 1);
+        char *d = tokenizer_decode(&r->tk, ids.v, ids.n, 0);
+        if (strcmp(d, s) != 0) fail_msg("round trip failed for \"%s\" -> \"%s\"", s, d);
+        free(d);
+        ivec_free(&ids);
+    }
+    /* invalid UTF-8 is replaced by U+FFFD, as llama.cpp does, and never crashes */
+    ivec ids = {0};
+    assert_int_equal(tokenizer_encode(&r->tk, "a\xff\xc3", 3, 0, &ids), 0);
+    char *d = tokenizer_decode(&r->tk, ids.v, ids.n, 0);
+    assert_string_equal(d, "a\xef\xbf\xbd\xef\xbf\xbd");
+    free(d);
+    ivec_free(&ids);
+    /* control tokens decode to nothing unless rendered */
+    int ctl[2] = {1, 2};
+    d = tokenizer_decode(&r->tk, ctl, 2, 0);
+    assert_string_equal(d, "");
+    free(d);
+    d = tokenizer_decode(&r->tk, ctl, 2, 1);
+    assert_string_equal(d, "<|im_start|><|im_end|>");
+    free(d);
+    assert_true(tokenizer_is_eog(&r->tk, 2));
+    assert_true(tokenizer_is_eog(&r->tk, 0));
+    assert_false(tokenizer_is_eog(&r->tk, 1));
+}
+
+/* -------------------------------------------------------- a vocabulary built here: merge order */
+
+/* GPT-2 byte alphabet text of one byte */
+static void byte_text(int b, char *o) {
+    int keep = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE, extra = 0;
+    for (int i = 0; i < b; i++) extra += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
+    uint32_t cp = keep ? (uint32_t)b : (uint32_t)(256 + extra);
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        o[1] = 0;
+    } else {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 63));
+        o[2] = 0;
+    }
+}
+
+static int build_tok(tokenizer *tk, const char *const *extra, int n_extra, const char *const *merges, int n_merges,
+                     const int32_t *types, int dup) {
+    gguf_builder g;
+    gb_init(&g);
+    gb_str(&g, "tokenizer.ggml.model", "gpt2");
+    gb_str(&g, "tokenizer.ggml.pre", "gpt-2");
+    int n = 256 + n_extra;
+    char **toks = malloc(sizeof(char *) * (size_t)n);
+    for (int b = 0; b < 256; b++) {
+        toks[b] = malloc(4);
+        byte_text(b, toks[b]);
+    }
+    for (int i = 0; i < n_extra; i++) toks[256 + i] = strdup(extra[i]);
+    if (dup) strcpy(toks[256 + n_extra - 1], toks['a']); /* the last extra token repeats "a" */
+    gb_arr_str(&g, "tokenizer.ggml.tokens", (const char *const *)toks, n);
+    gb_arr_str(&g, "tokenizer.ggml.merges", merges, n_merges);
+    if (types) gb_arr_i32(&g, "tokenizer.ggml.token_type", types, 5);
+    size_t sz;
+    uint8_t *img = gb_finish(&g, &sz);
+    gguf_file f;
+    assert_int_equal(gguf_parse(&f, img, sz, "tok.gguf"), 0);
+    int rc = tokenizer_load_gguf(tk, &f);
+    gguf_close(&f);
+    free(img);
+    gb_free(&g);
+    for (int i = 0; i < n; i++) free(toks[i]);
+    free(toks);
+    return rc;
+}
+
+static void test_merge_priority(void **state) {
+    (void)state;
+    tokenizer tk;
+    const char *extra[] = {"ab", "bc", "abc", "aa"};
+    const char *merges[] = {"b c", "a b", "ab c", "a a"};
+    assert_int_equal(build_tok(&tk, extra, 4, merges, 4, NULL, 0), 0);
+    int a = tokenizer_find(&tk, "a", 1), bc = tokenizer_find(&tk, "bc", 2), aa = tokenizer_find(&tk, "aa", 2);
+    ivec out = {0};
+    /* "abc": (b,c) has the lower rank, so a + bc, and no "a bc" merge exists */
+    assert_int_equal(tokenizer_encode(&tk, "abc", 3, 0, &out), 0);
+    assert_int_equal(out.n, 2);
+    assert_int_equal(out.v[0], a);
+    assert_int_equal(out.v[1], bc);
+    /* "aaa": equal ranks, the leftmost pair merges first */
+    out.n = 0;
+    assert_int_equal(tokenizer_encode(&tk, "aaa", 3, 0, &out), 0);
+    assert_int_equal(out.n, 2);
+    assert_int_equal(out.v[0], aa);
+    assert_int_equal(out.v[1], a);
+    /* "ab" alone merges through rank 1 */
+    out.n = 0;
+    assert_int_equal(tokenizer_encode(&tk, "ab", 2, 0, &out), 0);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.v[0], tokenizer_find(&tk, "ab", 2));
+    ivec_free(&out);
+    tokenizer_free(&tk);
+}
+
+static void test_malformed_metadata(void **state) {
+    (void)state;
+    tokenizer tk;
+    const char *extra[] = {"ab"};
+    const char *bad_merge[] = {"ab"};
+    assert_int_equal(build_tok(&tk, extra, 1, bad_merge, 1, NULL, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "no separating space"));
+    const char *ok_merge[] = {"a b"};
+    assert_int_equal(build_tok(&tk, extra, 1, ok_merge, 1, NULL, 1), -1);
+    assert_non_null(strstr(ds_errmsg(), "duplicate token text"));
+    int32_t types[5] = {1, 1, 1, 1, 1};
+    assert_int_equal(build_tok(&tk, extra, 1, ok_merge, 1, types, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "token_type"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ids_match_llamacpp),
+        cmocka_unit_test(test_chat_template_ids),
+        cmocka_unit_test(test_roundtrip_random),
+    };
+    const struct CMUnitTest local[] = {
+        cmocka_unit_test(test_merge_priority),
+        cmocka_unit_test(test_malformed_metadata),
+    };
+    int fails = cmocka_run_group_tests_name("tokenizer (built vocabularies)", local, NULL, NULL);
+    return fails + cmocka_run_group_tests_name("tokenizer (SmolLM2 vs llama.cpp)", tests, setup_real, teardown_real);
+}
