@@ -81,11 +81,13 @@ bench: $(BIN) model
 
 FUZZ_SECONDS ?= 600
 fuzz: $(BUILD)/config.mk
-	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
-	  tests/fuzz/fuzz_gguf.c runtime/gguf.c runtime/quant.c runtime/common.c -o $(BUILD)/fuzz/fuzz_gguf -lm
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  $(BUILD)/fuzz/corpus tests/fuzz/seeds
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
+	python3 tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -march=native -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
+	  tests/fuzz/fuzz_gguf.c runtime/gguf.c runtime/quant.c runtime/common.c runtime/tokenizer.c \
+	  -o $(BUILD)/fuzz/fuzz_gguf -lm
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+	  $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
 
 clean:
 	rm -rf build build-san
