@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "kernels_cpu.h"
 #include "quant.h"
 
 void openblas_set_num_threads(int); /* OpenBLAS extension; our threads split the GEMM instead */
@@ -29,6 +30,8 @@ typedef struct {
     size_t wbuf_cols;
     float *sbuf[MAX_THREADS];   /* attention scores */
     size_t sbuf_len;
+    float *xsum;                /* [T][cols/32] block sums of the activations (Q4_1 kernel) */
+    size_t xsum_len;
 } cpu_ctx;
 
 /* --------------------------------------------------------------------------------- dot products */
@@ -186,12 +189,33 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
     }
     if (ensure_wbuf(be, (size_t)cols)) return -1;
     cpu_ctx *c = be->ctx;
+    int need_sums = 0;
+    for (int i = 0; i < n; i++) {
+        if (!qk_supported(W[i]->type)) continue;
+        if (!W[i]->packed && !(((qmat *)W[i])->packed = qk_pack(W[i]))) return -1;
+        need_sums |= W[i]->type == GGML_Q4_1;
+    }
+    if (need_sums) {
+        size_t len = (size_t)T * (size_t)(cols / 32);
+        if (c->xsum_len < len) {
+            free(c->xsum);
+            c->xsum_len = 0;
+            DS_TRYP(c->xsum = ds_aligned_alloc(sizeof(float) * len, "block sums"));
+            c->xsum_len = len;
+        }
+        qk_block_sums(x, T, cols, c->xsum);
+    }
 #pragma omp parallel num_threads(be->n_threads)
     {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
         for (int i = 0; i < n; i++) {
             const qmat *w = W[i];
+            if (w->packed) { /* fused kernel on this thread's slice of rows */
+                int r0 = (int)((long)w->rows * tid / nth), r1 = (int)((long)w->rows * (tid + 1) / nth);
+                qk_rows(w, r0, r1, x, c->xsum, T, out[i], (size_t)w->rows);
+                continue;
+            }
             to_float_fn deq = ggml_type_get(w->type)->to_float;
             int rows = w->rows, groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
             int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
@@ -214,6 +238,8 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         }
     }
     return 0;
+fail:
+    return -1;
 }
 
 static void cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
@@ -243,45 +269,95 @@ static void cpu_kv_write(backend *be, const attn_batch *ab, int layer, const flo
     }
 }
 
+/* o[i] += a * v[i] */
+static inline void axpy(float *o, float a, const float *v, int n) {
+    int i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 av = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+#endif
+    for (; i < n; i++) o[i] += a * v[i];
+}
+
+/* softmax of s[0..n) in place */
+static void softmax_row(float *s, int n) {
+    float mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) mx = fmaxf(mx, s[j]);
+    for (int j = 0; j < n; j++) sum += (s[j] = expf(s[j] - mx));
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
+/* Attention of one query row against positions 0..pos of one KV head. */
+static void attend_row(float *o, const float *q, const float *K, const float *V, size_t ld, int pos, int hd,
+                       float scale, float *s) {
+    int n = pos + 1;
+    for (int j = 0; j < n; j++) {
+        float d;
+        dot_rows(K + (size_t)j * ld, 0, 1, q, hd, &d);
+        s[j] = d * scale;
+    }
+    softmax_row(s, n);
+    for (int i = 0; i < hd; i++) o[i] = 0;
+    for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
+}
+
+/* A request with many new tokens (prefill) runs each head as two GEMMs: S = Q K^T over all its
+ * visible positions, causal mask per row, softmax, O = P V. Few new tokens (decode, verification)
+ * take the per-row path, whose result for a row does not depend on what else is in the batch. */
 static void cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
                           int n_kv_heads, int hd) {
-    int maxpos = 0;
-    for (int t = 0; t < ab->T; t++) maxpos = DS_MAX(maxpos, ab->pos[t]);
-    if (ensure_sbuf(be, (size_t)maxpos + 1)) {
-        /* cannot happen after the forward reserved scratch; keep the output defined */
-        memset(out, 0, sizeof(float) * (size_t)ab->T * n_heads * hd);
+    cpu_ctx *c = be->ctx;
+    int group = n_heads / n_kv_heads, T = ab->T;
+    size_t qld = (size_t)n_heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    /* requests are contiguous runs of the batch: find each run and its widest context */
+    int n_runs = 0, run_start[T + 1];
+    for (int t = 0; t < T; t++)
+        if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
+    run_start[n_runs] = T;
+    size_t need = 0;
+    for (int r = 0; r < n_runs; r++) {
+        int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxpos = 0;
+        for (int t = t0; t < t1; t++) maxpos = DS_MAX(maxpos, ab->pos[t]);
+        size_t n = len >= be->gemm_min_T ? (size_t)len * (size_t)(maxpos + 1) : (size_t)(maxpos + 1);
+        need = DS_MAX(need, n);
+    }
+    if (ensure_sbuf(be, need)) {
+        memset(out, 0, sizeof(float) * (size_t)T * qld); /* cannot happen after the forward reserved scratch */
         return;
     }
-    cpu_ctx *c = be->ctx;
-    int group = n_heads / n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (ab->T * n_heads >= 4)
-    for (int th = 0; th < ab->T * n_heads; th++) {
-        int t = th / n_heads, h = th % n_heads, kvh = h / group;
-        const kv_cache *kv = ab->kv[ab->seq[t]];
-        const float *qh = q + ((size_t)t * n_heads + h) * hd;
-        const float *K = kv->k[layer] + (size_t)kvh * hd, *V = kv->v[layer] + (size_t)kvh * hd;
+    for (int r = 0; r < n_runs; r++) {
+        int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
+        const kv_cache *kv = ab->kv[ab->seq[t0]];
         size_t ld = (size_t)kv->kv_dim;
-        float *s = c->sbuf[omp_get_thread_num()], *o = out + ((size_t)t * n_heads + h) * hd;
-        int n = ab->pos[t] + 1;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            float d;
-            dot_rows(K + (size_t)j * ld, 0, 1, qh, hd, &d);
-            s[j] = d * scale;
-            mx = fmaxf(mx, s[j]);
-        }
-        float sum = 0;
-        for (int j = 0; j < n; j++) {
-            s[j] = expf(s[j] - mx);
-            sum += s[j];
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++) o[i] = 0;
-        for (int j = 0; j < n; j++) {
-            float a = s[j] * inv;
-            const float *vj = V + (size_t)j * ld;
-            for (int i = 0; i < hd; i++) o[i] += a * vj[i];
+        if (len >= be->gemm_min_T) {
+            int maxpos = 0;
+            for (int t = t0; t < t1; t++) maxpos = DS_MAX(maxpos, ab->pos[t]);
+            int n_ctx = maxpos + 1;
+#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1)
+            for (int h = 0; h < n_heads; h++) {
+                float *S = c->sbuf[omp_get_thread_num()];
+                const float *K = kv->k[layer] + (size_t)(h / group) * hd, *V = kv->v[layer] + (size_t)(h / group) * hd;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, n_ctx, hd, scale, q + (size_t)t0 * qld + (size_t)h * hd,
+                            (int)qld, K, (int)ld, 0.0f, S, n_ctx);
+                for (int i = 0; i < len; i++) {
+                    float *row = S + (size_t)i * n_ctx;
+                    int p = ab->pos[t0 + i];
+                    for (int j = p + 1; j < n_ctx; j++) row[j] = -INFINITY;
+                    softmax_row(row, n_ctx);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
+                            out + (size_t)t0 * qld + (size_t)h * hd, (int)qld);
+            }
+        } else {
+#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (len * n_heads >= 4)
+            for (int th = 0; th < len * n_heads; th++) {
+                int t = t0 + th / n_heads, h = th % n_heads, kvh = h / group;
+                attend_row(out + (size_t)t * qld + (size_t)h * hd, q + (size_t)t * qld + (size_t)h * hd,
+                           kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd, ld, ab->pos[t], hd, scale,
+                           c->sbuf[omp_get_thread_num()]);
+            }
         }
     }
 }
@@ -305,6 +381,7 @@ static void cpu_destroy(backend *be) {
         free(c->wbuf[t]);
         free(c->sbuf[t]);
     }
+    free(c->xsum);
     free(c);
     free(be);
 }

@@ -422,16 +422,23 @@ int model_load(model *m, const char *path) {
     return model_load_gguf(m, path);
 }
 
+static void qmat_free_caches(qmat *w, const qmat *shares_with) {
+    if (w->f32 && w->type != GGML_F32 && !(shares_with && w->f32 == shares_with->f32)) free(w->f32);
+    if (w->packed && !(shares_with && w->packed == shares_with->packed)) free(w->packed);
+    w->f32 = NULL;
+    w->packed = NULL;
+}
+
 void model_free(model *m) {
-    /* fp32 copies made by the GEMM path (F32 matrices point at their own data instead) */
-    if (m->tok_embd.f32 && m->tok_embd.type != GGML_F32) free(m->tok_embd.f32);
-    if (m->output.f32 && m->output.type != GGML_F32 && m->output.f32 != m->tok_embd.f32) free(m->output.f32);
+    /* caches derived from the weights by the backend: fp32 copies (F32 matrices point at their
+     * own data instead) and repacked blocks; a tied head may share the embedding's */
+    qmat_free_caches(&m->output, &m->tok_embd);
+    qmat_free_caches(&m->tok_embd, NULL);
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             qmat *ws[] = {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv, &m->layers[l].wo,
                           &m->layers[l].w_gate, &m->layers[l].w_up, &m->layers[l].w_down};
-            for (int i = 0; i < 7; i++)
-                if (ws[i]->f32 && ws[i]->type != GGML_F32) free(ws[i]->f32);
+            for (int i = 0; i < 7; i++) qmat_free_caches(ws[i], NULL);
         }
     }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
