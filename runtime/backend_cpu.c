@@ -5,8 +5,8 @@
  * with every token of the batch, so the cost of decoding the weights is shared by the whole batch
  * (what makes verifying several draft tokens nearly as cheap as one), and each output element is
  * computed in the same order whatever T is — a token's logits do not depend on what else is in its
- * batch. From gemm_min_T rows on (prefill) an fp32 copy of the weights, made once, goes through
- * OpenBLAS sgemm; the two paths agree to float rounding. */
+ * batch. From gemm_min_T rows on (prefill) each thread decodes 64 weight rows at a time into L2
+ * and hands them to OpenBLAS sgemm; the two paths agree to float rounding. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -23,10 +23,11 @@
 void openblas_set_num_threads(int); /* OpenBLAS extension; our threads split the GEMM instead */
 
 #define MAX_THREADS 256
-#define ROWS_PER_GROUP 4
+#define ROWS_PER_GROUP 4 /* weight rows dequantized together by the generic small-batch path */
+#define GEMM_ROWS 64     /* weight rows dequantized per sgemm call by the large-batch path */
 
 typedef struct {
-    float *wbuf[MAX_THREADS];   /* [ROWS_PER_GROUP][max_cols] dequantized weight rows */
+    float *wbuf[MAX_THREADS];   /* [GEMM_ROWS][max_cols] dequantized weight rows */
     size_t wbuf_cols;
     float *sbuf[MAX_THREADS];   /* attention scores */
     size_t sbuf_len;
@@ -115,7 +116,7 @@ static int ensure_wbuf(backend *be, size_t cols) {
     if (c->wbuf_cols >= cols) return 0;
     for (int t = 0; t < be->n_threads; t++) {
         free(c->wbuf[t]);
-        c->wbuf[t] = ds_aligned_alloc(sizeof(float) * ROWS_PER_GROUP * cols, "matmul scratch");
+        c->wbuf[t] = ds_aligned_alloc(sizeof(float) * GEMM_ROWS * cols, "matmul scratch");
         if (!c->wbuf[t]) return -1;
     }
     c->wbuf_cols = cols;
@@ -154,17 +155,6 @@ static void cpu_rmsnorm(backend *be, float *out, const float *x, const float *w,
     }
 }
 
-/* fp32 copy for the GEMM path, dequantized once on first use */
-static int ensure_f32(backend *be, qmat *w) {
-    if (w->f32) return 0;
-    float *p = ds_aligned_alloc(sizeof(float) * (size_t)w->rows * (size_t)w->cols, "fp32 weight copy");
-    if (!p) return -1;
-#pragma omp parallel for num_threads(be->n_threads)
-    for (int r = 0; r < w->rows; r++) qmat_row_f32(w, r, p + (size_t)r * w->cols);
-    w->f32 = p;
-    return 0;
-}
-
 static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
     int cols = W[0]->cols;
     for (int i = 1; i < n; i++)
@@ -172,23 +162,34 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
             ds_error("matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols, cols);
             return -1;
         }
+    if (ensure_wbuf(be, (size_t)cols)) return -1;
+    cpu_ctx *c = be->ctx;
     if (T >= be->gemm_min_T) {
-        for (int i = 0; i < n; i++)
-            if (ensure_f32(be, (qmat *)W[i])) return -1;
+        /* each thread decodes GEMM_ROWS rows of its slice into L2 and runs sgemm on them: the
+         * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
 #pragma omp parallel num_threads(be->n_threads)
         {
             int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            float *buf = c->wbuf[tid];
             for (int i = 0; i < n; i++) {
-                int rows = W[i]->rows, r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
-                if (r1 > r0)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r1 - r0, cols, 1.0f, x, cols,
-                                W[i]->f32 + (size_t)r0 * cols, cols, 0.0f, out[i] + r0, rows);
+                const qmat *w = W[i];
+                to_float_fn deq = ggml_type_get(w->type)->to_float;
+                int rows = w->rows, r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
+                for (int r = r0; r < r1; r += GEMM_ROWS) {
+                    int nr = DS_MIN(GEMM_ROWS, r1 - r);
+                    const float *wr = (const float *)w->data + (size_t)r * cols;
+                    if (w->type != GGML_F32) {
+                        for (int j = 0; j < nr; j++)
+                            deq((const uint8_t *)w->data + (size_t)(r + j) * w->row_bytes, buf + (size_t)j * cols, cols);
+                        wr = buf;
+                    }
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nr, cols, 1.0f, x, cols, wr, cols, 0.0f,
+                                out[i] + r, rows);
+                }
             }
         }
         return 0;
     }
-    if (ensure_wbuf(be, (size_t)cols)) return -1;
-    cpu_ctx *c = be->ctx;
     int need_sums = 0;
     for (int i = 0; i < n; i++) {
         if (!qk_supported(W[i]->type)) continue;

@@ -91,7 +91,6 @@ static int gguf_mat(model *m, const char *name, int cols, int rows, qmat *w, int
     w->cols = cols;
     w->row_bytes = (size_t)cols / (size_t)ti->blck * (size_t)ti->size;
     w->data = t->data;
-    w->f32 = t->type == GGML_F32 ? (float *)t->data : NULL; /* F32 needs no copy for the GEMM path */
     return 0;
 fail:
     return -1;
@@ -296,7 +295,6 @@ static int st_mat(model *m, const char *name, int rows, int cols, qmat *w, int r
     w->cols = cols;
     w->row_bytes = (size_t)cols * 4;
     w->data = p;
-    w->f32 = p;
     return 0;
 fail:
     return -1;
@@ -423,15 +421,12 @@ int model_load(model *m, const char *path) {
 }
 
 static void qmat_free_caches(qmat *w, const qmat *shares_with) {
-    if (w->f32 && w->type != GGML_F32 && !(shares_with && w->f32 == shares_with->f32)) free(w->f32);
     if (w->packed && !(shares_with && w->packed == shares_with->packed)) free(w->packed);
-    w->f32 = NULL;
     w->packed = NULL;
 }
 
 void model_free(model *m) {
-    /* caches derived from the weights by the backend: fp32 copies (F32 matrices point at their
-     * own data instead) and repacked blocks; a tied head may share the embedding's */
+    /* repacked blocks made by the backend; a tied head may share the embedding's */
     qmat_free_caches(&m->output, &m->tok_embd);
     qmat_free_caches(&m->tok_embd, NULL);
     if (m->layers) {

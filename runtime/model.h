@@ -35,7 +35,6 @@ typedef struct {
     int rows, cols;
     size_t row_bytes;
     const void *data;
-    float *f32;       /* fp32 copy, made on first use by the batched GEMM path */
     void *packed;     /* kernel-friendly repacking made on first use by the CPU backend */
 } qmat;
 
