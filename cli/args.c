@@ -103,12 +103,3 @@ int args_parse(const char *cmd, const char *usage, const opt_def *opts, int argc
     return 0;
 }
 
-const char *default_model_path(void) {
-    static char buf[4096];
-    const char *env = getenv("DSPARK_MODEL");
-    if (env && *env) return env;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, sizeof buf, "%s/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
-    else snprintf(buf, sizeof buf, "%s/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    return buf;
-}

@@ -25,8 +25,4 @@ int args_parse(const char *cmd, const char *usage, const opt_def *opts, int argc
                int max_pos, int *n_pos);
 void args_help(const char *cmd, const char *usage, const opt_def *opts);
 
-/* The embedded default target: $DSPARK_MODEL, else <cache>/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf
- * with <cache> = $XDG_CACHE_HOME or ~/.cache. */
-const char *default_model_path(void);
-
 #endif

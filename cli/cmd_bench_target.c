@@ -66,7 +66,7 @@ static double decode_bytes(const model *m, int ctx) {
 }
 
 int cmd_bench_target(int argc, char **argv) {
-    const char *model_path = default_model_path(), *out_path = NULL;
+    const char *model_path = target_default_path(), *out_path = NULL;
     int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64;
     opt_def opts[] = {
         {"model", OPT_STR, &model_path, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},

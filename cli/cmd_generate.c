@@ -12,7 +12,7 @@
 #define DEFAULT_PROMPT "Explain in a few sentences why the sky is blue."
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = default_model_path(), *prompt = DEFAULT_PROMPT, *system = NULL;
+    const char *model_path = target_default_path(), *prompt = DEFAULT_PROMPT, *system = NULL;
     int raw = 0, top_k = 40, max_new = 256, threads = 0, show_prompt = 0;
     float temperature = 0.7f, top_p = 0.9f;
     uint64_t seed = 42;
@@ -44,7 +44,7 @@ int cmd_generate(int argc, char **argv) {
     rng_t rng;
     rng_seed(&rng, seed);
     if (target_open(&t, model_path, threads)) {
-        if (strcmp(model_path, default_model_path()) == 0 && strstr(ds_errmsg(), "not found"))
+        if (strcmp(model_path, target_default_path()) == 0 && strstr(ds_errmsg(), "not found"))
             ds_error_prefix("the default model is fetched by `make model`");
         return -1;
     }

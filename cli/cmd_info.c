@@ -14,7 +14,7 @@ int cmd_info(int argc, char **argv) {
     opt_def opts[] = {OPT_END};
     int rc = args_parse("info", "[MODEL]   (default: the embedded SmolLM2-135M-Instruct)", opts, argc, argv, pos, 1, &npos);
     if (rc) return rc < 0 ? -1 : 0;
-    const char *path = npos ? pos[0] : default_model_path();
+    const char *path = npos ? pos[0] : target_default_path();
     target t;
     if (target_open(&t, path, 1)) return -1;
     const model *m = &t.m;

@@ -1,8 +1,12 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char g_err[1024];
 
@@ -65,6 +69,38 @@ double ds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ds_map_file(const char *path, size_t min_size, const char *what, const uint8_t **map, size_t *size) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        ds_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ds_error("%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if ((size_t)st.st_size < min_size) {
+        ds_error("%s: file truncated: %lld bytes is smaller than %s", path, (long long)st.st_size, what);
+        close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        ds_error("%s: mmap failed: %s", path, strerror(errno));
+        return -1;
+    }
+    *map = p;
+    *size = (size_t)st.st_size;
+    return 0;
+}
+
+void ds_unmap(const uint8_t *map, size_t size) {
+    if (map) munmap((void *)map, size);
 }
 
 int ds_read_file(const char *path, char **out, size_t *len) {

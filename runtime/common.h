@@ -62,6 +62,11 @@ static inline int ds_pad_u64(uint64_t x, uint64_t align, uint64_t *r) {
 /* Monotonic wall clock in seconds. */
 double ds_now(void);
 
+/* Read-only mmap of a regular file of at least min_size bytes (else "truncated: ... smaller than
+ * <what>"); -1 with a message naming the path. Release with ds_unmap. */
+int ds_map_file(const char *path, size_t min_size, const char *what, const uint8_t **map, size_t *size);
+void ds_unmap(const uint8_t *map, size_t size);
+
 /* Whole-file read into a NUL-terminated heap buffer; -1 with a message naming the path. */
 int ds_read_file(const char *path, char **out, size_t *len);
 

@@ -1,11 +1,6 @@
 #include "gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "quant.h"
@@ -309,30 +304,11 @@ fail:
 
 int gguf_open(gguf_file *g, const char *path) {
     memset(g, 0, sizeof *g);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        ds_error("%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ds_error("%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    if (st.st_size < 24) {
-        ds_error("%s: file truncated: %lld bytes is smaller than a GGUF header", path, (long long)st.st_size);
-        close(fd);
-        return -1;
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        ds_error("%s: mmap failed: %s", path, strerror(errno));
-        return -1;
-    }
-    if (gguf_parse(g, map, (size_t)st.st_size, path)) {
-        munmap(map, (size_t)st.st_size);
+    const uint8_t *map;
+    size_t size;
+    if (ds_map_file(path, 24, "a GGUF header", &map, &size)) return -1;
+    if (gguf_parse(g, map, size, path)) {
+        ds_unmap(map, size);
         return -1;
     }
     g->mapped = 1;
@@ -348,7 +324,7 @@ void gguf_close(gguf_file *g) {
     free(g->kv);
     free(g->tensors);
     free(g->name);
-    if (g->mapped) munmap((void *)g->image, g->size);
+    if (g->mapped) ds_unmap(g->image, g->size);
     memset(g, 0, sizeof *g);
 }
 

@@ -68,13 +68,19 @@ fail:
 
 /* ------------------------------------------------------------------------------------------ GGUF */
 
+/* 0 = found, 1 = absent and optional, -1 = absent and required (message set) */
+static int gguf_lookup(model *m, const char *name, int required, const gguf_tensor **t) {
+    *t = gguf_find_tensor(&m->gguf, name);
+    if (*t) return 0;
+    if (!required) return 1;
+    ds_error("%s: missing tensor '%s'", m->path, name);
+    return -1;
+}
+
 static int gguf_mat(model *m, const char *name, int cols, int rows, qmat *w, int required) {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
-    if (!t) {
-        if (!required) return 1;
-        ds_error("%s: missing tensor '%s'", m->path, name);
-        return -1;
-    }
+    const gguf_tensor *t;
+    int rc = gguf_lookup(m, name, required, &t);
+    if (rc) return rc;
     const ggml_type_info *ti = ggml_type_get(t->type);
     DS_CHECK(t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows,
              "%s: tensor '%s' has shape [%lld, %lld] (%u dims), expected [%d, %d]", m->path, name, (long long)t->ne[0],
@@ -97,12 +103,9 @@ fail:
 }
 
 static int gguf_vec(model *m, const char *name, int n, float **out, int required) {
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
-    if (!t) {
-        if (!required) return 1;
-        ds_error("%s: missing tensor '%s'", m->path, name);
-        return -1;
-    }
+    const gguf_tensor *t;
+    int rc = gguf_lookup(m, name, required, &t);
+    if (rc) return rc;
     const ggml_type_info *ti = ggml_type_get(t->type);
     DS_CHECK(t->n_dims == 1 && t->ne[0] == n, "%s: tensor '%s' has %u dims and %lld elements, expected a vector of %d",
              m->path, name, t->n_dims, (long long)t->ne[0], n);

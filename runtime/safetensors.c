@@ -2,12 +2,8 @@
 
 #include <cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "quant.h"
@@ -148,30 +144,11 @@ fail:
 
 int st_open(st_file *f, const char *path) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        ds_error("%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ds_error("%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    if (st.st_size < 8) {
-        ds_error("%s: file truncated: %lld bytes is smaller than the 8-byte header length", path, (long long)st.st_size);
-        close(fd);
-        return -1;
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        ds_error("%s: mmap failed: %s", path, strerror(errno));
-        return -1;
-    }
-    if (st_parse(f, map, (size_t)st.st_size, path)) {
-        munmap(map, (size_t)st.st_size);
+    const uint8_t *map;
+    size_t size;
+    if (ds_map_file(path, 8, "the 8-byte header length", &map, &size)) return -1;
+    if (st_parse(f, map, size, path)) {
+        ds_unmap(map, size);
         return -1;
     }
     f->mapped = 1;
@@ -182,7 +159,7 @@ void st_close(st_file *f) {
     if (!f->name) return;
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
-    if (f->mapped) munmap((void *)f->image, f->size);
+    if (f->mapped) ds_unmap(f->image, f->size);
     free(f->name);
     memset(f, 0, sizeof *f);
 }
@@ -200,29 +177,15 @@ const st_tensor *st_find(const st_file *f, const char *name) {
 }
 
 int st_to_f32(const st_file *f, const st_tensor *t, float *dst) {
-    uint64_t n = st_numel(t);
-    const uint8_t *p = t->data;
-    switch (t->dtype) {
-    case ST_F32: memcpy(dst, p, n * 4); return 0;
-    case ST_F16:
-        for (uint64_t i = 0; i < n; i++) {
-            ds_f16 h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = ds_f16_to_f32(h);
-        }
-        return 0;
-    case ST_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            ds_bf16 h;
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = ds_bf16_to_f32(h);
-        }
-        return 0;
-    default:
+    /* the same decoders as GGUF tensors of these types */
+    uint32_t gt = t->dtype == ST_F32 ? GGML_F32 : t->dtype == ST_F16 ? GGML_F16 : t->dtype == ST_BF16 ? GGML_BF16 : 0xffff;
+    if (gt == 0xffff) {
         ds_error("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 can be loaded", f->name, t->name,
                  st_dtype_name(t->dtype));
         return -1;
     }
+    ggml_type_get(gt)->to_float(t->data, dst, (int64_t)st_numel(t));
+    return 0;
 }
 
 static int cmp_wname(const void *a, const void *b) {

@@ -1,8 +1,20 @@
 #include "target.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+
+const char *target_default_path(void) {
+    static char buf[4096];
+    const char *env = getenv("DSPARK_MODEL");
+    if (env && *env) return env;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(buf, sizeof buf, "%s/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
+    else snprintf(buf, sizeof buf, "%s/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return buf;
+}
 
 int target_open(target *t, const char *path, int n_threads) {
     memset(t, 0, sizeof *t);

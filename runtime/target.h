@@ -17,6 +17,10 @@ typedef struct target {
     fwd_state fs;
 } target;
 
+/* The embedded default target: $DSPARK_MODEL, else <cache>/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf
+ * with <cache> = $XDG_CACHE_HOME or ~/.cache (where `make model` puts it). */
+const char *target_default_path(void);
+
 /* Load the model at path (GGUF or safetensors dir) on a CPU backend with n_threads (<= 0: all). */
 int target_open(target *t, const char *path, int n_threads);
 void target_close(target *t);

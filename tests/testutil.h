@@ -21,6 +21,7 @@
 #include "../runtime/gguf.h"
 #include "../runtime/quant.h"
 #include "../runtime/sampling.h"
+#include "../runtime/target.h"
 
 /* every helper is static; not every suite uses all of them */
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -273,15 +274,7 @@ static const char *tmp_path(const char *name) {
 
 /* The real model and fixtures: the real-model suites fail (not skip) when the model is missing,
  * because `make test` fetches it first; DSPARK_SKIP_REAL_MODEL=1 skips them explicitly. */
-static const char *real_model_path(void) {
-    static char buf[4096];
-    const char *env = getenv("DSPARK_MODEL");
-    if (env && *env) return env;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, sizeof buf, "%s/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
-    else snprintf(buf, sizeof buf, "%s/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    return buf;
-}
+static const char *real_model_path(void) { return target_default_path(); }
 static int need_real_model(void) {
     const char *skip = getenv("DSPARK_SKIP_REAL_MODEL");
     if (skip && *skip == '1') return 0;
