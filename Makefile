@@ -5,6 +5,7 @@
 #   make run        the main job on the embedded default
 #   make test       every test suite (SAN=1: AddressSanitizer + UBSan build in build-san/)
 #   make bench      bench-target on the embedded default, JSON into bench/
+#   make lossless   the losslessness gate (report in build/gate/)
 #   make fuzz       libFuzzer target for the GGUF reader (clang), FUZZ_SECONDS=600
 
 .DEFAULT_GOAL := all
@@ -23,7 +24,7 @@ $(BUILD)/config.mk: scripts/deps.sh
 	@./scripts/deps.sh
 	@mkdir -p $(BUILD)
 	@echo "PKG_CFLAGS := $$(pkg-config --cflags openblas hdf5 libcjson)" > $@
-	@echo "PKG_LIBS := $$(pkg-config --libs openblas hdf5 libcjson)" >> $@
+	@echo "PKG_LIBS := $$(pkg-config --libs openblas hdf5 libcjson) -lhdf5_hl" >> $@
 	@echo "CMOCKA_LIBS := $$(pkg-config --libs cmocka)" >> $@
 
 CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=native -fopenmp -ffp-contract=off \
@@ -39,7 +40,7 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BIN := $(BUILD)/dspark-bench
 
-.PHONY: all deps model run test tests bench fuzz clean
+.PHONY: all deps model run test tests bench fuzz lossless clean
 all: $(BIN)
 
 deps: $(BUILD)/config.mk
@@ -78,6 +79,12 @@ test: tests model
 bench: $(BIN) model
 	@mkdir -p bench
 	$(BIN) bench-target --out bench/bench-target.json
+
+# The losslessness gate: exits non-zero if a lossless case is rejected or a control is not flagged.
+lossless: $(BIN)
+	@mkdir -p $(BUILD)/gate
+	$(BIN) lossless --out $(BUILD)/gate/lossless.h5 > $(BUILD)/gate/lossless.md
+	@tail -1 $(BUILD)/gate/lossless.md
 
 FUZZ_SECONDS ?= 600
 fuzz: $(BUILD)/config.mk

@@ -5,5 +5,6 @@
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench_target(int argc, char **argv);
+int cmd_lossless(int argc, char **argv);
 
 #endif

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#define DSPARK_VERSION "0.3.0"
+
 #define DS_UNUSED(x) ((void)(x))
 #define DS_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define DS_MAX(a, b) ((a) > (b) ? (a) : (b))

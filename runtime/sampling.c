@@ -40,17 +40,20 @@ int argmax_f32(const float *x, int n) {
     return best;
 }
 
-int sample_probs(const float *probs, int n, double u) {
-    double total = 0;
-    for (int i = 0; i < n; i++)
-        if (probs[i] > 0) total += probs[i];
-    double target = u * total, c = 0;
-    int last = 0;
-    for (int i = 0; i < n; i++) {
-        if (probs[i] <= 0) continue;
-        c += probs[i];
-        last = i;
-        if (target < c) return i;
-    }
+/* inverse CDF over weights w (float or double), normalised by their positive total */
+#define SAMPLE_BODY(w, n, u)                                                                                 \
+    double total = 0;                                                                                        \
+    for (int i = 0; i < n; i++)                                                                              \
+        if (w[i] > 0) total += w[i];                                                                         \
+    double target = u * total, c = 0;                                                                        \
+    int last = 0;                                                                                            \
+    for (int i = 0; i < n; i++) {                                                                            \
+        if (w[i] <= 0) continue;                                                                             \
+        c += w[i];                                                                                           \
+        last = i;                                                                                            \
+        if (target < c) return i;                                                                            \
+    }                                                                                                        \
     return last; /* rounding left target at the total: the last token with mass */
-}
+
+int sample_probs(const float *probs, int n, double u) { SAMPLE_BODY(probs, n, u) }
+int sample_probs_d(const double *probs, int n, double u) { SAMPLE_BODY(probs, n, u) }

@@ -22,5 +22,6 @@ int argmax_f32(const float *x, int n);
  * normalised; non-positive entries are never drawn). The result is < n and has probs[i] > 0
  * whenever any entry is positive. */
 int sample_probs(const float *probs, int n, double u);
+int sample_probs_d(const double *probs, int n, double u); /* the same for double weights */
 
 #endif

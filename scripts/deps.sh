@@ -2,7 +2,7 @@
 # Install the Debian packages the build needs, if any are missing. Idempotent; quiet when all
 # are present. Needs root or sudo only when something must be installed.
 set -eu
-PKGS="libopenblas-dev libcjson-dev libhdf5-dev libcmocka-dev pkg-config"
+PKGS="libopenblas-dev libcjson-dev libhdf5-dev libcmocka-dev pkg-config hdf5-tools gnuplot-nox"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

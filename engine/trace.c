@@ -1,0 +1,334 @@
+#include "trace.h"
+
+#include <hdf5.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+
+#define CHUNK_ROWS 1024
+
+/* Every HDF5 call that can fail goes through H5TRY: a negative id or status becomes one message
+ * naming the file and the call, and a jump to the function's cleanup. */
+#define H5TRY(expr, path)                                                                                  \
+    do {                                                                                                     \
+        if ((expr) < 0) {                                                                                    \
+            ds_error("%s: HDF5 call failed: %s (%s:%d)", path, #expr, __FILE__, __LINE__);                   \
+            goto fail;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+
+/* ------------------------------------------------------------------------- row types */
+
+typedef enum { T_ROUND, T_REQUEST, T_POSITION, T_CONF, T_LOSSLESS, N_TABLES } table_id;
+static const char *TABLE_NAMES[N_TABLES] = {"rounds", "requests", "positions", "confidence", "lossless"};
+static const size_t ROW_SIZE[N_TABLES] = {sizeof(trace_round), sizeof(trace_request), sizeof(trace_position),
+                                          sizeof(trace_conf), sizeof(trace_lossless)};
+
+static hid_t str_type(size_t n) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t >= 0) H5Tset_size(t, n);
+    return t;
+}
+
+/* the in-memory compound type of a table's rows */
+static hid_t mem_type(table_id id) {
+    hid_t t = H5Tcreate(H5T_COMPOUND, ROW_SIZE[id]);
+    if (t < 0) return t;
+#define I32(S, f) H5Tinsert(t, #f, HOFFSET(S, f), H5T_NATIVE_INT32)
+#define I64(S, f) H5Tinsert(t, #f, HOFFSET(S, f), H5T_NATIVE_INT64)
+#define F32(S, f) H5Tinsert(t, #f, HOFFSET(S, f), H5T_NATIVE_FLOAT)
+#define F64(S, f) H5Tinsert(t, #f, HOFFSET(S, f), H5T_NATIVE_DOUBLE)
+#define STR(S, f)                                                                                            \
+    do {                                                                                                     \
+        hid_t s = str_type(sizeof(((S *)0)->f));                                                             \
+        H5Tinsert(t, #f, HOFFSET(S, f), s);                                                                  \
+        H5Tclose(s);                                                                                         \
+    } while (0)
+    switch (id) {
+    case T_ROUND:
+        I32(trace_round, request), I32(trace_round, round), I32(trace_round, mode), I32(trace_round, proposed);
+        I32(trace_round, verified), I32(trace_round, accepted), I32(trace_round, emitted), I32(trace_round, batch_tokens);
+        F64(trace_round, t_draft_us), F64(trace_round, t_sched_us), F64(trace_round, t_verify_us);
+        break;
+    case T_REQUEST:
+        I32(trace_request, request), I32(trace_request, mode);
+        STR(trace_request, dataset);
+        STR(trace_request, domain);
+        I32(trace_request, index), I32(trace_request, prompt_tokens), I32(trace_request, output_tokens);
+        I32(trace_request, rounds), F64(trace_request, wall_s);
+        break;
+    case T_POSITION: I32(trace_position, position), I64(trace_position, attempted), I64(trace_position, accepted); break;
+    case T_CONF:
+        I32(trace_conf, request), I32(trace_conf, round), I32(trace_conf, position);
+        F32(trace_conf, c_raw), F32(trace_conf, c_cal), F32(trace_conf, c_star), I32(trace_conf, survived);
+        break;
+    case T_LOSSLESS:
+        STR(trace_lossless, test);
+        STR(trace_lossless, kind);
+        I64(trace_lossless, N), F64(trace_lossless, statistic), F64(trace_lossless, p);
+        I32(trace_lossless, control), I32(trace_lossless, pass);
+        break;
+    default: break;
+    }
+#undef I32
+#undef I64
+#undef F32
+#undef F64
+#undef STR
+    return t;
+}
+
+/* ---------------------------------------------------------------------------- writing */
+
+typedef struct {
+    hid_t dset, mtype;
+    char *buf;
+    long n_buf, n_written;
+} table;
+
+struct trace {
+    char *path, *tmp;
+    hid_t file;
+    table tab[N_TABLES];
+};
+
+static int table_open(trace *t, table_id id) {
+    table *tb = &t->tab[id];
+    hid_t ftype = -1, space = -1, dcpl = -1;
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {CHUNK_ROWS};
+    H5TRY(tb->mtype = mem_type(id), t->tmp);
+    H5TRY(ftype = H5Tcopy(tb->mtype), t->tmp);
+    H5TRY(H5Tpack(ftype), t->tmp);
+    H5TRY(space = H5Screate_simple(1, dims, maxdims), t->tmp);
+    H5TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), t->tmp);
+    H5TRY(H5Pset_chunk(dcpl, 1, chunk), t->tmp);
+    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+        H5TRY(H5Pset_shuffle(dcpl), t->tmp);
+        H5TRY(H5Pset_deflate(dcpl, 4), t->tmp);
+    }
+    H5TRY(tb->dset = H5Dcreate2(t->file, TABLE_NAMES[id], ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), t->tmp);
+    DS_TRYP(tb->buf = ds_malloc(ROW_SIZE[id] * CHUNK_ROWS, "trace buffer"));
+    H5Tclose(ftype);
+    H5Sclose(space);
+    H5Pclose(dcpl);
+    return 0;
+fail:
+    if (ftype >= 0) H5Tclose(ftype);
+    if (space >= 0) H5Sclose(space);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    return -1;
+}
+
+static int table_flush(trace *t, table_id id) {
+    table *tb = &t->tab[id];
+    if (tb->n_buf == 0) return 0;
+    hid_t fs = -1, ms = -1;
+    hsize_t size[1] = {(hsize_t)(tb->n_written + tb->n_buf)}, start[1] = {(hsize_t)tb->n_written},
+            count[1] = {(hsize_t)tb->n_buf};
+    H5TRY(H5Dset_extent(tb->dset, size), t->tmp);
+    H5TRY(fs = H5Dget_space(tb->dset), t->tmp);
+    H5TRY(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL), t->tmp);
+    H5TRY(ms = H5Screate_simple(1, count, NULL), t->tmp);
+    H5TRY(H5Dwrite(tb->dset, tb->mtype, ms, fs, H5P_DEFAULT, tb->buf), t->tmp);
+    H5TRY(H5Fflush(t->file, H5F_SCOPE_LOCAL), t->tmp); /* a crash keeps what was written */
+    H5Sclose(fs);
+    H5Sclose(ms);
+    tb->n_written += tb->n_buf;
+    tb->n_buf = 0;
+    return 0;
+fail:
+    if (fs >= 0) H5Sclose(fs);
+    if (ms >= 0) H5Sclose(ms);
+    return -1;
+}
+
+static int table_add(trace *t, table_id id, const void *row) {
+    table *tb = &t->tab[id];
+    memcpy(tb->buf + ROW_SIZE[id] * (size_t)tb->n_buf, row, ROW_SIZE[id]);
+    if (++tb->n_buf == CHUNK_ROWS) return table_flush(t, id);
+    return 0;
+}
+
+int trace_add_round(trace *t, const trace_round *r) { return table_add(t, T_ROUND, r); }
+int trace_add_request(trace *t, const trace_request *r) { return table_add(t, T_REQUEST, r); }
+int trace_add_position(trace *t, const trace_position *r) { return table_add(t, T_POSITION, r); }
+int trace_add_conf(trace *t, const trace_conf *r) { return table_add(t, T_CONF, r); }
+int trace_add_lossless(trace *t, const trace_lossless *r) { return table_add(t, T_LOSSLESS, r); }
+
+static void close_handles(trace *t) {
+    for (int i = 0; i < N_TABLES; i++) {
+        if (t->tab[i].dset > 0) H5Dclose(t->tab[i].dset);
+        if (t->tab[i].mtype > 0) H5Tclose(t->tab[i].mtype);
+        free(t->tab[i].buf);
+        t->tab[i].dset = t->tab[i].mtype = 0;
+        t->tab[i].buf = NULL;
+    }
+    if (t->file > 0) H5Fclose(t->file);
+    t->file = 0;
+}
+
+static void trace_free(trace *t) {
+    free(t->path);
+    free(t->tmp);
+    free(t);
+}
+
+trace *trace_create(const char *path) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through ds_error, not HDF5's stack dump */
+    trace *t = ds_calloc(1, sizeof *t, "trace");
+    if (!t) return NULL;
+    size_t n = strlen(path);
+    t->path = ds_strndup(path, n, "path");
+    t->tmp = ds_malloc(n + 5, "path");
+    if (!t->path || !t->tmp) goto fail;
+    snprintf(t->tmp, n + 5, "%s.tmp", path);
+    t->file = H5Fcreate(t->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (t->file < 0) {
+        ds_error("%s: cannot create the trace file (does the directory exist and is it writable?)", t->tmp);
+        goto fail;
+    }
+    for (int i = 0; i < N_TABLES; i++)
+        if (table_open(t, (table_id)i)) goto fail;
+    return t;
+fail:
+    close_handles(t);
+    if (t->tmp) remove(t->tmp);
+    trace_free(t);
+    return NULL;
+}
+
+int trace_attr(trace *t, const char *name, const char *value) {
+    hid_t ty = -1, sp = -1, at = -1;
+    H5TRY(ty = str_type(strlen(value) + 1), t->tmp);
+    H5TRY(sp = H5Screate(H5S_SCALAR), t->tmp);
+    H5TRY(at = H5Acreate2(t->file, name, ty, sp, H5P_DEFAULT, H5P_DEFAULT), t->tmp);
+    H5TRY(H5Awrite(at, ty, value), t->tmp);
+    H5Aclose(at);
+    H5Sclose(sp);
+    H5Tclose(ty);
+    return 0;
+fail:
+    if (at >= 0) H5Aclose(at);
+    if (sp >= 0) H5Sclose(sp);
+    if (ty >= 0) H5Tclose(ty);
+    return -1;
+}
+
+int trace_attr_u64(trace *t, const char *name, uint64_t value) {
+    hid_t sp = -1, at = -1;
+    H5TRY(sp = H5Screate(H5S_SCALAR), t->tmp);
+    H5TRY(at = H5Acreate2(t->file, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), t->tmp);
+    H5TRY(H5Awrite(at, H5T_NATIVE_UINT64, &value), t->tmp);
+    H5Aclose(at);
+    H5Sclose(sp);
+    return 0;
+fail:
+    if (at >= 0) H5Aclose(at);
+    if (sp >= 0) H5Sclose(sp);
+    return -1;
+}
+
+int trace_close(trace *t) {
+    int rc = 0;
+    for (int i = 0; i < N_TABLES; i++) rc |= table_flush(t, (table_id)i);
+    close_handles(t);
+    if (rc == 0 && rename(t->tmp, t->path) != 0) {
+        ds_error("%s: cannot rename to %s", t->tmp, t->path);
+        rc = -1;
+    }
+    if (rc) remove(t->tmp);
+    trace_free(t);
+    return rc ? -1 : 0;
+}
+
+void trace_abort(trace *t) {
+    if (!t) return;
+    close_handles(t);
+    remove(t->tmp);
+    trace_free(t);
+}
+
+/* ---------------------------------------------------------------------------- reading */
+
+static char *read_str_attr(hid_t file, const char *name) {
+    if (H5Aexists(file, name) <= 0) return NULL;
+    hid_t at = H5Aopen(file, name, H5P_DEFAULT), ty = H5Aget_type(at);
+    size_t n = H5Tget_size(ty);
+    char *s = calloc(n + 1, 1);
+    if (s && H5Aread(at, ty, s) < 0) {
+        free(s);
+        s = NULL;
+    }
+    H5Tclose(ty);
+    H5Aclose(at);
+    return s;
+}
+
+static int read_table(hid_t file, table_id id, void **rows, long *n, const char *path) {
+    *rows = NULL;
+    *n = 0;
+    if (H5Lexists(file, TABLE_NAMES[id], H5P_DEFAULT) <= 0) return 0; /* older traces may lack a table */
+    hid_t d = -1, sp = -1, mt = -1;
+    H5TRY(d = H5Dopen2(file, TABLE_NAMES[id], H5P_DEFAULT), path);
+    H5TRY(sp = H5Dget_space(d), path);
+    hsize_t dims[1];
+    H5TRY(H5Sget_simple_extent_dims(sp, dims, NULL), path);
+    H5TRY(mt = mem_type(id), path);
+    DS_TRYP(*rows = ds_calloc(dims[0] ? dims[0] : 1, ROW_SIZE[id], "trace rows"));
+    if (dims[0]) H5TRY(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, *rows), path);
+    *n = (long)dims[0];
+    H5Tclose(mt);
+    H5Sclose(sp);
+    H5Dclose(d);
+    return 0;
+fail:
+    if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    free(*rows);
+    *rows = NULL;
+    return -1;
+}
+
+int trace_read(const char *path, trace_data *d) {
+    memset(d, 0, sizeof *d);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (H5Fis_hdf5(path) <= 0) {
+        FILE *f = fopen(path, "rb");
+        if (!f) ds_error("%s: cannot open trace: no such file", path);
+        else {
+            fclose(f);
+            ds_error("%s: not an HDF5 trace", path);
+        }
+        return -1;
+    }
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+        ds_error("%s: cannot open as HDF5", path);
+        return -1;
+    }
+    d->config = read_str_attr(file, "config");
+    d->target_fingerprint = read_str_attr(file, "target_fingerprint");
+    d->drafter_fingerprint = read_str_attr(file, "drafter_fingerprint");
+    d->version = read_str_attr(file, "version");
+    int rc = read_table(file, T_ROUND, (void **)&d->rounds, &d->n_rounds, path) ||
+             read_table(file, T_REQUEST, (void **)&d->requests, &d->n_requests, path) ||
+             read_table(file, T_POSITION, (void **)&d->positions, &d->n_positions, path) ||
+             read_table(file, T_CONF, (void **)&d->conf, &d->n_conf, path) ||
+             read_table(file, T_LOSSLESS, (void **)&d->lossless, &d->n_lossless, path);
+    H5Fclose(file);
+    if (rc) {
+        trace_data_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+void trace_data_free(trace_data *d) {
+    free(d->config), free(d->target_fingerprint), free(d->drafter_fingerprint), free(d->version);
+    free(d->rounds), free(d->requests), free(d->positions), free(d->conf), free(d->lossless);
+    memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,27 @@
+/* threshold — verify while the survival a_k = c_1 ... c_k stays >= t (static threshold of the
+ * confidence-head literature). Non-anticipating: a_k depends on x_1..x_{k-1} only. */
+#include "../runtime/common.h"
+#include "scheduler.h"
+
+static int threshold_open(scheduler *s, const cJSON *cfg) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "threshold");
+    if (t && (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 1)) {
+        ds_error("'threshold' must be a number in [0, 1]");
+        return -1;
+    }
+    s->threshold = t ? t->valuedouble : 0.5;
+    return 0;
+}
+
+static int threshold_schedule(scheduler *s, const sched_batch *b, int *len) {
+    for (int r = 0; r < b->R; r++) {
+        double a = 1;
+        int l = 0;
+        while (l < b->n_draft[r] && (a *= b->conf[(size_t)r * b->gamma + l]) >= s->threshold) l++;
+        len[r] = l;
+    }
+    return 0;
+}
+
+const scheduler_ops sched_threshold = {"threshold", "verify while the cumulative confidence >= {\"threshold\": t}", 1, 1,
+                                       threshold_open, threshold_schedule, NULL, NULL};

@@ -1,0 +1,133 @@
+/* test_verify — the verifier, the statistics and the losslessness gate's machinery: the paper's
+ * Appendix A counterexample reproduced exactly, chain verification edge cases, p-values against
+ * known values, and the gate (quick matrix) passing with every negative control flagged. */
+#include "testutil.h"
+
+#include "../verify/lossless.h"
+#include "../verify/stats.h"
+#include "../verify/verify.h"
+
+static void test_appendix_a_exact(void **state) {
+    (void)state;
+    double pa_greedy, pa_retro;
+    assert_int_equal(appendix_a_first_token("greedy", &pa_greedy), 0);
+    assert_int_equal(appendix_a_first_token("retrospective", &pa_retro), 0);
+    double pa = (double)0.7f / ((double)0.7f + (double)0.3f);
+    /* (0.7, 0.3) with the early stop, (0.85, 0.15) without it */
+    assert_float_equal(pa_greedy, pa, 1e-15);
+    assert_float_equal(pa_retro, 0.5 + 0.5 * pa, 1e-15);
+    assert_float_equal(pa_retro, 0.85, 1e-7);
+    assert_float_equal(1 - pa_retro, 0.15, 1e-7);
+}
+
+static void test_chain_edges(void **state) {
+    (void)state;
+    enum { V = 5 };
+    float p[3 * V] = {0}, q[2 * V] = {0};
+    double scratch[V];
+    verify_rng vr;
+    rng_seed(&vr.accept, 1);
+    rng_seed(&vr.resample, 2);
+    verify_result r;
+    /* p = q: always accepted, bonus from the last row */
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < V; i++) p[k * V + i] = q[k * V + i] = 0.2f;
+    p[2 * V + 3] = 1.0f;
+    int x[2] = {1, 4};
+    for (int it = 0; it < 1000; it++) {
+        assert_int_equal(verify_chain(p, q, x, 2, V, &vr, scratch, FAULT_NONE, &r), 0);
+        assert_int_equal(r.n_accepted, 2);
+        assert_int_equal(r.bonus, 1);
+        assert_int_equal(r.token, 3);
+    }
+    /* a draft the target forbids is always rejected, and the residual never draws it */
+    memset(p, 0, sizeof p);
+    p[0] = 0.5f, p[2] = 0.5f;
+    x[0] = 1;
+    for (int it = 0; it < 1000; it++) {
+        assert_int_equal(verify_chain(p, q, x, 1, V, &vr, scratch, FAULT_NONE, &r), 0);
+        assert_int_equal(r.n_accepted, 0);
+        assert_true(r.token == 0 || r.token == 2);
+    }
+    /* out-of-vocabulary draft ids are an error, not a read out of bounds */
+    x[0] = V;
+    assert_int_equal(verify_chain(p, q, x, 1, V, &vr, scratch, FAULT_NONE, &r), -1);
+    assert_non_null(strstr(ds_errmsg(), "outside the vocabulary"));
+    /* greedy: accept while the draft is the argmax, then the argmax of the next row */
+    float g[3 * V] = {0};
+    g[0 * V + 2] = 1, g[1 * V + 0] = 1, g[2 * V + 4] = 1;
+    int xg[2] = {2, 3};
+    verify_greedy(g, xg, 2, V, &r);
+    assert_int_equal(r.n_accepted, 1);
+    assert_int_equal(r.token, 0);
+    /* accept test in log space: p/q = 1/2 accepts u < 1/2 only */
+    assert_true(verify_accept(0.25f, 0.5f, 1.0, 1.0, 0.49));
+    assert_false(verify_accept(0.25f, 0.5f, 1.0, 1.0, 0.51));
+    assert_float_equal(verify_accept_prob(0.25f, 0.5f, 1.0, 1.0), 0.5, 1e-15);
+    assert_float_equal(verify_accept_prob(0.0f, 0.5f, 1.0, 1.0), 0.0, 0);
+    assert_float_equal(verify_accept_prob(0.3f, 0.0f, 1.0, 1.0), 1.0, 0);
+}
+
+static void test_pvalues(void **state) {
+    (void)state;
+    /* textbook critical values */
+    assert_float_equal(chi2_sf(3.841458820694124, 1), 0.05, 1e-9);
+    assert_float_equal(chi2_sf(18.307038053275146, 10), 0.05, 1e-9);
+    assert_float_equal(chi2_sf(124.34211340400407, 100), 0.05, 1e-8);
+    assert_float_equal(chi2_sf(0, 5), 1.0, 0);
+    /* Kolmogorov: P(sqrt(n) D > 1.3581) = 0.05 for large n */
+    assert_float_equal(ks_sf(1.3581 / sqrt(1e8), 100000000L), 0.05, 2e-4);
+    assert_float_equal(normal_quantile(0.975), 1.959963984540054, 1e-9);
+    /* a fair die: no rejection; a loaded one: rejected; an impossible outcome: p = 0 */
+    long fair[6] = {1000, 980, 1010, 1005, 995, 1010}, loaded[6] = {1200, 960, 960, 960, 960, 960};
+    double u[6] = {1 / 6.0, 1 / 6.0, 1 / 6.0, 1 / 6.0, 1 / 6.0, 1 / 6.0};
+    gof_result g;
+    chi2_gof(fair, u, 6, &g);
+    assert_true(g.p > 0.5);
+    chi2_gof(loaded, u, 6, &g);
+    assert_true(g.p < 1e-6);
+    double z[6] = {0.2, 0.2, 0.2, 0.2, 0.2, 0};
+    chi2_gof(fair, z, 6, &g);
+    assert_int_equal(g.p, 0);
+    assert_true(g.impossible > 0);
+    assert_float_equal(ks_gof(fair, z, 6, NULL), 0, 0);
+    long a[3] = {500, 300, 200}, b[3] = {505, 290, 205}, c[3] = {300, 300, 400};
+    chi2_two_sample(a, b, 3, &g);
+    assert_true(g.p > 0.5);
+    chi2_two_sample(a, c, 3, &g);
+    assert_true(g.p < 1e-10);
+}
+
+/* the gate on its quick matrix: every lossless case passes, every control is flagged */
+static void test_gate_quick(void **state) {
+    (void)state;
+    gate_report rep = {0};
+    rep.draws = 20000;
+    rep.quick = 1;
+    rep.alpha = 0.01;
+    int rc = gate_run(&rep, 0);
+    int controls = 0, exact = 0;
+    for (int i = 0; i < rep.n; i++) {
+        if (!rep.rec[i].pass) fail_msg("%s: %s (stat %g, p %g)", rep.rec[i].control ? "control not flagged" : "rejected",
+                                       rep.rec[i].test, rep.rec[i].statistic, rep.rec[i].p);
+        controls += rep.rec[i].control;
+        if (!rep.rec[i].control && strcmp(rep.rec[i].kind, "exact-tv") == 0) {
+            assert_true(rep.rec[i].statistic < 1e-12);
+            exact++;
+        }
+    }
+    assert_int_equal(rc, 0);
+    assert_true(controls >= 9);
+    assert_true(exact >= 15);
+    gate_report_free(&rep);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_appendix_a_exact),
+        cmocka_unit_test(test_chain_edges),
+        cmocka_unit_test(test_pvalues),
+        cmocka_unit_test(test_gate_quick),
+    };
+    return cmocka_run_group_tests_name("verify", tests, NULL, NULL);
+}

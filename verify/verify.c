@@ -1,0 +1,89 @@
+#include "verify.h"
+
+#include <math.h>
+
+#include "../runtime/common.h"
+
+double row_sum(const float *x, int V) {
+    double s = 0;
+    for (int i = 0; i < V; i++)
+        if (x[i] > 0) s += x[i];
+    return s;
+}
+
+double verify_accept_prob(float p_x, float q_x, double sp, double sq) {
+    if (!(p_x > 0)) return 0.0;
+    if (!(q_x > 0)) return 1.0;
+    double ratio = ((double)p_x / sp) / ((double)q_x / sq);
+    return ratio >= 1 ? 1.0 : ratio;
+}
+
+int verify_accept(float p_x, float q_x, double sp, double sq, double u) {
+    if (!(p_x > 0)) return 0;
+    if (!(q_x > 0)) return 1;
+    return log(u) < (log((double)p_x) - log(sp)) - (log((double)q_x) - log(sq));
+}
+
+double verify_residual(const float *p, const float *q, int V, double sp, double sq, double *r) {
+    double mass = 0;
+    for (int i = 0; i < V; i++) {
+        double d = (p[i] > 0 ? p[i] / sp : 0) - (q[i] > 0 ? q[i] / sq : 0);
+        r[i] = d > 0 ? d : 0.0;
+        mass += r[i];
+    }
+    if (mass > 0) {
+        for (int i = 0; i < V; i++) r[i] /= mass;
+    } else {
+        for (int i = 0; i < V; i++) r[i] = p[i] > 0 ? p[i] / sp : 0;
+    }
+    return mass;
+}
+
+/* The negative control's bug: walk max(0, p-q) with a uniform as if it summed to one, and take the
+ * last token when the walk falls off the end. */
+static int sample_unnormalised(const float *p, const float *q, int V, double u) {
+    double c = 0;
+    for (int i = 0; i < V; i++) {
+        double d = (double)p[i] - q[i];
+        if (d > 0) c += d;
+        if (u < c) return i;
+    }
+    return V - 1;
+}
+
+int verify_chain(const float *p, const float *q, const int *x, int l, int V, verify_rng *rng, double *scratch,
+                 verify_fault fault, verify_result *out) {
+    for (int k = 0; k < l; k++) {
+        if (x[k] < 0 || x[k] >= V) {
+            ds_error("verify: draft token %d at position %d is outside the vocabulary (0..%d)", x[k], k + 1, V - 1);
+            return -1;
+        }
+        const float *pk = p + (size_t)k * V, *qk = q + (size_t)k * V;
+        double sp = row_sum(pk, V), sq = row_sum(qk, V);
+        double u = rng_uniform_pos(&rng->accept);
+        if (verify_accept(pk[x[k]], qk[x[k]], sp, sq, u)) continue;
+        out->n_accepted = k;
+        out->bonus = 0;
+        if (fault == FAULT_UNNORMALISED_RESIDUAL) {
+            out->token = sample_unnormalised(pk, qk, V, rng_uniform(&rng->resample));
+        } else {
+            verify_residual(pk, qk, V, sp, sq, scratch);
+            /* the reused-uniform bug: u is conditioned on the rejection (u >= p/q), so not uniform */
+            double v = fault == FAULT_REUSED_UNIFORM ? u : rng_uniform(&rng->resample);
+            out->token = sample_probs_d(scratch, V, v);
+        }
+        return 0;
+    }
+    out->n_accepted = l;
+    out->bonus = 1;
+    out->token = sample_probs(p + (size_t)l * V, V, rng_uniform(&rng->resample));
+    return 0;
+}
+
+void verify_greedy(const float *p, const int *x, int l, int V, verify_result *out) {
+    int k = 0;
+    while (k < l && x[k] == argmax_f32(p + (size_t)k * V, V)) k++;
+    out->n_accepted = k;
+    out->bonus = k == l;
+    out->token = argmax_f32(p + (size_t)k * V, V);
+}
