@@ -10,6 +10,7 @@
 #include "../verify/lossless.h"
 #include "args.h"
 #include "commands.h"
+#include "lossless_real.h"
 
 static int write_trace(const gate_report *rep, const char *path, long draws, int quick) {
     trace *t = trace_create(path);
@@ -31,16 +32,31 @@ fail:
 }
 
 int cmd_lossless(int argc, char **argv) {
-    int quick = 0, draws = 100000;
-    const char *out = NULL;
+    int quick = 0, draws = 0, real = 0, layers = 20, gamma = 3, top_k = 0;
+    float temperature = 1.0f, top_p = 1.0f;
+    const char *out = NULL, *model = NULL;
     opt_def opts[] = {
-        {"draws", OPT_INT, &draws, "N", "draws per sampling case (default 100000)", 1000, 1e9, 0},
+        {"draws", OPT_INT, &draws, "N", "draws per case (default 100000; with --real 4100 per arm)", 100, 1e9, 0},
         {"quick", OPT_FLAG, &quick, NULL, "a smaller case matrix (seconds instead of a minute)", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.h5", "also write the results as a trace's `lossless` dataset", 0, 0, 0},
+        {"real", OPT_FLAG, &real, NULL, "two-sample tests on the real target instead (minutes; not in CI)", 0, 0, 0},
+        {"model", OPT_STR, &model, "PATH", "--real: target model (default: embedded SmolLM2)", 0, 0, 0},
+        {"draft-layers", OPT_INT, &layers, "K", "--real: vanilla self-draft depth (default 20)", 1, 1024, 0},
+        {"gamma", OPT_INT, &gamma, "N", "--real: drafts per round (default 3)", 1, 64, 0},
+        {"temperature", OPT_FLOAT, &temperature, "T", "--real: sampling temperature (default 1)", 0.01, 100, 0},
+        {"top-p", OPT_FLOAT, &top_p, "P", "--real: nucleus mass (default 1)", 1e-6, 1, 0},
+        {"top-k", OPT_INT, &top_k, "K", "--real: top-k, 0 = off", 0, 1 << 22, 0},
         OPT_END};
     const char *pos[1];
     int npos, rc = args_parse("lossless", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
+    if (real) {
+        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1};
+        int r = lossless_real(&ro);
+        if (r > 0) ds_error("losslessness gate (--real) failed: speculative and autoregressive samples differ");
+        return r ? -1 : 0;
+    }
+    if (!draws) draws = 100000;
     gate_report rep = {0};
     rep.draws = draws;
     rep.quick = quick;

@@ -6,5 +6,7 @@ int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench_target(int argc, char **argv);
 int cmd_lossless(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 #endif

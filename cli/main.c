@@ -16,6 +16,8 @@ static const command COMMANDS[] = {
     {"info", cmd_info, "describe a model file: architecture, sizes, tensor types, tokenizer, chat template"},
     {"generate", cmd_generate, "chat generation with the target model (streams text, tok/s on stderr)"},
     {"bench-target", cmd_bench_target, "benchmark the target runtime: prefill, decode, SPS(B) curve (JSON)"},
+    {"run", cmd_run, "an experiment: baseline and speculative decoding on benchmark prompts, HDF5 trace"},
+    {"report", cmd_report, "Markdown tables (and gnuplot plots) from one or more traces"},
     {"lossless", cmd_lossless, "the losslessness gate: exact enumeration, chi-square, KS, negative controls"},
 };
 #define N_COMMANDS (int)(sizeof COMMANDS / sizeof *COMMANDS)

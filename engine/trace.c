@@ -58,7 +58,7 @@ static hid_t mem_type(table_id id) {
         STR(trace_request, dataset);
         STR(trace_request, domain);
         I32(trace_request, index), I32(trace_request, prompt_tokens), I32(trace_request, output_tokens);
-        I32(trace_request, rounds), F64(trace_request, wall_s);
+        I32(trace_request, rounds), F64(trace_request, wall_s), I64(trace_request, output_hash);
         break;
     case T_POSITION: I32(trace_position, position), I64(trace_position, attempted), I64(trace_position, accepted); break;
     case T_CONF:

@@ -24,6 +24,7 @@ typedef struct {
     int32_t index;           /* prompt index within its dataset */
     int32_t prompt_tokens, output_tokens, rounds;
     double wall_s;
+    int64_t output_hash;     /* FNV-1a of the output ids: equal AR/spec hashes = identical text */
 } trace_request;
 
 typedef struct {

@@ -40,6 +40,8 @@ struct backend {
     int gemm_min_T;      /* batches of at least this many rows use BLAS GEMM on fp32 weights */
     void *ctx;
 
+    /* make the model's weights ready for this backend's kernels (repacking, uploads) */
+    int (*prepare)(backend *, model *);
     void *(*alloc)(backend *, size_t bytes);                 /* NULL + message on failure */
     void (*release)(backend *, void *p);
     void (*to_host)(backend *, void *dst, const void *src, size_t bytes);

@@ -376,6 +376,25 @@ static void cpu_add(backend *be, float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+static int pack(qmat *w) {
+    if (!qk_supported(w->type) || w->packed) return 0;
+    return (w->packed = qk_pack(w)) ? 0 : -1;
+}
+
+/* Repack every matrix the fused kernels read, up front (so views of the model that share its
+ * layers, like a self-draft, share the packed copies too). */
+static int cpu_prepare(backend *be, model *m) {
+    DS_UNUSED(be);
+    if (pack(&m->output)) return -1;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        qmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (pack(ws[i])) return -1;
+    }
+    return 0;
+}
+
 static void cpu_destroy(backend *be) {
     cpu_ctx *c = be->ctx;
     for (int t = 0; t < MAX_THREADS; t++) {
@@ -402,6 +421,7 @@ backend *backend_cpu_new(int n_threads) {
     be->n_threads = n_threads;
     be->gemm_min_T = 32;
     be->ctx = c;
+    be->prepare = cpu_prepare;
     be->alloc = cpu_alloc;
     be->release = cpu_release;
     be->to_host = cpu_memcpy;

@@ -27,6 +27,7 @@ int target_open(target *t, const char *path, int n_threads) {
         DS_TRY(chat_template_init(&t->ct, &t->tk));
     }
     DS_TRYP(t->be = backend_cpu_new(n_threads));
+    DS_TRY(t->be->prepare(t->be, &t->m));
     DS_TRY(fwd_state_init(&t->fs, t->be));
     return 0;
 fail:

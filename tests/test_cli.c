@@ -120,12 +120,46 @@ static void test_real_model_commands(void **state) {
     assert_string_not_equal(a.out, strtok(c.out, "["));
 }
 
+static void test_run_and_report(void **state) {
+    (void)state;
+    char args[1200];
+    const char *cfg = tmp_path("bad.json");
+    write_file(cfg, "{\"gama\": 4}", 11);
+    snprintf(args, sizeof args, "run --config %s", cfg);
+    expect_error(args, 1, "unknown key 'gama'");
+    write_file(cfg, "{\"gamma\": \"four\"}", 17);
+    expect_error(args, 1, "'gamma' must be an integer in 1..64");
+    write_file(cfg, "{\"gamma\": 4", 11);
+    expect_error(args, 1, "not valid JSON");
+    remove(cfg);
+    expect_error("run --config /nonexistent/exp.json", 1, "/nonexistent/exp.json: cannot open");
+    expect_error("run --drafter medusa-9", 1, "unknown drafter 'medusa-9'");
+    expect_error("run --dataset gsm9k", 1, "unknown dataset 'gsm9k'");
+    expect_error("run --scheduler retrospective", 1, "unknown scheduler 'retrospective'");
+    expect_error("report", 1, "give at least one trace file");
+    expect_error("report /nonexistent/t.h5", 1, "no such file");
+    if (!need_real_model()) return;
+    /* end to end on the embedded default: a trace, then a report of it */
+    const char *h5 = tmp_path("run.h5");
+    run_result r;
+    run(&r, "run --drafter vanilla --draft-layers 10 --gamma 3 --dataset builtin --limit 2 --max-new-tokens 8 --out %s", h5);
+    if (r.status != 0) fail_msg("run failed:\n%s", r.out);
+    assert_non_null(strstr(r.out, "wall speedup over the autoregressive baseline"));
+    run(&r, "report %s", h5);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "| **all** |"));
+    assert_non_null(strstr(r.out, "conditional acceptance"));
+    assert_non_null(strstr(r.out, "Outputs identical to the baseline's: 2 of 2"));
+    remove(h5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_usage),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_real_model_commands),
+        cmocka_unit_test(test_run_and_report),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

@@ -1,0 +1,155 @@
+/* report — Markdown tables from one or more traces: tau per dataset and per domain, acceptance,
+ * conditional and unconditional acceptance per position, wall speedup over the autoregressive
+ * baseline, draft/verify time split; optional gnuplot PNGs. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../engine/metrics.h"
+#include "../runtime/common.h"
+#include "args.h"
+#include "commands.h"
+
+static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx) {
+    trace_data d;
+    if (trace_read(path, &d)) return -1;
+    cJSON *cfg = d.config ? cJSON_Parse(d.config) : NULL;
+    fprintf(o, "## %s\n\n", path);
+    if (cfg) {
+        const cJSON *dr = cJSON_GetObjectItem(cfg, "drafter"), *sc = cJSON_GetObjectItem(cfg, "scheduler");
+        char *drs = dr ? cJSON_PrintUnformatted(dr) : NULL, *scs = sc ? cJSON_PrintUnformatted(sc) : NULL;
+        fprintf(o, "drafter `%s`, scheduler `%s`, gamma %d, temperature %g, top-p %g, top-k %d, max new tokens %d, seed %.0f  \n",
+                drs ? drs : "null", scs ? scs : "?", cJSON_GetObjectItem(cfg, "gamma")->valueint,
+                cJSON_GetObjectItem(cfg, "temperature")->valuedouble, cJSON_GetObjectItem(cfg, "top_p")->valuedouble,
+                cJSON_GetObjectItem(cfg, "top_k")->valueint, cJSON_GetObjectItem(cfg, "max_new_tokens")->valueint,
+                cJSON_GetObjectItem(cfg, "seed")->valuedouble);
+        free(drs);
+        free(scs);
+    }
+    fprintf(o, "target %s, drafter %s, dspark-bench %s\n\n", d.target_fingerprint ? d.target_fingerprint : "?",
+            d.drafter_fingerprint ? d.drafter_fingerprint : "?", d.version ? d.version : "?");
+    fprintf(o, "| group | prompts | tau | tau (per-request mean) | acceptance rate | AR tok/s | spec tok/s | wall "
+               "speedup over AR | draft / verify time |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    /* groups: every dataset, every domain, all */
+    char groups[40][48];
+    int ng = 0;
+    for (long i = 0; i < d.n_requests && ng < 30; i++) {
+        char g[48];
+        snprintf(g, sizeof g, "dataset:%s", d.requests[i].dataset);
+        int dup = 0;
+        for (int k = 0; k < ng; k++) dup |= strcmp(groups[k], g) == 0;
+        if (!dup) snprintf(groups[ng++], sizeof groups[0], "%s", g);
+    }
+    int n_ds = ng;
+    for (long i = 0; i < d.n_requests && ng < 38; i++) {
+        char g[48];
+        snprintf(g, sizeof g, "domain:%s", d.requests[i].domain);
+        int dup = 0;
+        for (int k = n_ds; k < ng; k++) dup |= strcmp(groups[k], g) == 0;
+        if (!dup) snprintf(groups[ng++], sizeof groups[0], "%s", g);
+    }
+    snprintf(groups[ng++], sizeof groups[0], "%s", "");
+    metrics *ms = calloc((size_t)ng, sizeof *ms);
+    if (!ms) {
+        trace_data_free(&d);
+        cJSON_Delete(cfg);
+        return -1;
+    }
+    for (int g = 0; g < ng; g++) {
+        if (metrics_compute(&d, groups[g], &ms[g])) {
+            free(ms);
+            trace_data_free(&d);
+            cJSON_Delete(cfg);
+            return -1;
+        }
+        metrics *m = &ms[g];
+        double tt = m->t_draft + m->t_sched + m->t_verify;
+        char sp[32] = "-";
+        if (m->speedup > 0) snprintf(sp, sizeof sp, "%.3fx", m->speedup);
+        fprintf(o, "| %s%s | %d | %.3f | %.3f | %.3f | %.1f | %.1f | %s | %.0f%% / %.0f%% |\n",
+                g < n_ds ? "" : g == ng - 1 ? "**all**" : "domain ", g == ng - 1 ? "" : m->name, m->n_prompts, m->tau, m->tau_macro,
+                m->accept_rate, m->ar_tok_s, m->sp_tok_s, sp, tt > 0 ? 100 * m->t_draft / tt : 0,
+                tt > 0 ? 100 * m->t_verify / tt : 0);
+    }
+    const metrics *all = &ms[ng - 1];
+    fprintf(o, "\nWall speedup = autoregressive wall time / speculative wall time over the same requests, same target, "
+               "runtime and sampling settings, in the same process. tau counts the bonus/correction token.\n");
+    if (all->n_pairs) fprintf(o, "Outputs identical to the baseline's: %d of %d requests%s.\n", all->identical, all->n_pairs,
+                              cJSON_GetObjectItem(cfg, "temperature") && cJSON_GetObjectItem(cfg, "temperature")->valuedouble == 0
+                                  ? " (temperature 0: every request should match)"
+                                  : " (sampling: matches are not expected)");
+    if (all->max_pos > 0) {
+        fprintf(o, "\n| position k | conditional acceptance | unconditional acceptance | mean analytic c*_k | rounds verifying k |\n"
+                   "|---:|---:|---:|---:|---:|\n");
+        for (int k = 1; k <= all->max_pos; k++)
+            fprintf(o, "| %d | %.3f | %.3f | %.3f | %ld |\n", k, all->att[k] ? (double)all->acc[k] / all->att[k] : 0,
+                    all->ver_ge[k] ? (double)all->acc_ge[k] / all->ver_ge[k] : 0,
+                    all->cstar_n[k] ? all->cstar_sum[k] / all->cstar_n[k] : 0, all->ver_ge[k]);
+        fprintf(o, "\nConditional: accepted at k / verified at k with 1..k-1 accepted (the paper's Fig. 2). Unconditional: "
+                   "rounds accepting >= k / rounds verifying >= k. c*_k = 1 - TV(p_k, q_k), the analytic acceptance.\n");
+    }
+    if (plot_dir && all->max_pos > 0) {
+        char dat[1200], gp[1200], png[1200];
+        snprintf(dat, sizeof dat, "%s/acceptance-%d.dat", plot_dir, idx);
+        snprintf(gp, sizeof gp, "%s/acceptance-%d.gp", plot_dir, idx);
+        snprintf(png, sizeof png, "%s/acceptance-%d.png", plot_dir, idx);
+        FILE *f = fopen(dat, "w");
+        if (f) {
+            fprintf(f, "# k conditional unconditional cstar\n");
+            for (int k = 1; k <= all->max_pos; k++)
+                fprintf(f, "%d %.5f %.5f %.5f\n", k, all->att[k] ? (double)all->acc[k] / all->att[k] : 0,
+                        all->ver_ge[k] ? (double)all->acc_ge[k] / all->ver_ge[k] : 0,
+                        all->cstar_n[k] ? all->cstar_sum[k] / all->cstar_n[k] : 0);
+            fclose(f);
+        }
+        f = fopen(gp, "w");
+        if (f) {
+            fprintf(f, "set terminal pngcairo size 800,500\nset output '%s'\nset title 'Acceptance per draft position: %s'\n"
+                       "set xlabel 'draft position k'\nset ylabel 'acceptance'\nset yrange [0:1]\nset grid\n"
+                       "plot '%s' using 1:2 with linespoints title 'conditional', '' using 1:3 with linespoints title "
+                       "'unconditional', '' using 1:4 with linespoints title 'analytic c*'\n",
+                    png, path, dat);
+            fclose(f);
+            char cmd[2600];
+            snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", gp);
+            if (system(cmd) == 0) fprintf(o, "\n![acceptance per position](%s)\n", png);
+            else fprintf(o, "\n(gnuplot not available: plot script left at %s)\n", gp);
+        }
+    }
+    fprintf(o, "\n");
+    free(ms);
+    trace_data_free(&d);
+    cJSON_Delete(cfg);
+    return 0;
+}
+
+int cmd_report(int argc, char **argv) {
+    const char *out = NULL, *plot = NULL;
+    opt_def opts[] = {
+        {"out", OPT_STR, &out, "FILE.md", "write the report to a file (default stdout)", 0, 0, 0},
+        {"plot", OPT_STR, &plot, "DIR", "also write gnuplot PNGs of acceptance per position into DIR", 0, 0, 0},
+        OPT_END};
+    const char *pos[64];
+    int npos, rc = args_parse("report", "TRACE.h5 [TRACE.h5 ...] [options]", opts, argc, argv, pos, 64, &npos);
+    if (rc) return rc < 0 ? -1 : 0;
+    if (npos == 0) {
+        ds_error("report: give at least one trace file (see dspark-bench report --help)");
+        return -1;
+    }
+    if (plot) mkdir(plot, 0755);
+    FILE *o = out ? fopen(out, "w") : stdout;
+    if (!o) {
+        ds_error("%s: cannot create", out);
+        return -1;
+    }
+    fprintf(o, "# dspark-bench report\n\n");
+    for (int i = 0; i < npos; i++)
+        if (print_trace(o, pos[i], plot, i)) {
+            if (out) fclose(o);
+            return -1;
+        }
+    if (out) fclose(o);
+    return 0;
+}

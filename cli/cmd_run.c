@@ -1,0 +1,304 @@
+/* run — an experiment: prompts from benchmark sets, the autoregressive baseline and speculative
+ * decoding on the same prompts in the same process, an HDF5 trace, a summary. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../datasets/datasets.h"
+#include "../engine/decode.h"
+#include "../runtime/common.h"
+#include "args.h"
+#include "commands.h"
+#include "config.h"
+
+static uint64_t fnv_ids(const int *v, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)v[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t mix(uint64_t a, uint64_t b) {
+    uint64_t x = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return x ^ (x >> 29);
+}
+
+static int mkdirs_for(const char *path) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0;
+    *slash = 0;
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(dir, 0755) && errno != EEXIST) break;
+            *p = '/';
+        }
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        ds_error("%s: cannot create the output folder", dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Build a cJSON object from the command-line overrides. */
+static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
+    const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
+               *target = NULL, *sps = NULL;
+    int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, strict = 0, no_baseline = 0,
+        concurrency = 0;
+    float temperature = -1, top_p = -1;
+    uint64_t seed = 0;
+    int seen_seed = 0;
+    opt_def opts[] = {
+        {"config", OPT_STR, config_path, "FILE.json", "experiment config (flags below override it)", 0, 0, 0},
+        {"model", OPT_STR, &target, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
+        {"drafter", OPT_STR, &drafter, "NAME", "drafter family (vanilla); none = baseline only", 0, 0, 0},
+        {"draft-layers", OPT_INT, &draft_layers, "K", "vanilla self-draft: the target's first K layers", 1, 1024, 0},
+        {"draft-model", OPT_STR, &draft_model, "PATH", "vanilla: a separate draft LM", 0, 0, 0},
+        {"scheduler", OPT_STR, &scheduler, "NAME", "fixed, threshold, greedy", 0, 0, 0},
+        {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
+        {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
+        {"limit", OPT_INT, &limit, "N", "prompts per dataset, 0 = all", 0, 1000000, 0},
+        {"strict", OPT_FLAG, &strict, NULL, "a malformed dataset line is fatal", 0, 0, 0},
+        {"data-root", OPT_STR, &data_root, "DIR", "where the shared datasets live (default ../shared/datasets)", 0, 0, 0},
+        {"temperature", OPT_FLOAT, &temperature, "T", "0 = greedy (default 0)", 0, 100, 0},
+        {"top-p", OPT_FLOAT, &top_p, "P", "nucleus mass, 1 = off", 1e-6, 1, 0},
+        {"top-k", OPT_INT, &top_k, "K", "0 = off", 0, 1 << 22, 0},
+        {"seed", OPT_U64, &seed, "N", "random seed (default 1)", 0, 0, &seen_seed},
+        {"max-new-tokens", OPT_INT, &max_new, "N", "output budget per request (default 128)", 1, 1 << 20, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"concurrency", OPT_INT, &concurrency, "N", "requests decoded together (default 1)", 1, 256, 0},
+        {"sps", OPT_STR, &sps, "FILE.json", "SPS(B) table (default bench/bench-target.json)", 0, 0, 0},
+        {"no-baseline", OPT_FLAG, &no_baseline, NULL, "skip the autoregressive baseline", 0, 0, 0},
+        {"out", OPT_STR, &out, "FILE.h5", "trace path (default out/run.h5)", 0, 0, 0},
+        OPT_END};
+    const char *pos[1];
+    int npos;
+    *rc_out = args_parse("run", "[--config FILE.json] [options]", opts, argc, argv, pos, 0, &npos);
+    if (*rc_out) return NULL;
+    cJSON *j = cJSON_CreateObject();
+    if (target) cJSON_AddStringToObject(j, "target", target);
+    if (drafter || draft_layers || draft_model) {
+        if (drafter && strcmp(drafter, "none") == 0) cJSON_AddNullToObject(j, "drafter");
+        else {
+            cJSON *d = cJSON_AddObjectToObject(j, "drafter");
+            cJSON_AddStringToObject(d, "name", drafter ? drafter : "vanilla");
+            if (draft_layers) cJSON_AddNumberToObject(d, "layers", draft_layers);
+            if (draft_model) cJSON_AddStringToObject(d, "model", draft_model);
+        }
+    }
+    if (scheduler) cJSON_AddStringToObject(j, "scheduler", scheduler);
+    if (gamma) cJSON_AddNumberToObject(j, "gamma", gamma);
+    if (datasets) {
+        cJSON *a = cJSON_AddArrayToObject(j, "datasets");
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", datasets);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+    }
+    if (limit >= 0) cJSON_AddNumberToObject(j, "limit", limit);
+    if (strict) cJSON_AddTrueToObject(j, "strict");
+    if (data_root) cJSON_AddStringToObject(j, "data_root", data_root);
+    if (temperature >= 0) cJSON_AddNumberToObject(j, "temperature", temperature);
+    if (top_p >= 0) cJSON_AddNumberToObject(j, "top_p", top_p);
+    if (top_k >= 0) cJSON_AddNumberToObject(j, "top_k", top_k);
+    if (seen_seed) cJSON_AddNumberToObject(j, "seed", (double)seed);
+    if (max_new) cJSON_AddNumberToObject(j, "max_new_tokens", max_new);
+    if (threads >= 0) cJSON_AddNumberToObject(j, "threads", threads);
+    if (concurrency) cJSON_AddNumberToObject(j, "concurrency", concurrency);
+    if (sps) cJSON_AddStringToObject(j, "sps", sps);
+    if (no_baseline) cJSON_AddFalseToObject(j, "baseline");
+    if (out) cJSON_AddStringToObject(j, "out", out);
+    return j;
+}
+
+typedef struct {
+    prompt *p;
+    int global;
+} job;
+
+/* Decode one group of prompts in one mode: turn 1, then (MT-Bench) turn 2 on top of each answer. */
+static int run_group(target *t, job *jobs, int n, const decode_cfg *cfg, const run_config *rc, trace *tr,
+                     decode_stats *st, long *out_tokens, double *wall) {
+    request *reqs = ds_calloc((size_t)n, sizeof *reqs, "requests");
+    request **rp = ds_calloc((size_t)n, sizeof *rp, "requests");
+    char **answers = ds_calloc((size_t)n, sizeof(char *), "answers");
+    int *job_of = ds_calloc((size_t)n, sizeof(int), "requests");
+    int rc_ = -1;
+    if (!reqs || !rp || !answers || !job_of) goto done;
+    for (int turn = 0; turn < 2; turn++) {
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            prompt *p = jobs[i].p;
+            if (turn == 1 && !p->text2) continue;
+            chat_msg msgs[3] = {{"user", p->text}, {"assistant", answers[i] ? answers[i] : ""}, {"user", p->text2 ? p->text2 : ""}};
+            ivec ids = {0};
+            if (chat_encode(&t->ct, &t->tk, msgs, turn ? 3 : 1, 1, &ids)) goto done;
+            uint64_t seed = mix(mix(rc->seed, (uint64_t)jobs[i].global), (uint64_t)(turn * 2 + cfg->mode));
+            int r = request_init(&reqs[m], t, jobs[i].global * 2 + turn, ids.v, ids.n, rc->max_new, seed);
+            ivec_free(&ids);
+            if (r) goto done;
+            rp[m] = &reqs[m];
+            job_of[m++] = i;
+        }
+        if (m == 0) break;
+        int rc2 = decode_run(t, rp, m, cfg, st);
+        for (int k = 0; k < m && rc2 == 0; k++) {
+            request *q = &reqs[k];
+            int i = job_of[k];
+            int nout = request_n_out(q);
+            const int *out = q->toks.v + q->n_prompt;
+            trace_request row = {q->id, cfg->mode, {0}, {0}, jobs[i].p->index, q->n_prompt, nout, q->rounds, q->wall_s,
+                                 (int64_t)fnv_ids(out, nout)};
+            snprintf(row.dataset, sizeof row.dataset, "%s", jobs[i].p->dataset);
+            snprintf(row.domain, sizeof row.domain, "%s", jobs[i].p->domain);
+            if (trace_add_request(tr, &row)) rc2 = -1;
+            *out_tokens += nout;
+            *wall += q->wall_s;
+            if (turn == 0 && jobs[i].p->text2) {
+                free(answers[i]);
+                answers[i] = tokenizer_decode(&t->tk, out, nout, 0);
+                if (!answers[i]) rc2 = -1;
+            }
+        }
+        for (int k = 0; k < m; k++) request_free(&reqs[k], t);
+        if (rc2) goto done;
+    }
+    rc_ = 0;
+done:
+    if (reqs)
+        for (int k = 0; k < n; k++)
+            if (reqs[k].toks.v || reqs[k].tkv) request_free(&reqs[k], t);
+    if (answers)
+        for (int i = 0; i < n; i++) free(answers[i]);
+    free(answers);
+    free(job_of);
+    free(rp);
+    free(reqs);
+    return rc_;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *config_path = NULL;
+    int prc;
+    cJSON *ov = overrides(argc, argv, &config_path, &prc);
+    if (!ov) return prc < 0 ? -1 : 0;
+    run_config rc;
+    run_config_defaults(&rc);
+    target t;
+    memset(&t, 0, sizeof t);
+    drafter d;
+    memset(&d, 0, sizeof d);
+    scheduler s;
+    memset(&s, 0, sizeof s);
+    sps_table sps = {0};
+    prompt_set *sets = NULL;
+    job *jobs = NULL;
+    trace *tr = NULL;
+    cJSON *resolved = NULL;
+    char *cfg_txt = NULL;
+    int ret = -1, n_sets = 0;
+    if (config_path && run_config_load(&rc, config_path)) goto done;
+    if (run_config_apply(&rc, ov, "command line")) goto done;
+    if (!rc.out[0]) snprintf(rc.out, sizeof rc.out, "out/run.h5");
+    /* everything that can be checked before the model loads */
+    DS_TRYP(sets = ds_calloc((size_t)rc.n_datasets, sizeof *sets, "datasets"));
+    int total = 0;
+    for (int i = 0; i < rc.n_datasets; i++, n_sets++) {
+        DS_TRY(dataset_load(rc.datasets[i], rc.data_root[0] ? rc.data_root : NULL, rc.limit, rc.strict, &sets[i]));
+        DS_CHECK(sets[i].n > 0, "dataset '%s' has no usable prompts", rc.datasets[i]);
+        total += sets[i].n;
+    }
+    if (rc.drafter[0] && !drafter_find(rc.drafter)) goto fail;
+    if (!scheduler_find(rc.scheduler, 0)) goto fail;
+    DS_TRY(target_open(&t, rc.target[0] ? rc.target : target_default_path(), rc.threads));
+    DS_CHECK(t.has_tokenizer, "the target has no tokenizer; run needs a GGUF target");
+    if (rc.drafter[0]) DS_TRY(drafter_open(&d, rc.drafter, rc.drafter_cfg, &t));
+    DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
+    {
+        const char *sp_path = rc.sps[0] ? rc.sps : "bench/bench-target.json";
+        struct stat stt;
+        if (rc.sps[0] || stat(sp_path, &stt) == 0) DS_TRY(sps_load(&sps, sp_path));
+        else if (s.ops->needs_conf) {
+            int B[1] = {1};
+            double one[1] = {1};
+            DS_TRY(sps_from_arrays(&sps, B, one, 1));
+        }
+    }
+    DS_TRY(mkdirs_for(rc.out));
+    DS_TRYP(tr = trace_create(rc.out));
+    DS_TRYP(resolved = run_config_json(&rc));
+    DS_TRYP(cfg_txt = cJSON_PrintUnformatted(resolved));
+    DS_TRY(trace_attr(tr, "config", cfg_txt));
+    DS_TRY(trace_attr(tr, "target_fingerprint", t.m.fingerprint));
+    DS_TRY(trace_attr(tr, "drafter_fingerprint", rc.drafter[0] ? d.fingerprint : "none"));
+    DS_TRY(trace_attr(tr, "drafter", rc.drafter[0] ? d.describe : "none"));
+    DS_TRY(trace_attr(tr, "backend", t.be->name));
+    DS_TRY(trace_attr(tr, "version", DSPARK_VERSION));
+    DS_TRY(trace_attr_u64(tr, "seed", rc.seed));
+    fprintf(stderr, "run: %d prompts from %d dataset(s); %s; gamma %d, %s scheduler, T=%g -> %s\n", total, rc.n_datasets,
+            rc.drafter[0] ? d.describe : "baseline only", rc.gamma, rc.scheduler, (double)rc.sp.temperature, rc.out);
+
+    DS_TRYP(jobs = ds_malloc(sizeof *jobs * (size_t)total, "jobs"));
+    for (int i = 0, g = 0; i < n_sets; i++)
+        for (int k = 0; k < sets[i].n; k++, g++) jobs[g] = (job){&sets[i].v[k], g};
+    decode_cfg cfg_ar = {rc.sp, rc.gamma, NULL, NULL, &sps, tr, MODE_AR};
+    decode_cfg cfg_sp = {rc.sp, rc.gamma, rc.drafter[0] ? &d : NULL, &s, &sps, tr, MODE_SPEC};
+    decode_stats st_ar, st_sp;
+    memset(&st_ar, 0, sizeof st_ar);
+    memset(&st_sp, 0, sizeof st_sp);
+    long tok_ar = 0, tok_sp = 0;
+    double wall_ar = 0, wall_sp = 0;
+    ds_progress prog;
+    ds_progress_start(&prog, "run: prompts", "prompts", total);
+    for (int g = 0; g < total; g += rc.concurrency) {
+        int n = DS_MIN(rc.concurrency, total - g);
+        /* baseline and speculative on the same prompts, alternating so machine drift hits both */
+        if (rc.baseline) DS_TRY(run_group(&t, jobs + g, n, &cfg_ar, &rc, tr, &st_ar, &tok_ar, &wall_ar));
+        if (rc.drafter[0]) DS_TRY(run_group(&t, jobs + g, n, &cfg_sp, &rc, tr, &st_sp, &tok_sp, &wall_sp));
+        char extra[160];
+        snprintf(extra, sizeof extra, "AR %.1f tok/s | spec %.1f tok/s, tau %.2f", wall_ar > 0 ? tok_ar / wall_ar : 0,
+                 wall_sp > 0 ? tok_sp / wall_sp : 0, st_sp.rounds ? (double)st_sp.emitted / st_sp.rounds : 0);
+        ds_progress_update(&prog, g + n, extra);
+    }
+    ds_progress_end(&prog);
+    for (int j = 1; j <= rc.gamma && rc.drafter[0]; j++) {
+        trace_position row = {j, st_sp.pos_attempted[j], st_sp.pos_accepted[j]};
+        DS_TRY(trace_add_position(tr, &row));
+    }
+    DS_TRY(trace_close(tr));
+    tr = NULL;
+    printf("trace: %s\n", rc.out);
+    if (rc.baseline) printf("autoregressive: %ld tokens in %.2f s = %.1f tok/s\n", tok_ar, wall_ar, tok_ar / wall_ar);
+    if (rc.drafter[0]) {
+        printf("speculative:    %ld tokens in %.2f s = %.1f tok/s; tau %.3f, acceptance %.3f; draft %.0f%% / verify %.0f%% of "
+               "round time\n",
+               tok_sp, wall_sp, tok_sp / wall_sp, (double)st_sp.emitted / (double)DS_MAX(st_sp.rounds, 1),
+               (double)st_sp.accepted / (double)DS_MAX(st_sp.verified, 1),
+               100 * st_sp.t_draft / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify),
+               100 * st_sp.t_verify / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));
+        if (rc.baseline) printf("wall speedup over the autoregressive baseline: %.3fx\n", wall_ar / wall_sp);
+    }
+    ret = 0;
+    goto done;
+fail:
+    ret = -1;
+done:
+    if (tr) trace_abort(tr);
+    cJSON_Delete(ov);
+    cJSON_Delete(resolved);
+    free(cfg_txt);
+    free(jobs);
+    for (int i = 0; i < n_sets; i++) prompt_set_free(&sets[i]);
+    free(sets);
+    sps_free(&sps);
+    scheduler_close(&s);
+    if (d.ops) drafter_close(&d);
+    target_close(&t);
+    run_config_free(&rc);
+    return ret;
+}

@@ -1,0 +1,225 @@
+#include "datasets.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+
+typedef struct {
+    const char *name, *file, *field, *domain;
+} dataset_def;
+
+/* The paper's prompt files where they exist (DeepSpec eval_datasets), per MANIFEST.md. */
+static const dataset_def DATASETS[] = {
+    {"gsm8k", "gsm8k/deepspec_gsm8k.jsonl", "turns", "math"},
+    {"math500", "math500/deepspec_math500.jsonl", "turns", "math"},
+    {"aime25", "aime25/deepspec_aime25.jsonl", "turns", "math"},
+    {"mbpp", "mbpp/deepspec_mbpp.jsonl", "turns", "code"},
+    {"humaneval", "humaneval/deepspec_humaneval.jsonl", "turns", "code"},
+    {"livecodebench", "livecodebench/deepspec_livecodebench.jsonl", "turns", "code"},
+    {"mtbench", "mtbench/question.jsonl", "turns", "chat"},
+    {"alpaca", "alpaca/alpaca_eval_805.json", "instruction", "chat"},
+    {"arenahard", "arenahard/deepspec_arena-hard-v2.jsonl", "turns", "chat"},
+    {"trainmix", "trainmix/trainmix.jsonl", "turns", NULL /* per record: category */},
+};
+#define N_DATASETS (int)(sizeof DATASETS / sizeof *DATASETS)
+
+static const struct {
+    const char *domain, *text;
+} BUILTIN[] = {
+    {"math", "A train travels 120 km in 1.5 hours. What is its average speed in km/h? Explain step by step."},
+    {"math", "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+             "clips did Natalia sell altogether in April and May?"},
+    {"math", "What is the sum of the first 20 positive odd numbers? Show your reasoning."},
+    {"code", "Write a Python function that returns the n-th Fibonacci number using iteration."},
+    {"code", "Write a C function that reverses a null-terminated string in place."},
+    {"code", "Write a Python function that checks whether a string is a palindrome, ignoring case and spaces."},
+    {"chat", "What are three tips for staying focused while studying?"},
+    {"chat", "Explain in a few sentences why the sky is blue."},
+    {"chat", "Write a short, friendly email inviting a colleague to lunch on Friday."},
+};
+#define N_BUILTIN (int)(sizeof BUILTIN / sizeof *BUILTIN)
+
+const char *dataset_names(void) {
+    return "gsm8k, math500, aime25, mbpp, humaneval, livecodebench, mtbench, alpaca, arenahard, trainmix, builtin, or "
+           "a .jsonl/.json path";
+}
+
+const char *dataset_default_root(void) {
+    const char *env = getenv("DSPARK_DATA");
+    return env && *env ? env : "../shared/datasets";
+}
+
+void prompt_set_free(prompt_set *s) {
+    for (int i = 0; i < s->n; i++) {
+        free(s->v[i].text);
+        free(s->v[i].text2);
+    }
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static int push(prompt_set *s, const char *text, const char *text2, const char *dataset, const char *domain, int index) {
+    if (s->n == s->cap) {
+        int nc = s->cap ? 2 * s->cap : 64;
+        prompt *nv = ds_realloc(s->v, sizeof *nv * (size_t)nc, "prompts");
+        if (!nv) return -1;
+        s->v = nv;
+        s->cap = nc;
+    }
+    prompt *p = &s->v[s->n];
+    memset(p, 0, sizeof *p);
+    p->text = ds_strndup(text, strlen(text), "prompt");
+    p->text2 = text2 ? ds_strndup(text2, strlen(text2), "prompt") : NULL;
+    if (!p->text || (text2 && !p->text2)) {
+        free(p->text);
+        free(p->text2);
+        return -1;
+    }
+    snprintf(p->dataset, sizeof p->dataset, "%s", dataset);
+    snprintf(p->domain, sizeof p->domain, "%s", domain);
+    p->index = index;
+    s->n++;
+    return 0;
+}
+
+static const char *category_domain(const char *c) {
+    if (!c) return "chat";
+    if (strcmp(c, "math") == 0) return "math";
+    if (strcmp(c, "code") == 0) return "code";
+    return "chat";
+}
+
+/* the prompt of one record: a named field, or the first that exists of the usual ones */
+static int record_prompt(const cJSON *rec, const char *field, const char **t1, const char **t2) {
+    static const char *fields[] = {"turns", "prompt", "question", "problem", "instruction", "text"};
+    *t1 = *t2 = NULL;
+    for (int i = 0; i < 6; i++) {
+        const char *f = field ? field : fields[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, f);
+        if (field) i = 6;
+        if (!v) continue;
+        if (cJSON_IsString(v)) {
+            *t1 = v->valuestring;
+            return 0;
+        }
+        if (cJSON_IsArray(v) && cJSON_IsString(cJSON_GetArrayItem(v, 0))) {
+            *t1 = cJSON_GetArrayItem(v, 0)->valuestring;
+            const cJSON *b = cJSON_GetArrayItem(v, 1);
+            if (cJSON_IsString(b)) *t2 = b->valuestring;
+            return 0;
+        }
+        return -1;
+    }
+    return -1;
+}
+
+static int problem(prompt_set *s, int strict, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int problem(prompt_set *s, int strict, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (strict) {
+        ds_error("%s", msg);
+        return -1;
+    }
+    fprintf(stderr, "warning: %s (skipped)\n", msg);
+    s->skipped++;
+    return 0;
+}
+
+static int add_record(prompt_set *out, const cJSON *rec, const dataset_def *def, const char *path, int line, int index,
+                      int strict) {
+    const char *t1, *t2;
+    if (!cJSON_IsObject(rec))
+        return problem(out, strict, "%s:%d: record is not a JSON object", path, line);
+    if (record_prompt(rec, def->field, &t1, &t2) || !*t1)
+        return problem(out, strict, "%s:%d: no non-empty '%s' prompt field", path, line, def->field ? def->field : "turns/prompt/question/...");
+    const char *domain = def->domain;
+    if (!domain) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(rec, "category");
+        domain = category_domain(cJSON_IsString(c) ? c->valuestring : NULL);
+    }
+    return push(out, t1, t2, def->name, domain, index);
+}
+
+static int load_file(const dataset_def *def, const char *path, int limit, int strict, prompt_set *out) {
+    char *txt;
+    size_t n;
+    if (ds_read_file(path, &txt, &n)) {
+        ds_error_prefix("dataset '%s'", def->name);
+        return -1;
+    }
+    int rc = 0, index = 0;
+    size_t i = 0;
+    while (i < n && (txt[i] == ' ' || txt[i] == '\n' || txt[i] == '\r' || txt[i] == '\t')) i++;
+    if (i < n && txt[i] == '[') { /* one JSON array of records */
+        cJSON *arr = cJSON_ParseWithLength(txt, n);
+        if (!arr || !cJSON_IsArray(arr)) {
+            ds_error("%s: not a valid JSON array of records", path);
+            cJSON_Delete(arr);
+            free(txt);
+            return -1;
+        }
+        for (const cJSON *rec = arr->child; rec && rc == 0 && (limit <= 0 || out->n < limit); rec = rec->next, index++)
+            rc = add_record(out, rec, def, path, index + 1, index, strict);
+        cJSON_Delete(arr);
+        free(txt);
+        return rc;
+    }
+    /* JSONL: records separated by '\n' only (a raw U+2028 inside a string is not a line break) */
+    int line = 0;
+    for (size_t start = 0; start < n && rc == 0 && (limit <= 0 || out->n < limit);) {
+        char *nl = memchr(txt + start, '\n', n - start);
+        size_t end = nl ? (size_t)(nl - txt) : n;
+        line++;
+        size_t a = start, b = end;
+        while (a < b && (txt[a] == ' ' || txt[a] == '\t' || txt[a] == '\r')) a++;
+        while (b > a && (txt[b - 1] == ' ' || txt[b - 1] == '\t' || txt[b - 1] == '\r')) b--;
+        if (b > a) {
+            cJSON *rec = cJSON_ParseWithLength(txt + a, b - a);
+            if (!rec) rc = problem(out, strict, "%s:%d: malformed or truncated JSON line", path, line);
+            else rc = add_record(out, rec, def, path, line, index, strict);
+            cJSON_Delete(rec);
+            index++;
+        }
+        start = end + 1;
+    }
+    free(txt);
+    return rc;
+}
+
+int dataset_load(const char *name, const char *root, int limit, int strict, prompt_set *out) {
+    memset(out, 0, sizeof *out);
+    if (!root) root = dataset_default_root();
+    if (strcmp(name, "builtin") == 0) {
+        for (int i = 0; i < N_BUILTIN && (limit <= 0 || out->n < limit); i++)
+            if (push(out, BUILTIN[i].text, NULL, "builtin", BUILTIN[i].domain, i)) goto fail;
+        return 0;
+    }
+    for (int i = 0; i < N_DATASETS; i++) {
+        if (strcmp(name, DATASETS[i].name) != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root, DATASETS[i].file);
+        if (load_file(&DATASETS[i], path, limit, strict, out)) goto fail;
+        return 0;
+    }
+    size_t nl = strlen(name);
+    if ((nl > 6 && strcmp(name + nl - 6, ".jsonl") == 0) || (nl > 5 && strcmp(name + nl - 5, ".json") == 0)) {
+        const char *base = strrchr(name, '/');
+        static char label[32];
+        snprintf(label, sizeof label, "%.*s", (int)(strcspn(base ? base + 1 : name, ".")), base ? base + 1 : name);
+        dataset_def def = {label, name, NULL, NULL}; /* domain from a "category" field, else chat */
+        if (load_file(&def, name, limit, strict, out)) goto fail;
+        return 0;
+    }
+    ds_error("unknown dataset '%s' (known: %s)", name, dataset_names());
+    return -1;
+fail:
+    prompt_set_free(out);
+    return -1;
+}

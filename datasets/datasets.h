@@ -1,0 +1,34 @@
+/* datasets.h — benchmark prompt sets: the nine evaluation sets and the training mix from
+ * ../shared/datasets (fields per its MANIFEST.md), any JSONL/JSON file of prompts, and a few
+ * built-in prompts per domain.
+ *
+ * A line that is not valid JSON, or lacks the prompt field, is reported as FILE:LINE on stderr and
+ * skipped; with strict it is an error. Each prompt carries its dataset name and domain. */
+#ifndef DS_DATASETS_H
+#define DS_DATASETS_H
+
+typedef struct {
+    char *text;       /* the first user turn */
+    char *text2;      /* MT-Bench's second turn, or NULL */
+    char dataset[32];
+    char domain[16];  /* math, code, chat */
+    int index;        /* position in the source file (0-based record number) */
+} prompt;
+
+typedef struct {
+    prompt *v;
+    int n, cap;
+    int skipped;      /* malformed lines skipped (non-strict) */
+} prompt_set;
+
+/* name: gsm8k math500 aime25 mbpp humaneval livecodebench mtbench alpaca arenahard trainmix
+ * builtin, or a path to a .jsonl / .json file (field: "turns"[0], "prompt", "question",
+ * "problem", "instruction" or "text", whichever is present). root: the folder holding the shared
+ * datasets (NULL: $DSPARK_DATA, else ../shared/datasets). limit <= 0: all. */
+int dataset_load(const char *name, const char *root, int limit, int strict, prompt_set *out);
+void prompt_set_free(prompt_set *s);
+const char *dataset_default_root(void);
+/* "known: ..." list for messages */
+const char *dataset_names(void);
+
+#endif

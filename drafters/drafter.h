@@ -1,0 +1,65 @@
+/* drafter.h — one interface for every drafter family; a new family is one file plus one line in
+ * drafters/registry.c.
+ *
+ * propose() returns the drafted tokens x_1..x_n and, for each, the processed distribution q_k it
+ * was sampled from (the same logit processing as the target's, so verification is lossless) and,
+ * when the family has a confidence head, c_k. commit() tells the drafter what the target accepted:
+ * the committed sequence grew by x_1..x_accepted and next_token; `hidden` carries the target's
+ * captured states ([n_capture][accepted + 1][dim], rows anchor..x_accepted) for families that
+ * condition on them. */
+#ifndef DS_DRAFTER_H
+#define DS_DRAFTER_H
+
+#include <cJSON.h>
+
+#include "../engine/request.h"
+#include "../runtime/target.h"
+#include "../verify/logits.h"
+
+typedef struct {
+    int n, cap, V;
+    int *tok;    /* [cap] */
+    float *q;    /* [cap][V] processed draft distributions */
+    float *conf; /* [cap] conditional survival estimates c_k, or NULL */
+} draft_block;
+
+int draft_block_init(draft_block *b, int cap, int V, int with_conf);
+void draft_block_free(draft_block *b);
+
+typedef struct drafter drafter;
+typedef struct drafter_ops {
+    const char *name;
+    const char *help;
+    int (*open)(drafter *, const cJSON *cfg, target *t);
+    int (*begin)(drafter *, request *, const float *prompt_hidden);
+    int (*propose)(drafter *, request *, int gamma, const sampling_params *, draft_block *);
+    int (*commit)(drafter *, request *, int n_accepted, int next_token, const float *hidden);
+    void (*end)(drafter *, request *);
+    /* forget everything after the prompt, as if begin() had just run (sampling many continuations
+     * of one prompt without re-reading it) */
+    int (*rewind)(drafter *, request *);
+    int (*save)(const drafter *, const char *dir); /* NULL when there is nothing to save */
+    void (*close)(drafter *);
+} drafter_ops;
+
+struct drafter {
+    const drafter_ops *ops;
+    void *impl;
+    target *t;
+    char fingerprint[64];
+    char describe[160];      /* one line for reports: family and configuration */
+    int has_conf;
+    int n_capture;           /* target layers it conditions on (0 = none) */
+    int capture_layers[16];
+};
+
+/* Registry: NULL and a message listing the known names when the name is unknown. */
+const drafter_ops *drafter_find(const char *name);
+int drafter_open(drafter *d, const char *name, const cJSON *cfg, target *t);
+void drafter_close(drafter *d);
+
+/* Vocabulary compatibility of a draft model with the target: same size, and where both carry a
+ * tokenizer the same token texts (llama.cpp's rule from id 5 on) and special ids. */
+int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what);
+
+#endif

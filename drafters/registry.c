@@ -1,0 +1,87 @@
+/* registry.c — drafter names to ops, the draft block, and the vocabulary check shared by families
+ * that bring their own model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+#include "drafter.h"
+
+extern const drafter_ops drafter_vanilla;
+
+static const drafter_ops *const DRAFTERS[] = {
+    &drafter_vanilla,
+};
+#define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
+
+const drafter_ops *drafter_find(const char *name) {
+    for (int i = 0; i < N_DRAFTERS; i++)
+        if (strcmp(DRAFTERS[i]->name, name) == 0) return DRAFTERS[i];
+    char known[256];
+    int w = 0;
+    for (int i = 0; i < N_DRAFTERS; i++) w += snprintf(known + w, sizeof known - (size_t)w, "%s%s", i ? ", " : "", DRAFTERS[i]->name);
+    ds_error("unknown drafter '%s' (known: %s)", name, known);
+    return NULL;
+}
+
+int drafter_open(drafter *d, const char *name, const cJSON *cfg, target *t) {
+    memset(d, 0, sizeof *d);
+    d->ops = drafter_find(name);
+    if (!d->ops) return -1;
+    d->t = t;
+    if (d->ops->open(d, cfg, t)) {
+        ds_error_prefix("drafter '%s'", name);
+        d->ops->close(d); /* frees whatever open made before failing */
+        d->ops = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void drafter_close(drafter *d) {
+    if (d->ops && d->ops->close) d->ops->close(d);
+    memset(d, 0, sizeof *d);
+}
+
+int draft_block_init(draft_block *b, int cap, int V, int with_conf) {
+    memset(b, 0, sizeof *b);
+    b->cap = cap;
+    b->V = V;
+    b->tok = ds_calloc((size_t)cap, sizeof(int), "draft block");
+    b->q = ds_calloc((size_t)cap * (size_t)V, sizeof(float), "draft block");
+    b->conf = with_conf ? ds_calloc((size_t)cap, sizeof(float), "draft block") : NULL;
+    if (!b->tok || !b->q || (with_conf && !b->conf)) {
+        draft_block_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+void draft_block_free(draft_block *b) {
+    free(b->tok);
+    free(b->q);
+    free(b->conf);
+    memset(b, 0, sizeof *b);
+}
+
+int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what) {
+    int V = t->m.cfg.vocab_size;
+    if (m->cfg.vocab_size != V) {
+        ds_error("%s: vocabulary of %d tokens, the target has %d (a drafter must share the target's vocabulary)", what,
+                 m->cfg.vocab_size, V);
+        return -1;
+    }
+    if (!tk || !t->has_tokenizer) return 0; /* no tokenizer in the checkpoint: the size is all there is to check */
+    const tokenizer *tt = &t->tk;
+    for (int i = 5; i < V; i++)
+        if (tk->text_len[i] != tt->text_len[i] || memcmp(tk->text[i], tt->text[i], (size_t)tt->text_len[i]) != 0) {
+            ds_error("%s: vocabulary differs from the target's at token id %d ('%.40s' vs '%.40s')", what, i, tk->text[i],
+                     tt->text[i]);
+            return -1;
+        }
+    if (tk->eos != tt->eos || tk->bos != tt->bos) {
+        ds_error("%s: special ids differ from the target's (bos %d/%d, eos %d/%d)", what, tk->bos, tt->bos, tk->eos, tt->eos);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,51 @@
+/* decode.h — the decoding loop (DESIGN §2), one code path for the autoregressive baseline and
+ * speculative decoding.
+ *
+ * A round, for every active request in lockstep: the drafter proposes up to gamma tokens, the
+ * scheduler picks how many of each request's drafts the target verifies, ONE target forward over
+ * the flattened varlen batch [anchor, x_1..x_l] per request gives p_0..p_l, verification accepts a
+ * prefix and draws the residual or bonus token, and the caches are cropped to what was committed.
+ * With no drafter every round verifies l = 0 drafts: plain autoregressive decoding through the
+ * same code, so the speedup compares like with like. */
+#ifndef DS_DECODE_H
+#define DS_DECODE_H
+
+#include "../drafters/drafter.h"
+#include "../schedulers/scheduler.h"
+#include "request.h"
+#include "trace.h"
+
+typedef struct {
+    sampling_params sp;
+    int gamma;              /* drafts per round at most */
+    drafter *d;             /* NULL: autoregressive baseline */
+    scheduler *s;           /* required with a drafter */
+    const sps_table *sps;
+    trace *tr;              /* rows go here when not NULL */
+    int mode;               /* MODE_AR or MODE_SPEC, for the trace */
+} decode_cfg;
+
+typedef struct {
+    long rounds, emitted, drafted, verified, accepted;
+    double t_draft, t_sched, t_verify, t_prefill;
+    long pos_attempted[65], pos_accepted[65]; /* per draft position 1..gamma */
+} decode_stats;
+
+/* A request ready to decode: prompt ids copied, caches made, random streams seeded from seed. */
+int request_init(request *r, target *t, int id, const int *prompt, int n_prompt, int max_new, uint64_t seed);
+void request_free(request *r, target *t);
+
+/* Prefill and decode the R requests until each hits end-of-generation or its budget. Statistics
+ * are added to st; per-round rows go to cfg->tr. */
+int decode_run(target *t, request **reqs, int R, const decode_cfg *cfg, decode_stats *st);
+
+/* The two halves of decode_run, for callers that reuse one prefill many times (lossless --real):
+ * decode_prefill runs the prompt, draws the first token from `first_probs` (NULL: from the
+ * prompt's last logits) and starts the drafter; decode_rounds runs rounds until every request is
+ * done. */
+int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_logits, decode_stats *st);
+int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decode_stats *st);
+/* append emitted tokens (end-of-generation, budget and stop_at end the request); returns the count */
+int append_emitted(target *t, request *r, const int *tok, int n);
+
+#endif

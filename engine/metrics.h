@@ -1,0 +1,35 @@
+/* metrics.h — the numbers a report prints, computed from a trace (DESIGN §12).
+ *
+ * tau = tokens emitted per verification round (accepted drafts + 1; a round that accepts an end
+ * token inside the draft has no bonus), micro-averaged over rounds, and the per-request (macro)
+ * mean. Acceptance rate = accepted drafts / verified drafts. Conditional acceptance at position k
+ * = rounds accepting x_k / rounds that verified x_k with x_1..x_{k-1} accepted (the paper's Fig. 2);
+ * unconditional = rounds accepting >= k / rounds verifying >= k (what vLLM and DeepSpec print).
+ * Wall speedup = autoregressive wall time / speculative wall time on the same requests. */
+#ifndef DS_METRICS_H
+#define DS_METRICS_H
+
+#include "trace.h"
+
+#define METRICS_MAX_POS 64
+
+typedef struct {
+    char name[48];
+    int n_prompts;                     /* speculative requests in the group */
+    long rounds, emitted, verified, accepted;
+    double tau, tau_macro, accept_rate;
+    long ar_tokens, sp_tokens;
+    double ar_wall, sp_wall, ar_tok_s, sp_tok_s, speedup;
+    int n_pairs, identical;            /* requests with both modes; identical outputs */
+    double t_draft, t_sched, t_verify; /* seconds over speculative rounds */
+    long att[METRICS_MAX_POS + 1], acc[METRICS_MAX_POS + 1];       /* conditional */
+    long ver_ge[METRICS_MAX_POS + 1], acc_ge[METRICS_MAX_POS + 1]; /* unconditional */
+    double cstar_sum[METRICS_MAX_POS + 1];
+    long cstar_n[METRICS_MAX_POS + 1];
+    int max_pos;
+} metrics;
+
+/* group: "" = all requests; "dataset:NAME" or "domain:NAME" */
+int metrics_compute(const trace_data *d, const char *group, metrics *m);
+
+#endif

@@ -1,0 +1,121 @@
+/* test_datasets — prompt loading: malformed and truncated lines reported as FILE:LINE and skipped
+ * (fatal with strict), JSON-array files, field detection, built-in prompts, unknown names, and
+ * the ten shared sets (counts, domains, MT-Bench's second turn, a U+2028 kept inside a prompt). */
+#include "testutil.h"
+
+#include "../datasets/datasets.h"
+
+static void test_malformed_lines(void **state) {
+    (void)state;
+    const char *p = tmp_path("prompts.jsonl");
+    const char *body = "{\"prompt\": \"first\"}\n"
+                       "{\"prompt\": \"second\", \"category\": \"code\"}\n"
+                       "this is not json\n"
+                       "\n"
+                       "{\"other\": 1}\n"
+                       "{\"turns\": [\"t1\", \"t2\"]}\n"
+                       "{\"prompt\": \"cut off"; /* truncated last line, no newline */
+    write_file(p, body, strlen(body));
+    prompt_set s;
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(s.skipped, 3);
+    assert_string_equal(s.v[0].text, "first");
+    assert_string_equal(s.v[1].domain, "code");
+    assert_string_equal(s.v[2].text, "t1");
+    assert_string_equal(s.v[2].text2, "t2");
+    assert_int_equal(s.v[2].index, 4); /* record number among non-empty lines */
+    prompt_set_free(&s);
+    /* strict: the first problem is fatal and names the file and line */
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
+    char want[600];
+    snprintf(want, sizeof want, "%s:3: malformed or truncated JSON line", p);
+    if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
+    /* limit stops early */
+    assert_int_equal(dataset_load(p, NULL, 2, 1, &s), 0);
+    assert_int_equal(s.n, 2);
+    prompt_set_free(&s);
+    remove(p);
+}
+
+static void test_json_array_and_errors(void **state) {
+    (void)state;
+    const char *p = tmp_path("arr.json");
+    const char *body = "[{\"instruction\": \"a\"}, {\"instruction\": \"b\"}, 3]";
+    write_file(p, body, strlen(body));
+    prompt_set s;
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.skipped, 1);
+    prompt_set_free(&s);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
+    assert_non_null(strstr(ds_errmsg(), ":3: record is not a JSON object"));
+    write_file(p, "[{\"instruction\": ", 17);
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
+    assert_non_null(strstr(ds_errmsg(), "not a valid JSON array"));
+    remove(p);
+    assert_int_equal(dataset_load("gsm9k", NULL, 0, 0, &s), -1);
+    assert_non_null(strstr(ds_errmsg(), "unknown dataset 'gsm9k'"));
+    assert_int_equal(dataset_load("/nonexistent/x.jsonl", NULL, 0, 0, &s), -1);
+    assert_non_null(strstr(ds_errmsg(), "/nonexistent/x.jsonl"));
+    assert_int_equal(dataset_load("gsm8k", "/nonexistent-root", 0, 0, &s), -1);
+    assert_non_null(strstr(ds_errmsg(), "/nonexistent-root/gsm8k/deepspec_gsm8k.jsonl"));
+    assert_int_equal(dataset_load("builtin", NULL, 0, 0, &s), 0);
+    int dom[3] = {0};
+    for (int i = 0; i < s.n; i++) {
+        dom[0] += strcmp(s.v[i].domain, "math") == 0;
+        dom[1] += strcmp(s.v[i].domain, "code") == 0;
+        dom[2] += strcmp(s.v[i].domain, "chat") == 0;
+    }
+    assert_true(dom[0] >= 3 && dom[1] >= 3 && dom[2] >= 3);
+    prompt_set_free(&s);
+}
+
+static void test_shared_sets(void **state) {
+    (void)state;
+    struct stat st;
+    const char *root = dataset_default_root();
+    if (stat(root, &st) != 0) {
+        printf("  skipped: the shared datasets are not at %s (set DSPARK_DATA)\n", root);
+        skip();
+    }
+    static const struct {
+        const char *name, *domain;
+        int n;
+    } sets[] = {{"gsm8k", "math", 1319},     {"math500", "math", 500},        {"aime25", "math", 30},
+                {"mbpp", "code", 257},       {"humaneval", "code", 164},      {"livecodebench", "code", 1055},
+                {"mtbench", "chat", 80},     {"alpaca", "chat", 805},         {"arenahard", "chat", 750},
+                {"trainmix", NULL, 1325}};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+        prompt_set s;
+        if (dataset_load(sets[i].name, NULL, 0, 1, &s)) fail_msg("%s: %s", sets[i].name, ds_errmsg());
+        if (s.n != sets[i].n) fail_msg("%s: %d prompts, MANIFEST says %d", sets[i].name, s.n, sets[i].n);
+        if (sets[i].domain) assert_string_equal(s.v[0].domain, sets[i].domain);
+        if (strcmp(sets[i].name, "mtbench") == 0)
+            for (int k = 0; k < s.n; k++) assert_non_null(s.v[k].text2);
+        if (strcmp(sets[i].name, "arenahard") == 0) { /* a raw U+2028 stays inside its prompt */
+            int found = 0;
+            for (int k = 0; k < s.n; k++) found |= strstr(s.v[k].text, "\xe2\x80\xa8") != NULL;
+            assert_true(found);
+        }
+        if (strcmp(sets[i].name, "trainmix") == 0) {
+            int math = 0, code = 0;
+            for (int k = 0; k < s.n; k++) {
+                math += strcmp(s.v[k].domain, "math") == 0;
+                code += strcmp(s.v[k].domain, "code") == 0;
+            }
+            assert_int_equal(math, 517);
+            assert_int_equal(code, 517);
+        }
+        prompt_set_free(&s);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_malformed_lines),
+        cmocka_unit_test(test_json_array_and_errors),
+        cmocka_unit_test(test_shared_sets),
+    };
+    return cmocka_run_group_tests_name("datasets", tests, NULL, NULL);
+}

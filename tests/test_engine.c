@@ -1,0 +1,188 @@
+/* test_engine — the decoding loop on the real SmolLM2: greedy speculative decoding reproduces the
+ * autoregressive output token for token (batch-invariant kernels), a drafter that IS the target is
+ * always accepted at temperature 1, round accounting adds up, requests decoded together equal
+ * requests decoded alone, and configuration errors are clear. */
+#include "testutil.h"
+
+#include "../engine/decode.h"
+
+typedef struct {
+    target t;
+} ctx;
+
+static int setup(void **state) {
+    if (!need_real_model()) return -1;
+    ctx *c = calloc(1, sizeof *c);
+    if (target_open(&c->t, real_model_path(), 0)) {
+        fprintf(stderr, "%s\n", ds_errmsg());
+        return -1;
+    }
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state) {
+    ctx *c = *state;
+    target_close(&c->t);
+    free(c);
+    return 0;
+}
+
+static void encode(target *t, const char *text, ivec *ids) {
+    chat_msg m = {"user", text};
+    ids->n = 0;
+    assert_int_equal(chat_encode(&t->ct, &t->tk, &m, 1, 1, ids), 0);
+}
+
+static const char *PROMPTS[3] = {"Write a haiku about autumn.", "What is 17 times 3? Answer briefly.",
+                                 "Write a Python function that sums a list."};
+
+/* decode the prompts, R at a time, and return each output (caller frees) */
+static int **decode_all(target *t, drafter *d, scheduler *s, int gamma, sampling_params sp, int max_new, int R,
+                        int *n_out, decode_stats *st, uint64_t seed) {
+    int **outs = calloc(3, sizeof(int *));
+    decode_cfg cfg = {sp, gamma, d, s, NULL, NULL, d ? MODE_SPEC : MODE_AR};
+    memset(st, 0, sizeof *st);
+    for (int g = 0; g < 3; g += R) {
+        int n = DS_MIN(R, 3 - g);
+        request reqs[3];
+        request *rp[3];
+        ivec ids = {0};
+        for (int i = 0; i < n; i++) {
+            encode(t, PROMPTS[g + i], &ids);
+            assert_int_equal(request_init(&reqs[i], t, g + i, ids.v, ids.n, max_new, seed + (uint64_t)(g + i)), 0);
+            rp[i] = &reqs[i];
+        }
+        ivec_free(&ids);
+        if (decode_run(t, rp, n, &cfg, st)) fail_msg("%s", ds_errmsg());
+        for (int i = 0; i < n; i++) {
+            n_out[g + i] = request_n_out(&reqs[i]);
+            outs[g + i] = malloc(sizeof(int) * (size_t)n_out[g + i]);
+            memcpy(outs[g + i], reqs[i].toks.v + reqs[i].n_prompt, sizeof(int) * (size_t)n_out[g + i]);
+            /* accounting: the first token comes from the prefill, the rest from rounds */
+            assert_true(n_out[g + i] <= max_new);
+            for (int k = 0; k + 1 < n_out[g + i]; k++) assert_false(tokenizer_is_eog(&t->tk, outs[g + i][k]));
+            request_free(&reqs[i], t);
+        }
+    }
+    return outs;
+}
+
+static void free_outs(int **o) {
+    for (int i = 0; i < 3; i++) free(o[i]);
+    free(o);
+}
+
+static void test_greedy_equals_autoregressive(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"layers\": 20}");
+    assert_int_equal(drafter_open(&d, "vanilla", dc, &c->t), 0);
+    assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+    sampling_params greedy = {0, 0, 1};
+    int na[3], ns[3];
+    decode_stats sa, ss;
+    int **ar = decode_all(&c->t, NULL, NULL, 0, greedy, 40, 1, na, &sa, 1);
+    int **sp = decode_all(&c->t, &d, &s, 4, greedy, 40, 1, ns, &ss, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(na[i], ns[i]);
+        assert_memory_equal(ar[i], sp[i], sizeof(int) * (size_t)na[i]);
+    }
+    /* speculative rounds emitted every output token after the first */
+    assert_int_equal(ss.emitted, ns[0] + ns[1] + ns[2] - 3);
+    assert_int_equal(sa.rounds, sa.emitted);
+    assert_true(ss.rounds < sa.rounds);
+    /* several requests in one varlen batch decode exactly as alone */
+    int nb[3];
+    decode_stats sb;
+    int **batched = decode_all(&c->t, &d, &s, 4, greedy, 40, 3, nb, &sb, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(nb[i], na[i]);
+        assert_memory_equal(batched[i], ar[i], sizeof(int) * (size_t)na[i]);
+    }
+    free_outs(ar), free_outs(sp), free_outs(batched);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+}
+
+static void test_full_depth_draft_always_accepted(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    char cfg[64];
+    snprintf(cfg, sizeof cfg, "{\"layers\": %d}", c->t.m.cfg.n_layers);
+    cJSON *dc = cJSON_Parse(cfg);
+    assert_int_equal(drafter_open(&d, "vanilla", dc, &c->t), 0);
+    assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+    sampling_params sp = {1.0f, 0, 1.0f};
+    int n[3];
+    decode_stats st;
+    int **o = decode_all(&c->t, &d, &s, 3, sp, 24, 1, n, &st, 7);
+    /* q = p exactly (same kernels, batch-invariant): every verified draft is accepted */
+    assert_true(st.verified > 0);
+    assert_int_equal(st.accepted, st.verified);
+    free_outs(o);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+}
+
+static void test_config_errors(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    assert_int_equal(drafter_open(&d, "medusa-9", NULL, &c->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "unknown drafter 'medusa-9' (known: vanilla"));
+    assert_int_equal(scheduler_open(&s, "retrospective", NULL, 0), -1); /* a control, not offered to users */
+    assert_non_null(strstr(ds_errmsg(), "unknown scheduler 'retrospective'"));
+    cJSON *bad = cJSON_Parse("{\"layers\": 99}");
+    assert_int_equal(drafter_open(&d, "vanilla", bad, &c->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "\"layers\" 99 must be in 1..30"));
+    cJSON_Delete(bad);
+    /* a draft model with another vocabulary */
+    tiny_spec ts = {64, 1, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000};
+    size_t n;
+    uint8_t *img = tiny_model_gguf(&ts, 3, &n);
+    const char *p = tmp_path("tiny-draft.gguf");
+    write_file(p, img, n);
+    free(img);
+    char cfg[700];
+    snprintf(cfg, sizeof cfg, "{\"model\": \"%s\"}", p);
+    bad = cJSON_Parse(cfg);
+    assert_int_equal(drafter_open(&d, "vanilla", bad, &c->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "vocabulary of 300 tokens, the target has 49152"));
+    cJSON_Delete(bad);
+    remove(p);
+    /* a scheduler that needs confidences with a drafter that has none */
+    cJSON *ok = cJSON_Parse("{\"layers\": 4}");
+    assert_int_equal(drafter_open(&d, "vanilla", ok, &c->t), 0);
+    assert_int_equal(scheduler_open(&s, "greedy", NULL, 0), 0);
+    int nn[3];
+    decode_stats st;
+    decode_cfg cfgd = {{0, 0, 1}, 3, &d, &s, NULL, NULL, MODE_SPEC};
+    request r;
+    ivec ids = {0};
+    encode(&c->t, "hi", &ids);
+    assert_int_equal(request_init(&r, &c->t, 0, ids.v, ids.n, 8, 1), 0);
+    request *rp = &r;
+    memset(&st, 0, sizeof st);
+    assert_int_equal(decode_run(&c->t, &rp, 1, &cfgd, &st), -1);
+    assert_non_null(strstr(ds_errmsg(), "needs a drafter with confidences"));
+    request_free(&r, &c->t);
+    ivec_free(&ids);
+    DS_UNUSED(nn);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(ok);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_equals_autoregressive),
+        cmocka_unit_test(test_full_depth_draft_always_accepted),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
+}

@@ -1,0 +1,186 @@
+/* test_trace — HDF5 traces: rows written are the rows read back (by our reader and by h5dump, an
+ * independent one), the file only appears under its name when complete, and the report's metrics
+ * match hand-computed values on a synthetic trace. */
+#include "testutil.h"
+
+#include <sys/wait.h>
+
+#include "../engine/metrics.h"
+#include "../engine/trace.h"
+
+static int exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* a small run: two requests (AR and spec each), known rounds */
+static void write_synthetic(trace *t) {
+    assert_int_equal(trace_attr(t, "config", "{\"temperature\": 0, \"gamma\": 3}"), 0);
+    assert_int_equal(trace_attr(t, "target_fingerprint", "abcd"), 0);
+    assert_int_equal(trace_attr_u64(t, "seed", 42), 0);
+    /* request 0 (gsm8k, math): spec rounds (verified, accepted, emitted) = (3,3,4), (3,1,2), (3,0,1) */
+    int rounds0[3][3] = {{3, 3, 4}, {3, 1, 2}, {3, 0, 1}};
+    /* request 2 (mtbench, chat): (3,2,3), (2,2,3) */
+    int rounds2[2][3] = {{3, 2, 3}, {2, 2, 3}};
+    for (int i = 0; i < 3; i++) {
+        trace_round r = {0, i, MODE_SPEC, 3, rounds0[i][0], rounds0[i][1], rounds0[i][2], 4, 100, 10, 900};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        trace_round r = {2, i, MODE_SPEC, 3, rounds2[i][0], rounds2[i][1], rounds2[i][2], 4, 100, 10, 900};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    for (int i = 0; i < 8; i++) { /* the AR baseline's rounds: one token each */
+        trace_round r = {i < 4 ? 0 : 2, i % 4, MODE_AR, 0, 0, 0, 1, 1, 0, 0, 500};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    trace_request q[4] = {
+        {0, MODE_AR, "gsm8k", "math", 5, 30, 8, 7, 2.0, 111},  {0, MODE_SPEC, "gsm8k", "math", 5, 30, 8, 3, 1.0, 111},
+        {2, MODE_AR, "mtbench", "chat", 7, 40, 7, 6, 1.5, 222}, {2, MODE_SPEC, "mtbench", "chat", 7, 40, 7, 2, 1.5, 999},
+    };
+    for (int i = 0; i < 4; i++) assert_int_equal(trace_add_request(t, &q[i]), 0);
+    trace_position p = {1, 5, 4};
+    assert_int_equal(trace_add_position(t, &p), 0);
+    trace_conf c = {0, 0, 1, NAN, NAN, 0.75f, 1};
+    assert_int_equal(trace_add_conf(t, &c), 0);
+    trace_lossless l = {"exact V=4", "exact-tv", 0, 1e-17, NAN, 0, 1};
+    assert_int_equal(trace_add_lossless(t, &l), 0);
+}
+
+static void test_roundtrip_and_tmp(void **state) {
+    (void)state;
+    const char *path = tmp_path("trace.h5");
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    remove(path);
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    write_synthetic(t);
+    /* until closed, only PATH.tmp exists: an interrupted run never looks complete */
+    assert_false(exists(path));
+    assert_true(exists(tmp));
+    assert_int_equal(trace_close(t), 0);
+    assert_true(exists(path));
+    assert_false(exists(tmp));
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    assert_int_equal(d.n_rounds, 13);
+    assert_int_equal(d.n_requests, 4);
+    assert_int_equal(d.n_positions, 1);
+    assert_int_equal(d.n_conf, 1);
+    assert_int_equal(d.n_lossless, 1);
+    assert_string_equal(d.requests[3].dataset, "mtbench");
+    assert_string_equal(d.requests[2].domain, "chat");
+    assert_int_equal(d.requests[3].output_hash, 999);
+    assert_int_equal(d.rounds[1].accepted, 1);
+    assert_float_equal(d.rounds[0].t_verify_us, 900, 0);
+    assert_float_equal(d.conf[0].c_star, 0.75, 0);
+    assert_true(isnan(d.conf[0].c_raw));
+    assert_string_equal(d.target_fingerprint, "abcd");
+    assert_non_null(strstr(d.config, "\"gamma\": 3"));
+    assert_string_equal(d.lossless[0].test, "exact V=4");
+    trace_data_free(&d);
+
+    /* an independent reader: h5dump from hdf5-tools */
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "h5dump -d /requests '%s' 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    if (WEXITSTATUS(st) == 127 || strstr(out, "not found")) fail_msg("h5dump missing (make deps installs hdf5-tools)");
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_non_null(strstr(out, "\"mtbench\""));
+    assert_non_null(strstr(out, "\"gsm8k\""));
+    assert_non_null(strstr(out, "999"));
+    assert_non_null(strstr(out, "H5T_STD_I64LE \"output_hash\""));
+    snprintf(cmd, sizeof cmd, "h5dump -a /seed '%s' 2>&1", path);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    assert_non_null(strstr(out, "42"));
+    remove(path);
+}
+
+static void test_abort_and_errors(void **state) {
+    (void)state;
+    const char *path = tmp_path("aborted.h5");
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    trace_round r = {0};
+    assert_int_equal(trace_add_round(t, &r), 0);
+    trace_abort(t);
+    assert_false(exists(path));
+    assert_false(exists(tmp));
+    /* unwritable location, missing and non-HDF5 files */
+    assert_null(trace_create("/nonexistent-dir/x.h5"));
+    assert_non_null(strstr(ds_errmsg(), "cannot create the trace file"));
+    trace_data d;
+    assert_int_equal(trace_read("/nonexistent/x.h5", &d), -1);
+    assert_non_null(strstr(ds_errmsg(), "no such file"));
+    const char *txt = tmp_path("plain.h5");
+    write_file(txt, "not hdf5", 8);
+    assert_int_equal(trace_read(txt, &d), -1);
+    assert_non_null(strstr(ds_errmsg(), "not an HDF5 trace"));
+    remove(txt);
+}
+
+/* metric definitions on the synthetic trace, computed by hand */
+static void test_metrics(void **state) {
+    (void)state;
+    const char *path = tmp_path("metrics.h5");
+    trace *t = trace_create(path);
+    write_synthetic(t);
+    assert_int_equal(trace_close(t), 0);
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    metrics m;
+    assert_int_equal(metrics_compute(&d, "", &m), 0);
+    /* 5 spec rounds emitting 4+2+1+3+3 = 13 */
+    assert_int_equal(m.rounds, 5);
+    assert_float_equal(m.tau, 13.0 / 5, 1e-12);
+    /* per request: (4+2+1)/3 and (3+3)/2 */
+    assert_float_equal(m.tau_macro, ((7.0 / 3) + 3.0) / 2, 1e-12);
+    /* accepted 3+1+0+2+2 = 8 of verified 3+3+3+3+2 = 14 */
+    assert_float_equal(m.accept_rate, 8.0 / 14, 1e-12);
+    /* conditional at k: rounds verifying k with 1..k-1 accepted; accepted at k
+     * k=1: all 5 attempted, accepted in rounds with acc>=1: 4       -> 4/5
+     * k=2: attempted where acc>=1 and verified>=2: 4; acc>=2: 3    -> 3/4
+     * k=3: attempted where acc>=2 and verified>=3: 2 (3,3,4),(3,2,3); acc>=3: 1 -> 1/2 */
+    assert_int_equal(m.att[1], 5);
+    assert_int_equal(m.acc[1], 4);
+    assert_int_equal(m.att[2], 4);
+    assert_int_equal(m.acc[2], 3);
+    assert_int_equal(m.att[3], 2);
+    assert_int_equal(m.acc[3], 1);
+    /* unconditional at 3: rounds accepting >= 3 / rounds verifying >= 3: 1/4 */
+    assert_int_equal(m.ver_ge[3], 4);
+    assert_int_equal(m.acc_ge[3], 1);
+    /* speedup = AR wall / spec wall = 3.5 / 2.5; one of two outputs identical */
+    assert_float_equal(m.speedup, 3.5 / 2.5, 1e-12);
+    assert_int_equal(m.n_pairs, 2);
+    assert_int_equal(m.identical, 1);
+    assert_float_equal(m.ar_tok_s, 15 / 3.5, 1e-12);
+    /* groups */
+    assert_int_equal(metrics_compute(&d, "domain:chat", &m), 0);
+    assert_int_equal(m.rounds, 2);
+    assert_float_equal(m.tau, 3.0, 1e-12);
+    assert_int_equal(metrics_compute(&d, "dataset:gsm8k", &m), 0);
+    assert_float_equal(m.tau, 7.0 / 3, 1e-12);
+    assert_float_equal(m.speedup, 2.0, 1e-12);
+    trace_data_free(&d);
+    remove(path);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_and_tmp),
+        cmocka_unit_test(test_abort_and_errors),
+        cmocka_unit_test(test_metrics),
+    };
+    return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
+}
