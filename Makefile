@@ -45,7 +45,7 @@ all: $(BIN)
 
 deps: $(BUILD)/config.mk
 
-$(BUILD)/%.o: %.c $(BUILD)/config.mk
+$(BUILD)/%.o: %.c $(BUILD)/config.mk $(wildcard runtime/*.inc drafters/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

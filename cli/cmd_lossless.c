@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../engine/gate_models.h"
 #include "../engine/trace.h"
 #include "../runtime/common.h"
 #include "../verify/lossless.h"
@@ -61,8 +62,13 @@ int cmd_lossless(int argc, char **argv) {
     rep.draws = draws;
     rep.quick = quick;
     rep.alpha = 0.01;
+    rep.extra_tests = GATE_MODEL_KS_TESTS;
     double t0 = ds_now();
     int res = gate_run(&rep, 1);
+    if (res >= 0) {
+        fprintf(stderr, "lossless: drafter modules on a tiny target\n");
+        if (gate_model_cases(&rep, draws, rep.alpha_each)) res = -1;
+    }
     if (res < 0) {
         gate_report_free(&rep);
         return -1;

@@ -80,6 +80,11 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx)
                               cJSON_GetObjectItem(cfg, "temperature") && cJSON_GetObjectItem(cfg, "temperature")->valuedouble == 0
                                   ? " (temperature 0: every request should match)"
                                   : " (sampling: matches are not expected)");
+    double tt_all = all->t_draft + all->t_sched + all->t_verify;
+    if (d.draft_seq_loop_s > 0 && tt_all > 0)
+        fprintf(o, "The draft head's sequential (left-to-right) loop: %.2f s = %.1f%% of speculative round time "
+                   "(%.1f%% of drafting).\n",
+                d.draft_seq_loop_s, 100 * d.draft_seq_loop_s / tt_all, 100 * d.draft_seq_loop_s / all->t_draft);
     if (all->max_pos > 0) {
         fprintf(o, "\n| position k | conditional acceptance | unconditional acceptance | mean analytic c*_k | rounds verifying k |\n"
                    "|---:|---:|---:|---:|---:|\n");

@@ -270,6 +270,7 @@ int cmd_run(int argc, char **argv) {
         trace_position row = {j, st_sp.pos_attempted[j], st_sp.pos_accepted[j]};
         DS_TRY(trace_add_position(tr, &row));
     }
+    if (rc.drafter[0]) DS_TRY(trace_attr_f64(tr, "draft_seq_loop_s", d.t_seq_loop));
     DS_TRY(trace_close(tr));
     tr = NULL;
     printf("trace: %s\n", rc.out);
@@ -281,6 +282,9 @@ int cmd_run(int argc, char **argv) {
                (double)st_sp.accepted / (double)DS_MAX(st_sp.verified, 1),
                100 * st_sp.t_draft / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify),
                100 * st_sp.t_verify / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));
+        if (d.t_seq_loop > 0)
+            printf("draft head's sequential loop: %.3f s = %.1f%% of round time\n", d.t_seq_loop,
+                   100 * d.t_seq_loop / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));
         if (rc.baseline) printf("wall speedup over the autoregressive baseline: %.3fx\n", wall_ar / wall_sp);
     }
     ret = 0;

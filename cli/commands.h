@@ -8,5 +8,6 @@ int cmd_bench_target(int argc, char **argv);
 int cmd_lossless(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const command COMMANDS[] = {
     {"bench-target", cmd_bench_target, "benchmark the target runtime: prefill, decode, SPS(B) curve (JSON)"},
     {"run", cmd_run, "an experiment: baseline and speculative decoding on benchmark prompts, HDF5 trace"},
     {"report", cmd_report, "Markdown tables (and gnuplot plots) from one or more traces"},
+    {"train", cmd_train, "train a drafter (dflash, dspark-markov, dspark-rnn) against the frozen target"},
     {"lossless", cmd_lossless, "the losslessness gate: exact enumeration, chi-square, KS, negative controls"},
 };
 #define N_COMMANDS (int)(sizeof COMMANDS / sizeof *COMMANDS)

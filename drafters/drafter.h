@@ -51,7 +51,12 @@ struct drafter {
     int has_conf;
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];
+    double t_seq_loop;       /* seconds propose spent in a left-to-right sampling loop (DSpark's head) */
 };
+
+/* DSpark/DFlash: the draft law q (and confidence) at position n+1 after drafted tokens prefix[0..n)
+ * in the request's current context. */
+int dspark_dist(drafter *d, request *r, const int *prefix, int n, const sampling_params *sp, float *q, float *conf);
 
 /* Registry: NULL and a message listing the known names when the name is unknown. */
 const drafter_ops *drafter_find(const char *name);

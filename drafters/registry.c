@@ -7,10 +7,13 @@
 #include "../runtime/common.h"
 #include "drafter.h"
 
-extern const drafter_ops drafter_vanilla;
+extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
+    &drafter_dflash,
+    &drafter_dspark_markov,
+    &drafter_dspark_rnn,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 

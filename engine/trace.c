@@ -217,11 +217,11 @@ fail:
     return -1;
 }
 
-int trace_attr_u64(trace *t, const char *name, uint64_t value) {
+static int scalar_attr(trace *t, const char *name, hid_t file_type, hid_t mem_type, const void *value) {
     hid_t sp = -1, at = -1;
     H5TRY(sp = H5Screate(H5S_SCALAR), t->tmp);
-    H5TRY(at = H5Acreate2(t->file, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), t->tmp);
-    H5TRY(H5Awrite(at, H5T_NATIVE_UINT64, &value), t->tmp);
+    H5TRY(at = H5Acreate2(t->file, name, file_type, sp, H5P_DEFAULT, H5P_DEFAULT), t->tmp);
+    H5TRY(H5Awrite(at, mem_type, value), t->tmp);
     H5Aclose(at);
     H5Sclose(sp);
     return 0;
@@ -229,6 +229,14 @@ fail:
     if (at >= 0) H5Aclose(at);
     if (sp >= 0) H5Sclose(sp);
     return -1;
+}
+
+int trace_attr_u64(trace *t, const char *name, uint64_t value) {
+    return scalar_attr(t, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+
+int trace_attr_f64(trace *t, const char *name, double value) {
+    return scalar_attr(t, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
 int trace_close(trace *t) {
@@ -265,6 +273,15 @@ static char *read_str_attr(hid_t file, const char *name) {
     H5Tclose(ty);
     H5Aclose(at);
     return s;
+}
+
+static double read_f64_attr(hid_t file, const char *name) {
+    double v = 0;
+    if (H5Aexists(file, name) <= 0) return 0;
+    hid_t at = H5Aopen(file, name, H5P_DEFAULT);
+    if (at < 0 || H5Aread(at, H5T_NATIVE_DOUBLE, &v) < 0) v = 0;
+    if (at >= 0) H5Aclose(at);
+    return v;
 }
 
 static int read_table(hid_t file, table_id id, void **rows, long *n, const char *path) {
@@ -314,6 +331,7 @@ int trace_read(const char *path, trace_data *d) {
     d->target_fingerprint = read_str_attr(file, "target_fingerprint");
     d->drafter_fingerprint = read_str_attr(file, "drafter_fingerprint");
     d->version = read_str_attr(file, "version");
+    d->draft_seq_loop_s = read_f64_attr(file, "draft_seq_loop_s");
     int rc = read_table(file, T_ROUND, (void **)&d->rounds, &d->n_rounds, path) ||
              read_table(file, T_REQUEST, (void **)&d->requests, &d->n_requests, path) ||
              read_table(file, T_POSITION, (void **)&d->positions, &d->n_positions, path) ||

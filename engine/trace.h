@@ -51,6 +51,7 @@ typedef struct trace trace;
 trace *trace_create(const char *path);
 int trace_attr(trace *t, const char *name, const char *value);
 int trace_attr_u64(trace *t, const char *name, uint64_t value);
+int trace_attr_f64(trace *t, const char *name, double value);
 int trace_add_round(trace *t, const trace_round *r);
 int trace_add_request(trace *t, const trace_request *r);
 int trace_add_position(trace *t, const trace_position *r);
@@ -62,6 +63,7 @@ void trace_abort(trace *t);  /* close and remove PATH.tmp */
 /* Reading a finished trace back (report, tests). */
 typedef struct {
     char *config, *target_fingerprint, *drafter_fingerprint, *version;
+    double draft_seq_loop_s; /* seconds in the draft head's sequential loop (0: none or not recorded) */
     trace_round *rounds;
     long n_rounds;
     trace_request *requests;

@@ -1,5 +1,6 @@
 #include "quant.h"
 
+#include <math.h>
 #include <string.h>
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -253,3 +254,36 @@ const char *ggml_type_name(uint32_t type) {
     const ggml_type_info *t = ggml_type_get(type);
     return t ? t->name : "unknown";
 }
+
+/* Simple reference quantizers (per-block min/max for Q4_1, absmax for Q8_0): enough to build
+ * valid models of these types, not tuned for accuracy. */
+void quantize_q4_1(const float *x, block_q4_1 *b, int64_t n) {
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *v = x + 32 * i;
+        float mn = v[0], mx = v[0];
+        for (int j = 1; j < 32; j++) {
+            mn = fminf(mn, v[j]);
+            mx = fmaxf(mx, v[j]);
+        }
+        float d = (mx - mn) / 15.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        b[i].d = ds_f32_to_f16(d);
+        b[i].m = ds_f32_to_f16(mn);
+        for (int j = 0; j < 16; j++) {
+            int lo = (int)lroundf((v[j] - mn) * id), hi = (int)lroundf((v[j + 16] - mn) * id);
+            lo = lo < 0 ? 0 : lo > 15 ? 15 : lo;
+            hi = hi < 0 ? 0 : hi > 15 ? 15 : hi;
+            b[i].qs[j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
+void quantize_q8_0(const float *x, block_q8_0 *b, int64_t n) {
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *v = x + 32 * i;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        b[i].d = ds_f32_to_f16(d);
+        for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)lroundf(v[j] * id);
+    }
+}
+

@@ -54,6 +54,9 @@ ds_f16 ds_f32_to_f16(float f);      /* round to nearest even */
 float ds_bf16_to_f32(ds_bf16 h);
 ds_bf16 ds_f32_to_bf16(float f);    /* round to nearest even */
 
+void quantize_q4_1(const float *x, block_q4_1 *b, int64_t n);
+void quantize_q8_0(const float *x, block_q8_0 *b, int64_t n);
+
 /* Scalar reference decoders (the vectorised ones in the table must agree bit for bit). */
 void dequant_q4_1_ref(const void *src, float *dst, int64_t n);
 void dequant_q8_0_ref(const void *src, float *dst, int64_t n);

@@ -19,7 +19,7 @@ const char *target_default_path(void) {
 int target_open(target *t, const char *path, int n_threads) {
     memset(t, 0, sizeof *t);
     DS_TRY(model_load(&t->m, path));
-    if (t->m.format == 0) {
+    if (t->m.format == 0 && gguf_get(&t->m.gguf, "tokenizer.ggml.model")) {
         DS_TRY(tokenizer_load_gguf(&t->tk, &t->m.gguf));
         t->has_tokenizer = 1;
         DS_CHECK(t->tk.n_vocab == t->m.cfg.vocab_size, "%s: tokenizer has %d tokens but the embedding has %d rows", path,

@@ -11,7 +11,7 @@
 typedef struct target {
     model m;
     tokenizer tk;
-    int has_tokenizer;  /* GGUF models carry one; safetensors checkpoints do not */
+    int has_tokenizer;  /* GGUF models usually carry one; safetensors checkpoints do not */
     chat_template ct;
     backend *be;
     fwd_state fs;

@@ -3,6 +3,7 @@
  * known values, and the gate (quick matrix) passing with every negative control flagged. */
 #include "testutil.h"
 
+#include "../engine/gate_models.h"
 #include "../verify/lossless.h"
 #include "../verify/stats.h"
 #include "../verify/verify.h"
@@ -122,12 +123,37 @@ static void test_gate_quick(void **state) {
     gate_report_free(&rep);
 }
 
+/* The gate on the production drafter modules (DFlash, DSpark-Markov, DSpark-RNN on a tiny
+ * target): every exact case lossless to rounding, every KS case accepted, and the retrospective
+ * control on the same modules flagged. */
+static void test_gate_drafter_modules(void **state) {
+    (void)state;
+    gate_report rep = {0};
+    rep.alpha = 0.01;
+    assert_int_equal(gate_model_cases(&rep, 4000, 0.01 / GATE_MODEL_KS_TESTS), 0);
+    int exact = 0, ks = 0, controls = 0;
+    for (int i = 0; i < rep.n; i++) {
+        const gate_record *r = &rep.rec[i];
+        if (!r->pass) fprintf(stderr, "failed: %s (%s) stat %g p %g\n", r->test, r->kind, r->statistic, r->p);
+        assert_true(r->pass);
+        if (r->control) controls++;
+        else if (strcmp(r->kind, "exact-tv") == 0) exact++, assert_true(r->statistic < 1e-12);
+        else if (strcmp(r->kind, "ks") == 0) ks++;
+    }
+    /* dflash: fixed at 2 processes; the DSpark heads: 3 schedulers at 2 processes each */
+    assert_int_equal(exact, 2 + 6 + 6);
+    assert_int_equal(ks, GATE_MODEL_KS_TESTS);
+    assert_int_equal(controls, 2);
+    gate_report_free(&rep);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_appendix_a_exact),
         cmocka_unit_test(test_chain_edges),
         cmocka_unit_test(test_pvalues),
         cmocka_unit_test(test_gate_quick),
+        cmocka_unit_test(test_gate_drafter_modules),
     };
     return cmocka_run_group_tests_name("verify", tests, NULL, NULL);
 }

@@ -13,6 +13,8 @@
 
 /* ========================================================================== toy worlds */
 
+static const int NO_PREFIX[1] = {0}; /* the empty prefix (never NULL: the worlds memcpy it) */
+
 typedef struct {
     toy_spec s;
     lp_scratch scr;
@@ -329,7 +331,7 @@ int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
         enum_law_free(out);
         return -1;
     }
-    long double *law = law_after(&e, NULL, 0);
+    long double *law = law_after(&e, NO_PREFIX, 0);
     for (size_t i = 0; i < slots; i++)
         if (e.memo[i] != law) free(e.memo[i]);
     free(e.memo);
@@ -459,30 +461,44 @@ static int jagged_sps(sps_table *t) {
     return sps_from_arrays(t, B, s, 4);
 }
 
+int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, int N,
+                     const char *label, int control) {
+    scheduler s;
+    enum_law law;
+    if (scheduler_open(&s, sched, NULL, 1)) return -1;
+    if (enum_spec(w, &s, sps, gamma, N, &law)) {
+        scheduler_close(&s);
+        return -1;
+    }
+    size_t n = ipow(w->V, N);
+    long double *target = calloc(n, sizeof(long double));
+    if (!target) {
+        enum_law_free(&law);
+        scheduler_close(&s);
+        return -1;
+    }
+    enum_target(w, N, target);
+    double d = tv(law.first_n, target, n);
+    add(rep, label, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
+    free(target);
+    enum_law_free(&law);
+    scheduler_close(&s);
+    return 0;
+}
+
 /* exact: TV between the enumerated law and the target law */
 static int exact_case(gate_report *rep, const toy_spec *ts, const char *sched, int gamma, int N, int control,
                       int jagged) {
     gate_world *w = toy_world_new(ts);
-    scheduler s;
     sps_table sps;
-    enum_law law;
     char name[160], pn[48];
     if (!w || (jagged ? jagged_sps(&sps) : toy_sps(&sps))) return -1;
-    if (scheduler_open(&s, sched, NULL, 1)) return -1;
-    if (enum_spec(w, &s, &sps, gamma, N, &law)) return -1;
-    size_t n = ipow(ts->V, N);
-    long double *target = calloc(n, sizeof(long double));
-    enum_target(w, N, target);
-    double d = tv(law.first_n, target, n);
     snprintf(name, sizeof name, "enumerate V=%d gamma=%d N=%d %s %s%s%s", ts->V, gamma, N,
              proc_name(&ts->sp, pn, sizeof pn), sched, jagged ? " jagged-SPS" : "", ts->one_sided ? " one-sided-T" : "");
-    add(rep, name, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
-    free(target);
-    enum_law_free(&law);
-    scheduler_close(&s);
+    int rc = gate_exact_world(rep, w, sched, &sps, gamma, N, name, control);
     sps_free(&sps);
     toy_world_free(w);
-    return 0;
+    return rc;
 }
 
 /* exact, two requests scheduled together by one batch scheduler: joint law of their first tokens */
@@ -497,8 +513,8 @@ static int exact_batch_case(gate_report *rep, const char *sched, int control) {
     int gamma = 2, V = 4;
     long double law[16] = {0}, target[16];
     float p0[MAX_V], p1[MAX_V];
-    w[0]->target(w[0], NULL, 0, p0);
-    w[1]->target(w[1], NULL, 0, p1);
+    w[0]->target(w[0], NO_PREFIX, 0, p0);
+    w[1]->target(w[1], NO_PREFIX, 0, p1);
     long double s0 = row_sum(p0, V), s1 = row_sum(p1, V);
     for (int i = 0; i < V; i++)
         for (int j = 0; j < V; j++) target[i * V + j] = (long double)p0[i] / s0 * p1[j] / s1;
@@ -598,7 +614,7 @@ static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, 
     rng_seed(&vr.resample, seed ^ 0x2222);
     sim_round_out o, o2;
     for (long i = 0; i < N; i++) {
-        if (sim_round(w, &s, &sps, gamma, NULL, 0, &dr, &vr, fault, &o)) return -1;
+        if (sim_round(w, &s, &sps, gamma, NO_PREFIX, 0, &dr, &vr, fault, &o)) return -1;
         c.acc[o.accepted]++;
         if (!o.bonus) c.res[(size_t)o.accepted * V + o.emitted[o.accepted]]++;
         int t0 = o.emitted[0], t1;
@@ -659,19 +675,17 @@ static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, 
     return 0;
 }
 
-/* KS (and chi-square) on the first emitted token, larger vocabulary and gamma up to 7 */
-static int ks_case(gate_report *rep, const toy_spec *ts, int gamma, long N, verify_fault fault, int control, uint64_t seed,
-                   double alpha_each) {
-    gate_world *w = toy_world_new(ts);
+static int ks_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, long N,
+                    verify_fault fault, uint64_t seed, double alpha_each, const char *label, int control) {
     scheduler s;
-    sps_table sps;
-    int V = ts->V;
-    if (!w || toy_sps(&sps) || scheduler_open(&s, "fixed", NULL, 1)) return -1;
+    int V = w->V;
+    if (scheduler_open(&s, sched, NULL, 1)) return -1;
     long *cnt = calloc((size_t)V, sizeof(long));
     double prob[MAX_V];
     float p[MAX_V];
-    w->target(w, NULL, 0, p);
-    for (int i = 0; i < V; i++) prob[i] = p[i];
+    w->target(w, NO_PREFIX, 0, p);
+    double sp = row_sum(p, V);
+    for (int i = 0; i < V; i++) prob[i] = p[i] / sp;
     rng_t dr;
     verify_rng vr;
     rng_seed(&dr, seed);
@@ -679,30 +693,45 @@ static int ks_case(gate_report *rep, const toy_spec *ts, int gamma, long N, veri
     rng_seed(&vr.resample, seed ^ 0x4444);
     sim_round_out o;
     for (long i = 0; i < N; i++) {
-        if (sim_round(w, &s, &sps, gamma, NULL, 0, &dr, &vr, fault, &o)) return -1;
+        if (sim_round(w, &s, sps, gamma, NO_PREFIX, 0, &dr, &vr, fault, &o)) {
+            free(cnt);
+            scheduler_close(&s);
+            return -1;
+        }
         cnt[o.emitted[0]]++;
     }
     double D, pk = ks_gof(cnt, prob, V, &D);
     gof_result g;
     chi2_gof(cnt, prob, V, &g);
+    double pm = control ? fmin(pk, g.p) : pk;
+    add(rep, label, control ? "ks+chi2" : "ks", N, D, pm, control, control ? pm < 1e-6 : pk >= alpha_each);
+    free(cnt);
+    scheduler_close(&s);
+    return 0;
+}
+
+int gate_ks_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, long N,
+                  uint64_t seed, double alpha_each, const char *label, int control) {
+    return ks_world(rep, w, sched, sps, gamma, N, FAULT_NONE, seed, alpha_each, label, control);
+}
+
+/* KS (and chi-square) on the first emitted token, larger vocabulary and gamma up to 7 */
+static int ks_case(gate_report *rep, const toy_spec *ts, int gamma, long N, verify_fault fault, int control, uint64_t seed,
+                   double alpha_each) {
+    gate_world *w = toy_world_new(ts);
+    sps_table sps;
+    if (!w || toy_sps(&sps)) return -1;
     char pn[48], name[160];
-    snprintf(name, sizeof name, "%s first-token V=%d gamma=%d %s%s%s", control ? "control" : "ks", V, gamma,
+    snprintf(name, sizeof name, "%s first-token V=%d gamma=%d %s%s%s", control ? "control" : "ks", ts->V, gamma,
              proc_name(&ts->sp, pn, sizeof pn),
              fault == FAULT_UNNORMALISED_RESIDUAL ? " unnormalised-residual"
              : fault == FAULT_REUSED_UNIFORM      ? " reused-uniform"
                                                   : "",
              ts->one_sided ? " one-sided-T" : "");
-    if (control) {
-        double pm = fmin(pk, g.p);
-        add(rep, name, "ks+chi2", N, D, pm, 1, pm < 1e-6);
-    } else {
-        add(rep, name, "ks", N, D, pk, 0, pk >= alpha_each);
-    }
-    free(cnt);
-    scheduler_close(&s);
+    int rc = ks_world(rep, w, "fixed", &sps, gamma, N, fault, seed, alpha_each, name, control);
     sps_free(&sps);
     toy_world_free(w);
-    return 0;
+    return rc;
 }
 
 /* sampling on the Appendix A world under a scheduler: first-token law vs (0.7, 0.3) */
@@ -720,7 +749,7 @@ static int appendix_a_sample(gate_report *rep, const char *sched, long N, int co
     rng_seed(&vr.resample, 79);
     sim_round_out o;
     for (long i = 0; i < N; i++) {
-        if (sim_round(w, &s, &sps, 2, NULL, 0, &dr, &vr, FAULT_NONE, &o)) return -1;
+        if (sim_round(w, &s, &sps, 2, NO_PREFIX, 0, &dr, &vr, FAULT_NONE, &o)) return -1;
         cnt[o.emitted[0]]++;
     }
     gof_result g;
@@ -786,8 +815,9 @@ int gate_run(gate_report *rep, int verbose) {
 
     /* 2 + 3. sampling tests; Bonferroni over every lossless statistical test */
     int n_chi = 4, n_ks = quick ? 4 : 24;
-    int n_tests_est = n_chi * (2 + 3) + n_ks + 1;
+    int n_tests_est = n_chi * (2 + 3) + n_ks + 1 + rep->extra_tests;
     double alpha_each = alpha / n_tests_est;
+    rep->alpha_each = alpha_each;
     if (verbose) fprintf(stderr, "lossless: sampling tests, N = %ld per case, alpha per test %.2g\n", N, alpha_each);
     for (int ti = 0; ti < 2; ti++) {
         const int gammas[2] = {1, 3};

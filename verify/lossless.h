@@ -86,7 +86,16 @@ typedef struct {
     long draws;          /* N for sampling tests */
     int quick;           /* smaller matrix (unit tests) */
     double alpha;        /* family-wise level for the lossless statistical tests */
+    int extra_tests;     /* statistical tests the caller adds after gate_run (Bonferroni share) */
+    double alpha_each;   /* set by gate_run: the per-test level, for the caller's extra tests */
 } gate_report;
+
+/* Cases on any world (the model-backed worlds of engine/gate_models.c use these):
+ * exact TV of the first-N law under a scheduler, and KS + chi-square on the first emitted token. */
+int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, int N,
+                     const char *label, int control);
+int gate_ks_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, long N,
+                  uint64_t seed, double alpha_each, const char *label, int control);
 
 /* Run everything; returns 0 when every lossless case passes and every control is flagged, 1 when
  * not, -1 on an internal error. Progress goes to stderr when verbose. */

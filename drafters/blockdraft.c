@@ -1,0 +1,443 @@
+/* blockdraft.c — the DFlash / DSpark model: configuration, parameters, checkpoints, and the
+ * training forward and backward of one sequence (forward pass first, then the backward pass in
+ * reverse, each layer's pieces side by side with its forward). */
+#include "blockdraft.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../runtime/common.h"
+#include "../runtime/quant.h"
+#include "../runtime/safetensors.h"
+#include "../runtime/sampling.h"
+#include "../runtime/train_ops.h"
+
+/* ------------------------------------------------------------------------------ config */
+
+int bd_rows(const bd_config *c) { return c->anchor_first ? c->gamma : c->gamma + 1; }
+
+static int jint(const cJSON *j, const char *k, int lo, int hi, int *out, const char *what) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
+        ds_error("%s: '%s' must be an integer in %d..%d", what, k, lo, hi);
+        return -1;
+    }
+    *out = v->valueint;
+    return 0;
+}
+
+static int jfloat(const cJSON *j, const char *k, double lo, double hi, float *out, const char *what) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        ds_error("%s: '%s' must be a number in [%g, %g]", what, k, lo, hi);
+        return -1;
+    }
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+/* every field of the config (the checkpoint's config.json and the drafter JSON share them) */
+int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
+    if (!j) return 0;
+    int af = c->anchor_first, hk = (int)c->head, taps_given = 0;
+    if (jint(j, "dim", 8, 65536, &c->dim, what) || jint(j, "layers", 1, 64, &c->n_layers, what) ||
+        jint(j, "heads", 1, 256, &c->n_heads, what) || jint(j, "kv_heads", 1, 256, &c->n_kv_heads, what) ||
+        jint(j, "head_dim", 2, 1024, &c->head_dim, what) || jint(j, "hidden_dim", 1, 1 << 18, &c->hidden_dim, what) ||
+        jint(j, "vocab", 2, 1 << 22, &c->vocab, what) || jint(j, "gamma", 1, 16, &c->gamma, what) ||
+        jint(j, "anchor_first", 0, 1, &af, what) || jint(j, "head", 0, 2, &hk, what) ||
+        jint(j, "rank", 1, 4096, &c->rank, what) || jint(j, "confidence", 0, 1, &c->conf, what) ||
+        jint(j, "mask_token", 0, 1 << 22, &c->mask_token, what) || jfloat(j, "eps", 1e-12, 1, &c->eps, what) ||
+        jfloat(j, "rope_theta", 1, 1e9, &c->rope_theta, what) || jfloat(j, "w_ce", 0, 100, &c->w_ce, what) ||
+        jfloat(j, "w_l1", 0, 100, &c->w_l1, what) || jfloat(j, "w_bce", 0, 100, &c->w_bce, what) ||
+        jfloat(j, "lambda", 1e-3, 1e6, &c->lambda, what))
+        return -1;
+    c->anchor_first = af;
+    c->head = (bd_head)hk;
+    const cJSON *taps = cJSON_GetObjectItemCaseSensitive(j, "taps");
+    if (taps) {
+        int n = cJSON_GetArraySize(taps);
+        if (!cJSON_IsArray(taps) || n < 1 || n > 8) {
+            ds_error("%s: 'taps' must be an array of 1..8 target layer ids", what);
+            return -1;
+        }
+        c->n_tap = n;
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(taps, i);
+            if (!cJSON_IsNumber(t)) {
+                ds_error("%s: 'taps' must hold integers", what);
+                return -1;
+            }
+            c->tap[i] = t->valueint;
+        }
+        taps_given = 1;
+    }
+    const cJSON *cal = cJSON_GetObjectItemCaseSensitive(j, "calibration");
+    if (cJSON_IsArray(cal)) {
+        c->n_calib = DS_MIN(cJSON_GetArraySize(cal), 16);
+        for (int i = 0; i < c->n_calib; i++) c->calib[i] = (float)cJSON_GetArrayItem(cal, i)->valuedouble;
+    }
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "target_fingerprint");
+    if (cJSON_IsString(fp)) snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", fp->valuestring);
+    DS_UNUSED(taps_given);
+    if (c->n_heads % c->n_kv_heads) {
+        ds_error("%s: heads %d must be a multiple of kv_heads %d", what, c->n_heads, c->n_kv_heads);
+        return -1;
+    }
+    if (c->head != HEAD_NONE && c->rank < 1) {
+        ds_error("%s: a Markov/RNN head needs a rank", what);
+        return -1;
+    }
+    return 0;
+}
+
+int bd_config_init(bd_config *c, const model *target, const char *kind, const cJSON *j) {
+    memset(c, 0, sizeof *c);
+    const model_config *t = &target->cfg;
+    snprintf(c->kind, sizeof c->kind, "%s", kind);
+    /* the draft layers copy the target's geometry; depth is chosen for a 2-core CPU (README) */
+    c->dim = t->dim;
+    c->n_heads = t->n_heads;
+    c->n_kv_heads = t->n_kv_heads;
+    c->head_dim = t->head_dim;
+    c->hidden_dim = t->hidden_dim;
+    c->vocab = t->vocab_size;
+    c->n_layers = 3;
+    c->eps = t->norm_eps;
+    c->rope_theta = t->rope_theta;
+    /* five taps evenly spaced over layers 1..L-3 (never the last layer) */
+    c->n_tap = DS_MIN(5, t->n_layers);
+    for (int i = 0; i < c->n_tap; i++)
+        c->tap[i] = c->n_tap == 1 ? t->n_layers / 2 : 1 + (int)((double)i * (t->n_layers - 4) / (c->n_tap - 1));
+    c->gamma = 7;
+    c->mask_token = t->vocab_size > 16 ? 16 : t->vocab_size - 1; /* SmolLM2: <empty_output>, never in chat data */
+    if (strcmp(kind, "dflash") == 0) {
+        c->anchor_first = 1;
+        c->head = HEAD_NONE;
+        c->w_ce = 1;
+    } else if (strcmp(kind, "dspark-markov") == 0 || strcmp(kind, "dspark-rnn") == 0) {
+        c->anchor_first = 1;
+        c->head = strcmp(kind, "dspark-rnn") == 0 ? HEAD_RNN : HEAD_MARKOV;
+        c->rank = 256;
+        c->conf = 1;
+        c->w_ce = 0.1f;
+        c->w_l1 = 0.9f;
+        c->w_bce = 1.0f;
+    } else {
+        ds_error("block drafter kind '%s' unknown (dflash, dspark-markov, dspark-rnn)", kind);
+        return -1;
+    }
+    if (bd_config_from_json(c, j, "drafter config")) return -1;
+    if (c->lambda <= 0) c->lambda = (float)c->gamma; /* the paper's choice; DeepSpec's code uses 4 */
+    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
+    for (int i = 0; i < c->n_tap; i++)
+        if (c->tap[i] < -1 || c->tap[i] >= t->n_layers) {
+            ds_error("tap layer %d outside -1..%d", c->tap[i], t->n_layers - 1);
+            return -1;
+        }
+    if (c->dim != t->dim || c->vocab != t->vocab_size) {
+        ds_error("a block drafter shares the target's embedding: dim %d / vocab %d must equal the target's %d / %d",
+                 c->dim, c->vocab, t->dim, t->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+cJSON *bd_config_json(const bd_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", c->kind);
+    cJSON_AddNumberToObject(j, "dim", c->dim);
+    cJSON_AddNumberToObject(j, "layers", c->n_layers);
+    cJSON_AddNumberToObject(j, "heads", c->n_heads);
+    cJSON_AddNumberToObject(j, "kv_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "hidden_dim", c->hidden_dim);
+    cJSON_AddNumberToObject(j, "vocab", c->vocab);
+    cJSON *t = cJSON_AddArrayToObject(j, "taps");
+    for (int i = 0; i < c->n_tap; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(c->tap[i]));
+    cJSON_AddNumberToObject(j, "gamma", c->gamma);
+    cJSON_AddNumberToObject(j, "anchor_first", c->anchor_first);
+    cJSON_AddNumberToObject(j, "head", c->head);
+    cJSON_AddNumberToObject(j, "rank", c->rank);
+    cJSON_AddNumberToObject(j, "confidence", c->conf);
+    cJSON_AddNumberToObject(j, "mask_token", c->mask_token);
+    cJSON_AddNumberToObject(j, "eps", c->eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(j, "w_ce", c->w_ce);
+    cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
+    cJSON_AddNumberToObject(j, "w_bce", c->w_bce);
+    cJSON_AddNumberToObject(j, "lambda", c->lambda);
+    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
+    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
+    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    return j;
+}
+
+/* ---------------------------------------------------------------------------- parameters */
+
+static void add_tensor(bd_model *m, const char *name, int64_t r, int64_t cols) {
+    bd_tensor *t = &m->t[m->n_t++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = cols ? 2 : 1;
+    t->shape[0] = r;
+    t->shape[1] = cols;
+    t->numel = (size_t)r * (size_t)(cols ? cols : 1);
+    t->offset = m->n_params;
+    m->n_params += t->numel;
+}
+
+static void build_table(bd_model *m) {
+    const bd_config *c = &m->cfg;
+    int D = c->dim, Q = c->n_heads * c->head_dim, K = c->n_kv_heads * c->head_dim, H = c->hidden_dim, r = c->rank;
+    char n[48];
+    m->n_t = 0;
+    m->n_params = 0;
+    add_tensor(m, "fc.weight", D, (int64_t)c->n_tap * D);
+    add_tensor(m, "hidden_norm.weight", D, 0);
+    for (int l = 0; l < c->n_layers; l++) {
+#define T(nm, a, b) (snprintf(n, sizeof n, "layers.%d.%s", l, nm), add_tensor(m, n, a, b))
+        T("attn_norm.weight", D, 0);
+        T("wq.weight", Q, D);
+        T("wk.weight", K, D);
+        T("wv.weight", K, D);
+        T("wo.weight", D, Q);
+        T("ffn_norm.weight", D, 0);
+        T("w_gate.weight", H, D);
+        T("w_up.weight", H, D);
+        T("w_down.weight", D, H);
+#undef T
+    }
+    add_tensor(m, "final_norm.weight", D, 0);
+    if (c->head != HEAD_NONE) {
+        add_tensor(m, "head.W1", c->vocab, r);
+        add_tensor(m, "head.W2", c->vocab, r);
+    }
+    if (c->head == HEAD_RNN) {
+        add_tensor(m, "head.Wr", 3 * (int64_t)r, 2 * (int64_t)r + D);
+        add_tensor(m, "head.br", 3 * (int64_t)r, 0);
+    }
+    if (c->conf) {
+        add_tensor(m, "conf.w", D + (c->head != HEAD_NONE ? r : 0), 0);
+        add_tensor(m, "conf.b", 1, 0);
+    }
+}
+
+static float *view(const bd_model *m, float *base, const char *name) {
+    for (int i = 0; i < m->n_t; i++)
+        if (strcmp(m->t[i].name, name) == 0) return base + m->t[i].offset;
+    return NULL;
+}
+
+static void set_views(bd_model *m) {
+    char n[48];
+    m->fc = view(m, m->params, "fc.weight");
+    m->hidden_norm = view(m, m->params, "hidden_norm.weight");
+    m->final_norm = view(m, m->params, "final_norm.weight");
+    m->W1 = view(m, m->params, "head.W1");
+    m->W2 = view(m, m->params, "head.W2");
+    m->Wr = view(m, m->params, "head.Wr");
+    m->br = view(m, m->params, "head.br");
+    m->wc = view(m, m->params, "conf.w");
+    m->bc = view(m, m->params, "conf.b");
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+#define V(f, nm) (snprintf(n, sizeof n, "layers.%d.%s", l, nm), m->layer[l].f = view(m, m->params, n))
+        V(attn_norm, "attn_norm.weight");
+        V(wq, "wq.weight");
+        V(wk, "wk.weight");
+        V(wv, "wv.weight");
+        V(wo, "wo.weight");
+        V(ffn_norm, "ffn_norm.weight");
+        V(w_gate, "w_gate.weight");
+        V(w_up, "w_up.weight");
+        V(w_down, "w_down.weight");
+#undef V
+    }
+}
+
+void bd_views(const bd_model *m, float *base, float **out) {
+    for (int i = 0; i < m->n_t; i++) out[i] = base + m->t[i].offset;
+}
+
+static int alloc_model(bd_model *m, const bd_config *c, const model *target) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    int max_t = 4 + 9 * c->n_layers + 8;
+    DS_TRYP(m->t = ds_calloc((size_t)max_t, sizeof(bd_tensor), "parameter table"));
+    DS_TRYP(m->layer = ds_calloc((size_t)c->n_layers, sizeof *m->layer, "layers"));
+    build_table(m);
+    DS_TRYP(m->params = ds_calloc(m->n_params, sizeof(float), "drafter parameters"));
+    set_views(m);
+    /* the frozen embedding/head, dequantized once (shared by every block drafter of this target) */
+    DS_TRYP(m->E_owned = ds_malloc(sizeof(float) * (size_t)c->vocab * c->dim, "target head copy"));
+    for (int v = 0; v < c->vocab; v++) qmat_row_f32(&target->output, v, m->E_owned + (size_t)v * c->dim);
+    m->E = m->E_owned;
+    return 0;
+fail:
+    bd_model_free(m);
+    return -1;
+}
+
+int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise) {
+    if (alloc_model(m, c, target)) return -1;
+    rng_t r;
+    rng_seed(&r, seed);
+    float out_scale = 0.02f / sqrtf(2.0f * c->n_layers); /* residual-output projections, GPT-2 style */
+    for (int i = 0; i < m->n_t; i++) {
+        bd_tensor *t = &m->t[i];
+        float *p = m->params + t->offset;
+        int is_norm = strstr(t->name, "norm") != NULL;
+        int is_zero = strcmp(t->name, "head.W2") == 0 || strcmp(t->name, "head.br") == 0 || strncmp(t->name, "conf.", 5) == 0;
+        float std = strstr(t->name, "wo.") || strstr(t->name, "w_down.") ? out_scale : 0.02f;
+        if (is_zero && zero_noise > 0) {
+            is_zero = 0;
+            std = zero_noise;
+        }
+        for (size_t k = 0; k < t->numel; k++) {
+            if (is_norm) p[k] = 1.0f;
+            else if (is_zero) p[k] = 0.0f; /* the head starts as no correction; the confidence at 1/2 */
+            else {
+                double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
+                p[k] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * std;
+            }
+        }
+    }
+    return 0;
+}
+
+void bd_model_free(bd_model *m) {
+    free(m->t);
+    free(m->layer);
+    free(m->params);
+    free(m->E_owned);
+    memset(m, 0, sizeof *m);
+}
+
+static int write_text(const char *path, const char *txt) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        ds_error("%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int ok = fputs(txt, f) >= 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        ds_error("%s: write failed", path);
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int bd_save(const bd_model *m, const char *dir) {
+    char p[4096];
+    st_write_tensor *w = NULL;
+    char *txt = NULL;
+    int rc = -1;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        ds_error("%s: cannot create checkpoint folder: %s", dir, strerror(errno));
+        return -1;
+    }
+    DS_TRYP(w = ds_calloc((size_t)m->n_t, sizeof *w, "checkpoint"));
+    for (int i = 0; i < m->n_t; i++) {
+        w[i].name = m->t[i].name;
+        w[i].data = m->params + m->t[i].offset;
+        w[i].n_dims = m->t[i].n_dims;
+        w[i].shape[0] = m->t[i].shape[0];
+        w[i].shape[1] = m->t[i].shape[1];
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
+    DS_TRY(st_write(p, w, m->n_t, ST_F32, meta, 2));
+    cJSON *j = bd_config_json(&m->cfg);
+    txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    DS_TRY(write_text(p, txt));
+    rc = 0;
+fail:
+    free(w);
+    free(txt);
+    return rc;
+}
+
+int bd_read_params(bd_model *m, const char *dir) {
+    char p[4096];
+    st_file f;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (st_open(&f, p)) return -1;
+    for (int i = 0; i < m->n_t; i++) {
+        const bd_tensor *t = &m->t[i];
+        const st_tensor *s = st_find(&f, t->name);
+        DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, t->name);
+        DS_CHECK(s->n_dims == t->n_dims && s->shape[0] == t->shape[0] && (t->n_dims == 1 || s->shape[1] == t->shape[1]),
+                 "%s: tensor '%s' has the wrong shape", p, t->name);
+        DS_TRY(st_to_f32(&f, s, m->params + t->offset));
+    }
+    st_close(&f);
+    return 0;
+fail:
+    st_close(&f);
+    return -1;
+}
+
+int bd_load(bd_model *m, const char *dir, const model *target) {
+    char p[4096];
+    char *txt = NULL;
+    cJSON *j = NULL;
+    st_file f;
+    memset(&f, 0, sizeof f);
+    memset(m, 0, sizeof *m);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    size_t n;
+    DS_TRY(ds_read_file(p, &txt, &n));
+    DS_CHECK((j = cJSON_ParseWithLength(txt, n)) != NULL, "%s: not valid JSON", p);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    DS_CHECK(cJSON_IsString(kind), "%s: no 'kind' (dflash, dspark-markov, dspark-rnn)", p);
+    bd_config c;
+    DS_TRY(bd_config_init(&c, target, kind->valuestring, NULL));
+    DS_TRY(bd_config_from_json(&c, j, p));
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "target_fingerprint");
+    DS_CHECK(!cJSON_IsString(fp) || strcmp(fp->valuestring, target->fingerprint) == 0,
+             "%s: trained against target %s, but the target is %s", p, fp->valuestring, target->fingerprint);
+    DS_TRY(alloc_model(m, &c, target));
+    DS_TRY(bd_read_params(m, dir));
+    free(txt);
+    cJSON_Delete(j);
+    return 0;
+fail:
+    st_close(&f);
+    free(txt);
+    cJSON_Delete(j);
+    bd_model_free(m);
+    return -1;
+}
+
+/* -------------------------------------------------------------------------------- training */
+
+double bd_seq_weight(const bd_config *c, const bd_seq *s) {
+    double w = 0;
+    for (int a = 0; a < s->A; a++)
+        for (int k = 1; k <= s->n_valid[a]; k++) w += exp(-(k - 1) / (double)c->lambda);
+    return w;
+}
+
+/* The sequence forward/backward is written once (blockdraft_train.inc) and compiled for float
+ * (training) and double (the finite-difference check of the whole loss in tests/test_train.c). */
+#define REAL float
+#define FN(name) name##_f
+#define SEQ bd_seq
+#include "blockdraft_train.inc"
+#undef REAL
+#undef FN
+#undef SEQ
+
+int bd_train_seq(const bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st) {
+    return bd_train_seq_f(&m->cfg, m->t, m->n_t, m->params, m->E, s, grad, norm, st);
+}

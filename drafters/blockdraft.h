@@ -1,0 +1,127 @@
+/* blockdraft.h — the parallel block drafter shared by DFlash and DSpark (drafters-reference §1-2).
+ *
+ * Context: the target's states at n_tap layers, concatenated, through fc + RMSNorm, injected as
+ * extra K/V rows into every draft layer (the layer's own Wk/Wv project them). A block is the anchor
+ * token followed by mask tokens at the next positions, bidirectional inside the block; each block
+ * query also sees every context row before its anchor. The frozen target head gives base logits U.
+ *   DFlash:        q_k = softmax(U_k); trained with CE.
+ *   DSpark-Markov: z_k = U_k + W2 W1[x_{k-1}], drafted left to right; confidence head
+ *                  c_k = sigmoid(w . [h_k; W1[x_{k-1}]] + b); loss 0.1 CE + 0.9 L1 + 1.0 BCE.
+ *   DSpark-RNN:    s_k = sig(g) s_{k-1} + (1 - sig(g)) tanh(c), b_k = W2 tanh(o) from
+ *                  [s_{k-1}; W1[x_{k-1}]; h_k].
+ * anchor_first = 1 (DSpark, DeepSpec's DFlash): the anchor row is the first prediction row, B = gamma.
+ * anchor_first = 0 (z-lab DFlash): only mask rows predict, B = gamma + 1. */
+#ifndef DS_BLOCKDRAFT_H
+#define DS_BLOCKDRAFT_H
+
+#include <cJSON.h>
+
+#include "../runtime/model.h"
+
+typedef enum { HEAD_NONE = 0, HEAD_MARKOV = 1, HEAD_RNN = 2 } bd_head;
+
+typedef struct {
+    char kind[32];         /* "dflash", "dspark-markov", "dspark-rnn" */
+    int dim, n_layers, n_heads, n_kv_heads, head_dim, hidden_dim, vocab;
+    int n_tap, tap[8];     /* target layers the context comes from */
+    int gamma;             /* drafts per block */
+    int anchor_first;
+    bd_head head;
+    int rank;              /* Markov / RNN rank r */
+    int conf;              /* confidence head */
+    int mask_token;        /* a vocabulary slot the data never uses; its embedding is frozen */
+    float eps, rope_theta;
+    float w_ce, w_l1, w_bce, lambda; /* loss weights; position decay exp(-(k-1)/lambda) */
+    char target_fingerprint[64];
+    int n_calib;           /* calibration temperatures per position (0 = none) */
+    float calib[16];
+} bd_config;
+
+/* Defaults for a target and a family; JSON fields (layers, rank, gamma, anchor_first, lambda,
+ * mask_token, ...) override them. */
+int bd_config_init(bd_config *c, const model *target, const char *kind, const cJSON *j);
+cJSON *bd_config_json(const bd_config *c);
+int bd_config_from_json(bd_config *c, const cJSON *j, const char *what);
+int bd_rows(const bd_config *c);   /* rows per block */
+
+/* One parameter tensor: name, shape, place in the flat array. */
+typedef struct {
+    char name[48];
+    int n_dims;
+    int64_t shape[2];
+    size_t offset, numel;
+} bd_tensor;
+
+typedef struct {
+    bd_config cfg;
+    bd_tensor *t;
+    int n_t;
+    size_t n_params;
+    float *params;         /* one allocation, carved by the table (llm.c style) */
+    /* views into params */
+    float *fc, *hidden_norm, *final_norm, *W1, *W2, *Wr, *br, *wc, *bc;
+    struct bd_layer {
+        float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    } * layer;
+    /* frozen, shared with the target */
+    const float *E;        /* [vocab][dim] fp32 copy of the target's embedding/head */
+    float *E_owned;
+} bd_model;
+
+/* Random init (seeded). The Markov/RNN output and the confidence head start at zero (no correction,
+ * c = 1/2); zero_noise > 0 draws them from N(0, zero_noise^2) instead (an untrained but
+ * non-trivial head, for tests and the losslessness gate). */
+int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise);
+void bd_model_free(bd_model *m);
+/* views for another flat array with the same layout (gradients, Adam moments) */
+void bd_views(const bd_model *m, float *base, float **out /* per tensor */);
+int bd_save(const bd_model *m, const char *dir);  /* model.safetensors + config.json, atomically */
+int bd_load(bd_model *m, const char *dir, const model *target);
+/* read a checkpoint's parameters into an existing model of the same layout */
+int bd_read_params(bd_model *m, const char *dir);
+
+/* ------------------------------------------------------------------------------ training */
+
+/* One training sequence: the target's states for every position, its tokens, and the blocks. */
+typedef struct {
+    int T;
+    const float *taps;       /* [T][n_tap*dim] */
+    const float *final;      /* [T][dim] target's final normed states (its logits = final E^T) */
+    const int *tokens;       /* [T] */
+    int A;
+    const int *anchor;       /* [A] anchor positions */
+    const int *n_valid;      /* [A] supervised predictions per block (a contiguous prefix) */
+} bd_seq;
+
+typedef struct {
+    double ce, l1, bce, weight; /* weighted sums (divide by weight for the means) */
+    double alpha_sum[17];       /* sum over blocks of prod_{i<=k} alpha_i, for the tau proxy */
+    long n_at[17];              /* blocks supervised at position k */
+    /* the confidence labels c*_k are detached (constants for the gradient); a gradient check must
+     * hold them fixed: when label_out is set the labels are recorded there, when label_in is set
+     * they are used instead of being recomputed */
+    double *label_out;
+    const double *label_in;
+    long blocks, rows;
+} bd_stats;
+
+/* Forward (and, if grad != NULL, backward) of one sequence; adds into grad (flat, same layout)
+ * scaled by 1/norm (the batch's total position weight, so a batch's terms are weighted means).
+ * Returns 0 or -1. */
+int bd_train_seq(const bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st);
+/* the position weights of a sequence's supervised rows, for the batch normaliser */
+double bd_seq_weight(const bd_config *c, const bd_seq *s);
+
+/* The same forward/backward compiled in double, on a double copy of the parameters (same table
+ * layout) and of the frozen head: the model-level finite-difference check. */
+typedef struct {
+    int T;
+    const double *taps, *final;
+    const int *tokens;
+    int A;
+    const int *anchor, *n_valid;
+} bd_seq_d;
+int bd_train_seq_d(const bd_config *c, const bd_tensor *tab, int n_tab, const double *params, const double *E,
+                   const bd_seq_d *s, double *grad, double norm, bd_stats *st);
+
+#endif

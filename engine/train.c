@@ -1,0 +1,322 @@
+#include "train.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../runtime/common.h"
+#include "../runtime/safetensors.h"
+#include "../runtime/sampling.h"
+
+void openblas_set_num_threads(int);
+
+static uint64_t mix(uint64_t a, uint64_t b) {
+    uint64_t x = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return x ^ (x >> 29);
+}
+
+static double lr_at(const train_opts *o, int step) {
+    int warm = (int)(o->warmup_frac * o->steps);
+    if (step < warm) return o->lr * (step + 1) / warm;
+    double prog = (double)(step - warm) / DS_MAX(1, o->steps - warm), lo = o->lr * o->min_lr_frac;
+    return lo + (o->lr - lo) * 0.5 * (1 + cos(M_PI * prog));
+}
+
+double tau_proxy(const bd_stats *st) {
+    double t = 1;
+    for (int k = 1; k <= 16; k++)
+        if (st->n_at[k]) t += st->alpha_sum[k] / st->n_at[k];
+    return t;
+}
+
+/* anchors of one sequence: response positions p (p + 1 inside the sequence), sampled without
+ * replacement by rng, ascending; n_valid = predictions that stay inside the sequence */
+static int pick_anchors(const train_cache *d, int i, int max_a, int gamma, rng_t *r, int *anchor, int *n_valid) {
+    int lo = d->n_prompt[i], hi = d->len[i] - 2, n = hi - lo + 1, A = DS_MIN(max_a, DS_MAX(n, 0));
+    if (n <= 0) return 0;
+    int *cand = malloc(sizeof(int) * (size_t)n);
+    if (!cand) return 0;
+    for (int k = 0; k < n; k++) cand[k] = lo + k;
+    for (int k = 0; k < A; k++) {
+        int j = k + (int)(rng_u64(r) % (uint64_t)(n - k));
+        int t = cand[k];
+        cand[k] = cand[j];
+        cand[j] = t;
+    }
+    for (int a = 1; a < A; a++) /* insertion sort: ascending positions */
+        for (int b = a; b > 0 && cand[b - 1] > cand[b]; b--) {
+            int t = cand[b];
+            cand[b] = cand[b - 1];
+            cand[b - 1] = t;
+        }
+    for (int a = 0; a < A; a++) {
+        anchor[a] = cand[a];
+        n_valid[a] = DS_MIN(gamma, d->len[i] - 1 - cand[a]);
+    }
+    free(cand);
+    return A;
+}
+
+typedef struct {
+    float *taps, *final;
+    int anchor[512], n_valid[512];
+    bd_seq s;
+} seq_buf;
+
+static int load_seq(const train_cache *d, const bd_config *c, int i, int max_a, rng_t *r, seq_buf *b) {
+    int n = d->len[i];
+    free(b->taps);
+    free(b->final);
+    b->taps = ds_malloc(sizeof(float) * (size_t)n * d->n_tap * d->dim, "sequence");
+    b->final = ds_malloc(sizeof(float) * (size_t)n * d->dim, "sequence");
+    if (!b->taps || !b->final) return -1;
+    traindata_seq(d, i, b->taps, b->final);
+    int A = pick_anchors(d, i, DS_MIN(max_a, 512), c->gamma, r, b->anchor, b->n_valid);
+    b->s = (bd_seq){n, b->taps, b->final, d->tokens + d->off[i], A, b->anchor, b->n_valid};
+    return 0;
+}
+
+/* --------------------------------------------------------------------------- checkpoints */
+
+static int rm_tree(const char *dir) {
+    const char *files[4] = {"model.safetensors", "config.json", "optimizer.safetensors", "trainer.json"};
+    char p[4200];
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        remove(p);
+    }
+    return rmdir(dir) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+static int save_checkpoint(const bd_model *m, const float *am, const float *av, int step, const train_opts *o) {
+    char tmp[4096], last[4096], old[4096], p[4200];
+    snprintf(tmp, sizeof tmp, "%s/last.tmp", o->out);
+    snprintf(last, sizeof last, "%s/last", o->out);
+    snprintf(old, sizeof old, "%s/last.old", o->out);
+    rm_tree(tmp);
+    if (bd_save(m, tmp)) return -1;
+    st_write_tensor t[2] = {{"adam.m", am, 1, {(int64_t)m->n_params}}, {"adam.v", av, 1, {(int64_t)m->n_params}}};
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
+    if (st_write(p, t, 2, ST_F32, NULL, 0)) return -1;
+    snprintf(p, sizeof p, "%s/trainer.json", tmp);
+    FILE *f = fopen(p, "w");
+    if (!f) {
+        ds_error("%s: cannot create", p);
+        return -1;
+    }
+    fprintf(f, "{\"step\": %d, \"steps\": %d, \"seed\": %llu}\n", step, o->steps, (unsigned long long)o->seed);
+    if (fclose(f) != 0) {
+        ds_error("%s: write failed", p);
+        return -1;
+    }
+    /* swap in: last -> last.old, last.tmp -> last, drop last.old */
+    rm_tree(old);
+    if (rename(last, old) != 0 && errno != ENOENT) {
+        ds_error("%s: cannot move the previous checkpoint aside", last);
+        return -1;
+    }
+    if (rename(tmp, last) != 0) {
+        ds_error("%s: cannot rename to %s", tmp, last);
+        return -1;
+    }
+    rm_tree(old);
+    return 0;
+}
+
+/* step to continue from (0 = fresh); m's parameters and the Adam moments come from out/last */
+static int try_resume(bd_model *m, float **am, float **av, const train_opts *o) {
+    char last[4096], p[4200];
+    snprintf(last, sizeof last, "%s/last", o->out);
+    snprintf(p, sizeof p, "%s/trainer.json", last);
+    char *txt;
+    size_t n;
+    struct stat st;
+    if (stat(p, &st) != 0) return 0;
+    if (ds_read_file(p, &txt, &n)) return -1;
+    int step = -1;
+    const char *s = strstr(txt, "\"step\":");
+    if (s) step = atoi(s + 7);
+    free(txt);
+    if (step < 0) {
+        ds_error("%s: no step recorded", p);
+        return -1;
+    }
+    if (bd_read_params(m, last)) {
+        ds_error_prefix("cannot resume (is %s a checkpoint of another drafter?)", last);
+        return -1;
+    }
+    st_file f;
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", last);
+    if (st_open(&f, p)) return -1;
+    const st_tensor *tm = st_find(&f, "adam.m"), *tv = st_find(&f, "adam.v");
+    int ok = tm && tv && st_numel(tm) == m->n_params && st_numel(tv) == m->n_params && st_to_f32(&f, tm, *am) == 0 &&
+             st_to_f32(&f, tv, *av) == 0;
+    st_close(&f);
+    if (!ok) {
+        ds_error("%s: optimizer state missing or of the wrong size", p);
+        return -1;
+    }
+    return step;
+}
+
+/* ------------------------------------------------------------------------------ the loop */
+
+static int decays(const char *name) { return strstr(name, "norm") == NULL && strncmp(name, "conf.", 5) != 0 && strcmp(name, "head.br") != 0; }
+
+int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_point *hist, int cap, int *n_hist) {
+    const bd_config *c = &m->cfg;
+    int rc = -1, *train_idx = NULL, *eval_idx = NULL, *perm = NULL, n_train = 0, n_eval = 0, perm_epoch = -1;
+    float *grad = NULL, *am = NULL, *av = NULL;
+    seq_buf sb = {0};
+    FILE *tlog = NULL, *elog = NULL;
+    char path[4200];
+    if (n_hist) *n_hist = 0;
+    DS_CHECK(d->n_tap == c->n_tap && d->dim == c->dim && memcmp(d->taps, c->tap, sizeof(int) * (size_t)c->n_tap) == 0,
+             "the training cache taps layers that differ from the drafter's");
+    DS_CHECK(mkdir(o->out, 0755) == 0 || errno == EEXIST, "%s: cannot create the run folder", o->out);
+    /* train / held-out split by a seeded hash of the sequence id */
+    DS_TRYP(train_idx = ds_malloc(sizeof(int) * (size_t)(d->n_seq + 1), "split"));
+    DS_TRYP(eval_idx = ds_malloc(sizeof(int) * (size_t)(d->n_seq + 1), "split"));
+    for (int i = 0; i < d->n_seq; i++) {
+        double u = (double)(mix(o->seed ^ 0x5eed, (uint64_t)i) >> 11) * 0x1p-53;
+        if (u < o->holdout) eval_idx[n_eval++] = i;
+        else train_idx[n_train++] = i;
+    }
+    DS_CHECK(n_train > 0, "no training sequences (cache of %d, holdout %.2f)", d->n_seq, (double)o->holdout);
+    DS_TRYP(perm = ds_malloc(sizeof(int) * (size_t)n_train, "order"));
+    DS_TRYP(grad = ds_calloc(m->n_params, sizeof(float), "gradients"));
+    DS_TRYP(am = ds_calloc(m->n_params, sizeof(float), "Adam moments"));
+    DS_TRYP(av = ds_calloc(m->n_params, sizeof(float), "Adam moments"));
+    int start = try_resume(m, &am, &av, o);
+    if (start < 0) goto fail;
+    c = &m->cfg;
+    if (!o->quiet && start > 0) fprintf(stderr, "train: resuming %s at step %d of %d\n", o->out, start, o->steps);
+    snprintf(path, sizeof path, "%s/train_log.jsonl", o->out);
+    DS_CHECK((tlog = fopen(path, start ? "a" : "w")) != NULL, "%s: cannot open", path);
+    snprintf(path, sizeof path, "%s/eval_log.jsonl", o->out);
+    DS_CHECK((elog = fopen(path, start ? "a" : "w")) != NULL, "%s: cannot open", path);
+    unsigned char *dec = ds_malloc((size_t)m->n_t, "decay flags");
+    DS_TRYP(dec);
+    for (int i = 0; i < m->n_t; i++) dec[i] = (unsigned char)decays(m->t[i].name);
+
+    ds_progress pr;
+    ds_progress_start(&pr, "train: step", "steps", o->steps);
+    double t_run = ds_now();
+    long rows_run = 0;
+    int ran = 0;
+    for (int step = start; step < o->steps; step++) {
+        if (o->stop_after > 0 && ran == o->stop_after) break;
+        memset(grad, 0, sizeof(float) * m->n_params);
+        bd_stats st;
+        memset(&st, 0, sizeof st);
+        /* the batch: the next sequences of this epoch's seeded order, anchors seeded per slot */
+        seq_buf *bufs = ds_calloc((size_t)o->seqs_per_step, sizeof(seq_buf), "batch");
+        DS_TRYP(bufs);
+        double norm = 0;
+        for (int j = 0; j < o->seqs_per_step; j++) {
+            long g = (long)step * o->seqs_per_step + j;
+            int epoch = (int)(g / n_train), k = (int)(g % n_train);
+            if (epoch != perm_epoch) {
+                rng_t pr_;
+                rng_seed(&pr_, mix(o->seed, (uint64_t)epoch + 1));
+                for (int q = 0; q < n_train; q++) perm[q] = train_idx[q];
+                for (int q = n_train - 1; q > 0; q--) {
+                    int w = (int)(rng_u64(&pr_) % (uint64_t)(q + 1)), t = perm[q];
+                    perm[q] = perm[w];
+                    perm[w] = t;
+                }
+                perm_epoch = epoch;
+            }
+            rng_t ar;
+            rng_seed(&ar, mix(o->seed ^ 0xa11c, (uint64_t)g));
+            if (load_seq(d, c, perm[k], o->anchors, &ar, &bufs[j])) {
+                free(bufs);
+                goto fail;
+            }
+            norm += bd_seq_weight(c, &bufs[j].s);
+        }
+        double t0 = ds_now();
+        for (int j = 0; j < o->seqs_per_step && norm > 0; j++)
+            if (bufs[j].s.A > 0 && bd_train_seq(m, &bufs[j].s, grad, norm, &st)) {
+                for (int q = 0; q < o->seqs_per_step; q++) free(bufs[q].taps), free(bufs[q].final);
+                free(bufs);
+                goto fail;
+            }
+        for (int j = 0; j < o->seqs_per_step; j++) free(bufs[j].taps), free(bufs[j].final);
+        free(bufs);
+        /* clip, then AdamW with the scheduled learning rate */
+        double gn = 0;
+        for (size_t i = 0; i < m->n_params; i++) gn += (double)grad[i] * grad[i];
+        gn = sqrt(gn);
+        float gscale = gn > o->clip ? (float)(o->clip / gn) : 1.0f;
+        double lr = lr_at(o, step);
+        float b1 = o->beta1, b2 = o->beta2, bc1 = (float)(1 - pow(b1, step + 1)), bc2 = (float)(1 - pow(b2, step + 1));
+        for (int ti = 0; ti < m->n_t; ti++) {
+            const bd_tensor *t = &m->t[ti];
+            float wd = dec[ti] ? o->weight_decay : 0.0f;
+            float *p = m->params + t->offset, *g = grad + t->offset, *mm = am + t->offset, *vv = av + t->offset;
+            for (size_t i = 0; i < t->numel; i++) {
+                float gi = g[i] * gscale;
+                mm[i] = b1 * mm[i] + (1 - b1) * gi;
+                vv[i] = b2 * vv[i] + (1 - b2) * gi * gi;
+                p[i] -= (float)lr * ((mm[i] / bc1) / (sqrtf(vv[i] / bc2) + 1e-8f) + wd * p[i]);
+            }
+        }
+        double dt = ds_now() - t0;
+        rows_run += st.rows;
+        ran++;
+        double w = st.weight > 0 ? st.weight : 1;
+        train_point tp = {step + 1, (c->w_ce * st.ce + c->w_l1 * st.l1 + c->w_bce * st.bce) / w, st.ce / w, st.l1 / w,
+                          st.bce / w, tau_proxy(&st), gn, st.rows / dt};
+        if (hist && *n_hist < cap) hist[(*n_hist)++] = tp;
+        fprintf(tlog, "{\"step\": %d, \"loss\": %.6f, \"ce\": %.6f, \"l1\": %.6f, \"bce\": %.6f, \"tau_proxy\": %.4f, "
+                      "\"grad_norm\": %.4f, \"lr\": %.6g, \"rows\": %ld, \"seconds\": %.3f}\n",
+                tp.step, tp.loss, tp.ce, tp.l1, tp.bce, tp.tau_proxy, gn, lr, st.rows, dt);
+        fflush(tlog);
+        if (!o->quiet) {
+            char extra[200];
+            snprintf(extra, sizeof extra, "| loss %.4f (ce %.3f l1 %.3f bce %.3f) tau~%.2f | %.0f rows/s | lr %.2e",
+                     tp.loss, tp.ce, tp.l1, tp.bce, tp.tau_proxy, rows_run / (ds_now() - t_run), lr);
+            ds_progress_update(&pr, step + 1, extra);
+        }
+        int last_step = step + 1 == o->steps || (o->stop_after > 0 && ran == o->stop_after);
+        if (o->eval_every > 0 && n_eval > 0 && ((step + 1) % o->eval_every == 0 || last_step)) {
+            bd_stats es;
+            memset(&es, 0, sizeof es);
+            for (int q = 0; q < DS_MIN(n_eval, o->eval_seqs); q++) {
+                rng_t ar;
+                rng_seed(&ar, mix(o->seed ^ 0xe7a1, (uint64_t)eval_idx[q])); /* the same anchors at every evaluation */
+                if (load_seq(d, c, eval_idx[q], o->anchors, &ar, &sb)) goto fail;
+                if (sb.s.A > 0 && bd_train_seq(m, &sb.s, NULL, 1, &es)) goto fail;
+            }
+            double ew = es.weight > 0 ? es.weight : 1;
+            fprintf(elog, "{\"step\": %d, \"loss\": %.6f, \"ce\": %.6f, \"l1\": %.6f, \"bce\": %.6f, \"tau_proxy\": %.4f, "
+                          "\"sequences\": %d}\n",
+                    step + 1, (c->w_ce * es.ce + c->w_l1 * es.l1 + c->w_bce * es.bce) / ew, es.ce / ew, es.l1 / ew,
+                    es.bce / ew, tau_proxy(&es), DS_MIN(n_eval, o->eval_seqs));
+            fflush(elog);
+            if (!o->quiet)
+                fprintf(stderr, "\n  held-out (%d sequences): loss %.4f, ce %.3f, l1 %.3f, tau proxy %.3f\n",
+                        DS_MIN(n_eval, o->eval_seqs), (c->w_ce * es.ce + c->w_l1 * es.l1 + c->w_bce * es.bce) / ew,
+                        es.ce / ew, es.l1 / ew, tau_proxy(&es));
+        }
+        if ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || last_step)
+            if (save_checkpoint(m, am, av, step + 1, o)) goto fail;
+    }
+    if (!o->quiet) ds_progress_end(&pr);
+    free(dec);
+    rc = 0;
+fail:
+    if (tlog) fclose(tlog);
+    if (elog) fclose(elog);
+    free(sb.taps), free(sb.final), free(train_idx), free(eval_idx), free(perm), free(grad), free(am), free(av);
+    return rc;
+}

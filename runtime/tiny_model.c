@@ -1,0 +1,123 @@
+#include "tiny_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "gguf.h"
+#include "gguf_writer.h"
+#include "quant.h"
+#include "sampling.h"
+
+/* n values from N(0, scale^2) (Box-Muller) */
+void randn_fill(rng_t *r, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = rng_uniform_pos(r), u2 = rng_uniform(r), rad = sqrt(-2 * log(u1));
+        x[i] = (float)(rad * cos(2 * M_PI * u2)) * scale;
+        if (i + 1 < n) x[i + 1] = (float)(rad * sin(2 * M_PI * u2)) * scale;
+    }
+}
+
+static void put_mat(gguf_writer *g, const char *name, uint32_t type, int cols, int rows, const float *w) {
+    int64_t ne[2] = {cols, rows};
+    size_t n = (size_t)cols * rows;
+    if (type == GGML_F32) {
+        gw_tensor(g, name, type, 2, ne, w, n * 4);
+    } else if (type == GGML_Q4_1) {
+        block_q4_1 *b = malloc(sizeof *b * n / 32);
+        if (!b) return;
+        quantize_q4_1(w, b, (int64_t)n);
+        gw_tensor(g, name, type, 2, ne, b, sizeof *b * n / 32);
+        free(b);
+    } else {
+        block_q8_0 *b = malloc(sizeof *b * n / 32);
+        if (!b) return;
+        quantize_q8_0(w, b, (int64_t)n);
+        gw_tensor(g, name, type, 2, ne, b, sizeof *b * n / 32);
+        free(b);
+    }
+}
+
+/* A random Llama (or Qwen3) GGUF with no tokenizer, in memory. */
+uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
+    rng_t r;
+    rng_seed(&r, seed);
+    gguf_writer g;
+    gw_init(&g);
+    const char *arch = s->qwen3 ? "qwen3" : "llama";
+    char k[128];
+    int hd = s->dim / s->n_heads, q = s->n_heads * hd, kv = s->n_kv_heads * hd;
+    gw_kv_str(&g, "general.architecture", arch);
+#define KEY(x) (snprintf(k, sizeof k, "%s.%s", arch, x), k)
+    gw_kv_u32(&g, KEY("embedding_length"), (uint32_t)s->dim);
+    gw_kv_u32(&g, KEY("block_count"), (uint32_t)s->n_layers);
+    gw_kv_u32(&g, KEY("attention.head_count"), (uint32_t)s->n_heads);
+    gw_kv_u32(&g, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    gw_kv_u32(&g, KEY("feed_forward_length"), (uint32_t)s->hidden);
+    gw_kv_u32(&g, KEY("context_length"), 512);
+    gw_kv_f32(&g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    gw_kv_f32(&g, KEY("rope.freq_base"), s->rope_base > 0 ? s->rope_base : 10000.0f);
+#undef KEY
+    size_t big = (size_t)DS_MAX(s->vocab, s->hidden) * (size_t)DS_MAX(s->dim, s->hidden);
+    float *w = malloc(sizeof(float) * big);
+    if (!w) {
+        ds_error("out of memory building a tiny model");
+        gw_free(&g);
+        return NULL;
+    }
+    randn_fill(&r, w, (size_t)s->vocab * s->dim, 0.5f);
+    put_mat(&g, "token_embd.weight", s->emb_type, s->dim, s->vocab, w);
+    for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
+    int64_t ne1[1] = {s->dim};
+    gw_tensor(&g, "output_norm.weight", GGML_F32, 1, ne1, w, (size_t)s->dim * 4);
+    for (int l = 0; l < s->n_layers; l++) {
+        char n[96];
+#define NM(x) (snprintf(n, sizeof n, "blk.%d.%s.weight", l, x), n)
+        float sc = 1.0f / sqrtf((float)s->dim);
+        for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
+        gw_tensor(&g, NM("attn_norm"), GGML_F32, 1, ne1, w, (size_t)s->dim * 4);
+        for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
+        gw_tensor(&g, NM("ffn_norm"), GGML_F32, 1, ne1, w, (size_t)s->dim * 4);
+        randn_fill(&r, w, (size_t)q * s->dim, sc);
+        put_mat(&g, NM("attn_q"), s->mat_type, s->dim, q, w);
+        randn_fill(&r, w, (size_t)kv * s->dim, sc);
+        put_mat(&g, NM("attn_k"), s->mat_type, s->dim, kv, w);
+        randn_fill(&r, w, (size_t)kv * s->dim, sc);
+        put_mat(&g, NM("attn_v"), s->mat_type, s->dim, kv, w);
+        randn_fill(&r, w, (size_t)s->dim * q, sc);
+        put_mat(&g, NM("attn_output"), s->mat_type, q, s->dim, w);
+        randn_fill(&r, w, (size_t)s->hidden * s->dim, sc);
+        put_mat(&g, NM("ffn_gate"), s->mat_type, s->dim, s->hidden, w);
+        randn_fill(&r, w, (size_t)s->hidden * s->dim, sc);
+        put_mat(&g, NM("ffn_up"), s->mat_type, s->dim, s->hidden, w);
+        randn_fill(&r, w, (size_t)s->dim * s->hidden, 1.0f / sqrtf((float)s->hidden));
+        put_mat(&g, NM("ffn_down"), s->mat_type, s->hidden, s->dim, w);
+        if (s->qwen3) {
+            int64_t neh[1] = {hd};
+            for (int i = 0; i < hd; i++) w[i] = 1.0f + 0.2f * (float)(rng_uniform(&r) - 0.5);
+            gw_tensor(&g, NM("attn_q_norm"), GGML_F32, 1, neh, w, (size_t)hd * 4);
+            for (int i = 0; i < hd; i++) w[i] = 1.0f + 0.2f * (float)(rng_uniform(&r) - 0.5);
+            gw_tensor(&g, NM("attn_k_norm"), GGML_F32, 1, neh, w, (size_t)hd * 4);
+        }
+#undef NM
+    }
+    free(w);
+    uint8_t *img = gw_finish(&g, size);
+    gw_free(&g);
+    return img;
+}
+
+
+int tiny_model_write(const char *path, const tiny_spec *s, uint64_t seed) {
+    size_t n;
+    uint8_t *img = tiny_model_gguf(s, seed, &n);
+    if (!img) return -1;
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(img, 1, n, f) == n;
+    if (f) ok &= fclose(f) == 0;
+    free(img);
+    if (!ok) ds_error("%s: cannot write the tiny model", path);
+    return ok ? 0 : -1;
+}

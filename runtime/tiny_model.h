@@ -1,0 +1,22 @@
+/* tiny_model.h — random Llama / Qwen3 models small enough to build in memory: the forward tests,
+ * the training tests and the losslessness gate's model-backed worlds use them. */
+#ifndef DS_TINY_MODEL_H
+#define DS_TINY_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int dim, n_layers, n_heads, n_kv_heads, hidden, vocab;
+    uint32_t mat_type;   /* GGML_F32, GGML_Q4_1 or GGML_Q8_0 for the layer matrices */
+    uint32_t emb_type;
+    int qwen3;           /* per-head q/k norms */
+    float rope_base;
+} tiny_spec;
+
+/* the GGUF image (no tokenizer) of a random model; NULL with a message */
+uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size);
+int tiny_model_write(const char *path, const tiny_spec *s, uint64_t seed);
+
+
+#endif

@@ -1,0 +1,294 @@
+/* test_train — the block drafters as trainable models, on a tiny target the test writes itself:
+ * the whole training loss's gradient against finite differences along random directions (every
+ * tensor, every family, both row layouts), checkpoints round-tripping, and a run resumed from a
+ * checkpoint continuing exactly the loss curve of an uninterrupted one. */
+#include "testutil.h"
+
+#include "../datasets/traindata.h"
+#include "../drafters/blockdraft.h"
+#include "../engine/train.h"
+
+typedef struct {
+    target t;
+    char path[512];
+} tiny_target;
+
+/* a tiny Llama target (F32 so its logits are smooth in the inputs), opened like the real one */
+static tiny_target *tiny_open(void) {
+    tiny_target *tt = calloc(1, sizeof *tt);
+    tiny_spec s = {32, 3, 4, 2, 64, 48, GGML_F32, GGML_F32, 0, 10000};
+    size_t n;
+    uint8_t *img = tiny_model_gguf(&s, 21, &n);
+    snprintf(tt->path, sizeof tt->path, "%s", tmp_path("tiny-target.gguf"));
+    write_file(tt->path, img, n);
+    free(img);
+    if (target_open(&tt->t, tt->path, 2)) fail_msg("%s", ds_errmsg());
+    return tt;
+}
+
+static void tiny_close(tiny_target *tt) {
+    target_close(&tt->t);
+    remove(tt->path);
+    free(tt);
+}
+
+static cJSON *arch(const char *extra) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "{\"layers\": 2, \"rank\": 6, \"gamma\": 4, \"taps\": [0, 1], \"mask_token\": 47%s}", extra);
+    return cJSON_Parse(buf);
+}
+
+/* one sequence of random tokens with the tiny target's real states */
+typedef struct {
+    int T, tokens[40], anchor[6], n_valid[6];
+    float *taps, *final;
+    bd_seq s;
+} seq_fix;
+
+static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
+    rng_t r;
+    rng_seed(&r, 5);
+    f->T = 36;
+    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+    int taps[2] = {0, 1}, D = tt->t.m.cfg.dim;
+    float *cap = malloc(sizeof(float) * 2 * f->T * D);
+    f->final = malloc(sizeof(float) * f->T * D);
+    f->taps = malloc(sizeof(float) * 2 * f->T * D);
+    kv_cache *kv = kv_cache_new(tt->t.be, &tt->t.m.cfg, f->T);
+    fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .n_capture = 2, .capture_layers = taps,
+                   .capture = cap, .final_hidden = f->final};
+    assert_int_equal(model_forward(&tt->t.m, &tt->t.fs, &b), 0);
+    for (int i = 0; i < f->T; i++)
+        for (int k = 0; k < 2; k++) memcpy(f->taps + ((size_t)i * 2 + k) * D, cap + ((size_t)k * f->T + i) * D, sizeof(float) * D);
+    kv_cache_free(tt->t.be, kv);
+    free(cap);
+    int anchors[6] = {3, 9, 14, 20, 31, 33};
+    for (int a = 0; a < 6; a++) {
+        f->anchor[a] = anchors[a];
+        f->n_valid[a] = DS_MIN(gamma, f->T - 1 - anchors[a]); /* the last blocks are cut short */
+    }
+    f->s = (bd_seq){f->T, f->taps, f->final, f->tokens, 6, f->anchor, f->n_valid};
+}
+
+typedef struct {
+    const bd_model *m;
+    double *p, *E;
+    bd_seq_d s;
+    double norm;
+    double labels[64];
+} dctx;
+
+static double loss_d(dctx *x) {
+    bd_stats st;
+    memset(&st, 0, sizeof st);
+    st.label_in = x->labels; /* the detached confidence labels of the base point */
+    if (bd_train_seq_d(&x->m->cfg, x->m->t, x->m->n_t, x->p, x->E, &x->s, NULL, x->norm, &st)) fail_msg("%s", ds_errmsg());
+    return (x->m->cfg.w_ce * st.ce + x->m->cfg.w_l1 * st.l1 + x->m->cfg.w_bce * st.bce) / x->norm;
+}
+
+/* The whole training loss, in double: for every tensor, the analytic gradient projected on a
+ * random direction against the central difference along it; and the float gradient (what
+ * training uses) against the double one. */
+static void gradcheck(const char *kind, const char *extra) {
+    tiny_target *tt = tiny_open();
+    cJSON *j = arch(extra);
+    bd_config c;
+    if (bd_config_init(&c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(j);
+    bd_model m;
+    assert_int_equal(bd_model_init(&m, &c, &tt->t.m, 3, 0), 0);
+    /* move every tensor off its special initial value (zero heads, unit norms) */
+    rng_t r;
+    rng_seed(&r, 9);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5);
+    seq_fix f;
+    make_seq(tt, &f, c.gamma);
+    size_t nE = (size_t)c.vocab * c.dim, nt = (size_t)f.T * c.n_tap * c.dim, nf = (size_t)f.T * c.dim;
+    dctx x;
+    memset(&x, 0, sizeof x);
+    x.m = &m;
+    x.p = malloc(sizeof(double) * m.n_params);
+    x.E = malloc(sizeof(double) * nE);
+    double *taps = malloc(sizeof(double) * nt), *fin = malloc(sizeof(double) * nf);
+    for (size_t i = 0; i < m.n_params; i++) x.p[i] = m.params[i];
+    for (size_t i = 0; i < nE; i++) x.E[i] = m.E[i];
+    for (size_t i = 0; i < nt; i++) taps[i] = f.taps[i];
+    for (size_t i = 0; i < nf; i++) fin[i] = f.final[i];
+    x.s = (bd_seq_d){f.T, taps, fin, f.tokens, 6, f.anchor, f.n_valid};
+    x.norm = bd_seq_weight(&c, &f.s);
+    double *gd = calloc(m.n_params, sizeof(double));
+    float *gf = calloc(m.n_params, sizeof(float));
+    bd_stats st;
+    memset(&st, 0, sizeof st);
+    st.label_out = x.labels;
+    assert_int_equal(bd_train_seq_d(&c, m.t, m.n_t, x.p, x.E, &x.s, gd, x.norm, &st), 0);
+    memset(&st, 0, sizeof st);
+    assert_int_equal(bd_train_seq(&m, &f.s, gf, x.norm, &st), 0);
+    double worst = 0, worst_f = 0;
+    for (int ti = 0; ti < m.n_t; ti++) {
+        const bd_tensor *t = &m.t[ti];
+        double *dir = malloc(sizeof(double) * t->numel), *p = x.p + t->offset, *keep = malloc(sizeof(double) * t->numel);
+        double an = 0, an_f = 0, gnorm = 0, diff = 0;
+        for (size_t i = 0; i < t->numel; i++) {
+            dir[i] = rng_uniform(&r) - 0.5;
+            an += dir[i] * gd[t->offset + i];
+            an_f += dir[i] * gf[t->offset + i];
+            gnorm += gd[t->offset + i] * gd[t->offset + i];
+            diff += (gd[t->offset + i] - gf[t->offset + i]) * (gd[t->offset + i] - gf[t->offset + i]);
+        }
+        const double eps = 1e-5;
+        memcpy(keep, p, sizeof(double) * t->numel);
+        for (size_t i = 0; i < t->numel; i++) p[i] = keep[i] + eps * dir[i];
+        double lp = loss_d(&x);
+        for (size_t i = 0; i < t->numel; i++) p[i] = keep[i] - eps * dir[i];
+        double lm = loss_d(&x);
+        memcpy(p, keep, sizeof(double) * t->numel);
+        double num = (lp - lm) / (2 * eps), rel = fabs(num - an) / fmax(fmax(fabs(num), fabs(an)), 1e-7);
+        double rel_f = sqrt(diff) / fmax(sqrt(gnorm), 1e-7);
+        worst = fmax(worst, rel);
+        worst_f = fmax(worst_f, rel_f);
+        if (rel > 1e-5) fail_msg("%s: tensor %s: directional derivative %.9g, finite difference %.9g (rel %.3g)", kind,
+                                 t->name, an, num, rel);
+        if (rel_f > 1e-3) fail_msg("%s: tensor %s: float gradient differs from double by %.3g (relative norm)", kind,
+                                   t->name, rel_f);
+        (void)an_f;
+        free(dir);
+        free(keep);
+    }
+    printf("  %s%s: %d tensors; worst relative error vs finite differences %.2e (double); float vs double gradient %.2e\n",
+           kind, extra, m.n_t, worst, worst_f);
+    free(gd), free(gf), free(x.p), free(x.E), free(taps), free(fin), free(f.taps), free(f.final);
+    bd_model_free(&m);
+    tiny_close(tt);
+}
+
+static void test_grad_dflash(void **state) {
+    (void)state;
+    gradcheck("dflash", "");
+    gradcheck("dflash", ", \"anchor_first\": 0"); /* z-lab's mask-rows-only layout */
+}
+static void test_grad_dspark_markov(void **state) {
+    (void)state;
+    gradcheck("dspark-markov", "");
+}
+static void test_grad_dspark_rnn(void **state) {
+    (void)state;
+    gradcheck("dspark-rnn", "");
+}
+
+static void test_checkpoint_roundtrip(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    cJSON *j = arch("");
+    bd_config c;
+    assert_int_equal(bd_config_init(&c, &tt->t.m, "dspark-rnn", j), 0);
+    cJSON_Delete(j);
+    bd_model m, m2;
+    assert_int_equal(bd_model_init(&m, &c, &tt->t.m, 4, 0), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tmp_path("ckpt"));
+    assert_int_equal(bd_save(&m, dir), 0);
+    assert_int_equal(bd_load(&m2, dir, &tt->t.m), 0);
+    assert_int_equal(m2.n_params, m.n_params);
+    assert_memory_equal(m2.params, m.params, sizeof(float) * m.n_params);
+    assert_string_equal(m2.cfg.kind, "dspark-rnn");
+    assert_int_equal(m2.cfg.head, HEAD_RNN);
+    assert_float_equal(m2.cfg.lambda, 4, 0); /* the paper's default, lambda = gamma */
+    /* the checkpoint is plain safetensors + JSON: readable by other tools */
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    st_file f;
+    assert_int_equal(st_open(&f, p), 0);
+    assert_non_null(st_find(&f, "head.W1"));
+    assert_non_null(st_find(&f, "layers.1.w_down.weight"));
+    st_close(&f);
+    /* a checkpoint for another target is refused */
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    char *txt;
+    size_t n;
+    assert_int_equal(ds_read_file(p, &txt, &n), 0);
+    char *fp = strstr(txt, tt->t.m.fingerprint);
+    assert_non_null(fp);
+    fp[0] = fp[0] == '0' ? '1' : '0';
+    write_file(p, txt, n);
+    free(txt);
+    bd_model m3;
+    assert_int_equal(bd_load(&m3, dir, &tt->t.m), -1);
+    assert_non_null(strstr(ds_errmsg(), "trained against target"));
+    bd_model_free(&m);
+    bd_model_free(&m2);
+    snprintf(p, sizeof p, "rm -rf '%s'", dir);
+    assert_int_equal(system(p), 0);
+    tiny_close(tt);
+}
+
+/* a cache of 12 random sequences through the tiny target */
+static void build_cache(tiny_target *tt, const char *dir) {
+    rng_t r;
+    rng_seed(&r, 77);
+    int taps[2] = {0, 1};
+    for (int i = 0; i < 12; i++) {
+        int n = 20 + (int)(rng_u64(&r) % 20), toks[64];
+        for (int k = 0; k < n; k++) toks[k] = (int)(rng_u64(&r) % 46);
+        if (traindata_append(&tt->t, dir, toks, n, 5, i, 2, taps)) fail_msg("%s", ds_errmsg());
+    }
+}
+
+static void test_resume_continues_the_curve(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char cache[512], runA[512], runB[512], cmd[1600];
+    snprintf(cache, sizeof cache, "%s", tmp_path("cache"));
+    snprintf(runA, sizeof runA, "%s", tmp_path("runA"));
+    snprintf(runB, sizeof runB, "%s", tmp_path("runB"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", cache, runA, runB);
+    assert_int_equal(system(cmd), 0);
+    build_cache(tt, cache);
+    train_cache d;
+    if (traindata_open(&d, cache, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(d.n_seq, 12);
+    cJSON *j = arch("");
+    bd_config c;
+    assert_int_equal(bd_config_init(&c, &tt->t.m, "dspark-markov", j), 0);
+    cJSON_Delete(j);
+    train_opts o = {8, 3, 4, 3e-3f, 0.1f, 0.25f, 0.01f, 1.0f, 0.9f, 0.95f, 11, 4, 0, 1, 0.2f, 4, 0, runA, 1};
+    bd_model a, b;
+    train_point ha[16], hb1[16], hb2[16];
+    int na, nb1, nb2;
+    assert_int_equal(bd_model_init(&a, &c, &tt->t.m, 5, 0), 0);
+    if (train_run(&a, &d, &o, ha, 16, &na)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(na, 8);
+    assert_true(ha[7].loss < ha[0].loss); /* it learns */
+    /* the same run, killed after 5 steps and resumed from its checkpoint in a fresh model */
+    o.out = runB;
+    o.stop_after = 5;
+    assert_int_equal(bd_model_init(&b, &c, &tt->t.m, 5, 0), 0);
+    assert_int_equal(train_run(&b, &d, &o, hb1, 16, &nb1), 0);
+    assert_int_equal(nb1, 5);
+    bd_model_free(&b);
+    assert_int_equal(bd_model_init(&b, &c, &tt->t.m, 999, 0), 0); /* different init: must be replaced by the checkpoint */
+    o.stop_after = 0;
+    assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), 0);
+    assert_int_equal(nb2, 3);
+    for (int i = 0; i < 5; i++) assert_memory_equal(&ha[i].loss, &hb1[i].loss, sizeof(double));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(hb2[i].step, 6 + i);
+        if (memcmp(&ha[5 + i].loss, &hb2[i].loss, sizeof(double)) != 0)
+            fail_msg("step %d: uninterrupted loss %.9g, resumed %.9g", 6 + i, ha[5 + i].loss, hb2[i].loss);
+    }
+    assert_memory_equal(a.params, b.params, sizeof(float) * a.n_params);
+    bd_model_free(&a);
+    bd_model_free(&b);
+    traindata_close(&d);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
+        cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_roundtrip),
+        cmocka_unit_test(test_resume_continues_the_curve),
+    };
+    return cmocka_run_group_tests_name("train", tests, NULL, NULL);
+}
