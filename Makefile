@@ -64,7 +64,9 @@ model:
 	@./scripts/fetch_model.sh
 
 run: $(BIN) model
-	$(BIN) generate
+	$(BIN) run --config experiments/quickstart.json
+	$(BIN) report build/quickstart/run.h5 --out build/quickstart/report.md
+	@sed -n '5,/^Outputs/p' build/quickstart/report.md
 
 tests: $(TESTS) $(BIN)
 

@@ -12,6 +12,33 @@
 #include "args.h"
 #include "commands.h"
 
+/* conditional acceptance at k as text: "-" when no round reached k with 1..k-1 accepted */
+static const char *cond_str(const metrics *m, int k, const char *fmt, const char *none, char *buf, size_t n) {
+    if (!m->att[k]) return none;
+    snprintf(buf, n, fmt, (double)m->acc[k] / m->att[k]);
+    return buf;
+}
+
+/* Write BASE.gp, run gnuplot to BASE.png, link the PNG from the report (or say why not). */
+static void gnuplot(FILE *o, const char *base, const char *title, const char *plot_cmd) {
+    char gp[1200], png[1200];
+    snprintf(gp, sizeof gp, "%s.gp", base);
+    snprintf(png, sizeof png, "%s.png", base);
+    FILE *f = fopen(gp, "w");
+    if (!f) {
+        fprintf(o, "\n(cannot write the plot script %s)\n", gp);
+        return;
+    }
+    fprintf(f, "set terminal pngcairo size 800,500 noenhanced\nset output '%s'\nset title '%s'\n"
+               "set xlabel 'draft position k'\nset ylabel 'acceptance'\nset yrange [0:1]\nset xtics 1\nset grid\n%s\n",
+            png, title, plot_cmd);
+    fclose(f);
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", gp);
+    if (system(cmd) == 0) fprintf(o, "\n![%s](%s)\n", title, png);
+    else fprintf(o, "\n(gnuplot not available: plot script left at %s)\n", gp);
+}
+
 static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx) {
     trace_data d;
     if (trace_read(path, &d)) return -1;
@@ -85,49 +112,101 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx)
         fprintf(o, "The draft head's sequential (left-to-right) loop: %.2f s = %.1f%% of speculative round time "
                    "(%.1f%% of drafting).\n",
                 d.draft_seq_loop_s, 100 * d.draft_seq_loop_s / tt_all, 100 * d.draft_seq_loop_s / all->t_draft);
+    char cb[32];
     if (all->max_pos > 0) {
         fprintf(o, "\n| position k | conditional acceptance | unconditional acceptance | mean analytic c*_k | rounds verifying k |\n"
                    "|---:|---:|---:|---:|---:|\n");
         for (int k = 1; k <= all->max_pos; k++)
-            fprintf(o, "| %d | %.3f | %.3f | %.3f | %ld |\n", k, all->att[k] ? (double)all->acc[k] / all->att[k] : 0,
+            fprintf(o, "| %d | %s | %.3f | %.3f | %ld |\n", k, cond_str(all, k, "%.3f", "-", cb, sizeof cb),
                     all->ver_ge[k] ? (double)all->acc_ge[k] / all->ver_ge[k] : 0,
                     all->cstar_n[k] ? all->cstar_sum[k] / all->cstar_n[k] : 0, all->ver_ge[k]);
         fprintf(o, "\nConditional: accepted at k / verified at k with 1..k-1 accepted (the paper's Fig. 2). Unconditional: "
                    "rounds accepting >= k / rounds verifying >= k. c*_k = 1 - TV(p_k, q_k), the analytic acceptance.\n");
     }
     if (plot_dir && all->max_pos > 0) {
-        char dat[1200], gp[1200], png[1200];
-        snprintf(dat, sizeof dat, "%s/acceptance-%d.dat", plot_dir, idx);
-        snprintf(gp, sizeof gp, "%s/acceptance-%d.gp", plot_dir, idx);
-        snprintf(png, sizeof png, "%s/acceptance-%d.png", plot_dir, idx);
+        char base[1100], dat[1200];
+        snprintf(base, sizeof base, "%s/acceptance-%d", plot_dir, idx);
+        snprintf(dat, sizeof dat, "%s.dat", base);
         FILE *f = fopen(dat, "w");
         if (f) {
             fprintf(f, "# k conditional unconditional cstar\n");
             for (int k = 1; k <= all->max_pos; k++)
-                fprintf(f, "%d %.5f %.5f %.5f\n", k, all->att[k] ? (double)all->acc[k] / all->att[k] : 0,
-                        all->ver_ge[k] ? (double)all->acc_ge[k] / all->ver_ge[k] : 0,
+                fprintf(f, "%d %s %.5f %.5f\n", k, cond_str(all, k, "%.5f", "?", cb, sizeof cb), all->ver_ge[k] ? (double)all->acc_ge[k] / all->ver_ge[k] : 0,
                         all->cstar_n[k] ? all->cstar_sum[k] / all->cstar_n[k] : 0);
             fclose(f);
         }
-        f = fopen(gp, "w");
-        if (f) {
-            fprintf(f, "set terminal pngcairo size 800,500\nset output '%s'\nset title 'Acceptance per draft position: %s'\n"
-                       "set xlabel 'draft position k'\nset ylabel 'acceptance'\nset yrange [0:1]\nset grid\n"
-                       "plot '%s' using 1:2 with linespoints title 'conditional', '' using 1:3 with linespoints title "
-                       "'unconditional', '' using 1:4 with linespoints title 'analytic c*'\n",
-                    png, path, dat);
-            fclose(f);
-            char cmd[2600];
-            snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", gp);
-            if (system(cmd) == 0) fprintf(o, "\n![acceptance per position](%s)\n", png);
-            else fprintf(o, "\n(gnuplot not available: plot script left at %s)\n", gp);
-        }
+        char title[1200], plotcmd[4000];
+        snprintf(title, sizeof title, "Acceptance per draft position: %s", path);
+        snprintf(plotcmd, sizeof plotcmd,
+                 "plot '%s' using 1:2 with linespoints title 'conditional', '' using 1:3 with linespoints title "
+                 "'unconditional', '' using 1:4 with linespoints title 'analytic c*'",
+                 dat);
+        gnuplot(o, base, title, plotcmd);
     }
     fprintf(o, "\n");
     free(ms);
     trace_data_free(&d);
     cJSON_Delete(cfg);
     return 0;
+}
+
+/* One line per trace and one plot of every trace's conditional acceptance per position (the
+ * paper's Fig. 2): the comparison people read first. Labels are the trace file names. */
+static int print_summary(FILE *o, const char **paths, int n, const char *plot_dir) {
+    metrics *ms = calloc((size_t)n, sizeof *ms);
+    char(*label)[64] = calloc((size_t)n, sizeof *label);
+    int rc = -1, max_pos = 0;
+    if (!ms || !label) goto done;
+    fprintf(o, "| trace | drafter | T | tau | acceptance | wall speedup | conditional acceptance at k = 1, 2, ... |\n"
+               "|---|---|---:|---:|---:|---:|---|\n");
+    for (int i = 0; i < n; i++) {
+        trace_data d;
+        if (trace_read(paths[i], &d)) goto done;
+        cJSON *cfg = d.config ? cJSON_Parse(d.config) : NULL;
+        int mrc = metrics_compute(&d, "", &ms[i]);
+        const char *slash = strrchr(paths[i], '/'), *name = slash ? slash + 1 : paths[i];
+        snprintf(label[i], sizeof label[i], "%.*s", (int)(strlen(name) > 3 && strcmp(name + strlen(name) - 3, ".h5") == 0 ? strlen(name) - 3 : strlen(name)), name);
+        const cJSON *dn = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "drafter"), "name");
+        const cJSON *tj = cJSON_GetObjectItem(cfg, "temperature");
+        char sp[32] = "-", cond[512] = "", cb[32];
+        const metrics *m = &ms[i];
+        if (m->speedup > 0) snprintf(sp, sizeof sp, "%.3fx", m->speedup);
+        for (int k = 1, w = 0; k <= m->max_pos && w < (int)sizeof cond - 16; k++)
+            w += snprintf(cond + w, sizeof cond - (size_t)w, "%s%s", k > 1 ? " " : "", cond_str(m, k, "%.2f", "-", cb, sizeof cb));
+        fprintf(o, "| %s | %s | %g | %.3f | %.3f | %s | %s |\n", label[i], cJSON_IsString(dn) ? dn->valuestring : "-",
+                cJSON_IsNumber(tj) ? tj->valuedouble : -1, m->tau, m->accept_rate, sp, cond);
+        max_pos = DS_MAX(max_pos, m->max_pos);
+        cJSON_Delete(cfg);
+        trace_data_free(&d);
+        if (mrc) goto done;
+    }
+    if (plot_dir && max_pos > 0) {
+        char base[1100], dat[1200], cmd[4000], cb[32];
+        snprintf(base, sizeof base, "%s/conditional-acceptance", plot_dir);
+        snprintf(dat, sizeof dat, "%s.dat", base);
+        FILE *f = fopen(dat, "w");
+        if (f) {
+            fprintf(f, "# k, then each trace's conditional acceptance (? = not drafted)\n");
+            for (int k = 1; k <= max_pos; k++) {
+                fprintf(f, "%d", k);
+                for (int i = 0; i < n; i++)
+                    fprintf(f, " %s", k <= ms[i].max_pos ? cond_str(&ms[i], k, "%.5f", "?", cb, sizeof cb) : "?");
+                fprintf(f, "\n");
+            }
+            fclose(f);
+        }
+        int w = snprintf(cmd, sizeof cmd, "set datafile missing '?'\nplot");
+        for (int i = 0; i < n && w < (int)sizeof cmd - 200; i++)
+            w += snprintf(cmd + w, sizeof cmd - (size_t)w, "%s '%s' using 1:%d with linespoints title '%s'", i ? "," : "",
+                          dat, i + 2, label[i]);
+        gnuplot(o, base, "Conditional acceptance per draft position", cmd);
+    }
+    fprintf(o, "\n");
+    rc = 0;
+done:
+    free(ms);
+    free(label);
+    return rc;
 }
 
 int cmd_report(int argc, char **argv) {
@@ -143,18 +222,28 @@ int cmd_report(int argc, char **argv) {
         ds_error("report: give at least one trace file (see dspark-bench report --help)");
         return -1;
     }
-    if (plot) mkdir(plot, 0755);
-    FILE *o = out ? fopen(out, "w") : stdout;
-    if (!o) {
-        ds_error("%s: cannot create", out);
-        return -1;
-    }
-    fprintf(o, "# dspark-bench report\n\n");
-    for (int i = 0; i < npos; i++)
-        if (print_trace(o, pos[i], plot, i)) {
-            if (out) fclose(o);
+    if (plot && ds_mkdirs(plot, "the plot folder")) return -1;
+    /* a report file is written whole or not at all: PATH.tmp, renamed on success */
+    char tmp[4096];
+    FILE *o = stdout;
+    if (out) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", out);
+        if (ds_mkdirs_for(out, "the report folder")) return -1;
+        if (!(o = fopen(tmp, "w"))) {
+            ds_error("%s: cannot create the report", tmp);
             return -1;
         }
-    if (out) fclose(o);
-    return 0;
+    }
+    fprintf(o, "# dspark-bench report\n\n");
+    int bad = npos > 1 && print_summary(o, pos, npos, plot);
+    for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i) != 0;
+    if (out) {
+        bad |= fclose(o) != 0;
+        if (!bad && rename(tmp, out) != 0) {
+            ds_error("%s: cannot write the report", out);
+            bad = 1;
+        }
+        if (bad) remove(tmp);
+    }
+    return bad ? -1 : 0;
 }

@@ -26,25 +26,6 @@ static uint64_t mix(uint64_t a, uint64_t b) {
     return x ^ (x >> 29);
 }
 
-static int mkdirs_for(const char *path) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 0;
-    *slash = 0;
-    for (char *p = dir + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(dir, 0755) && errno != EEXIST) break;
-            *p = '/';
-        }
-    if (mkdir(dir, 0755) && errno != EEXIST) {
-        ds_error("%s: cannot create the output folder", dir);
-        return -1;
-    }
-    return 0;
-}
-
 /* Build a cJSON object from the command-line overrides. */
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
@@ -229,7 +210,7 @@ int cmd_run(int argc, char **argv) {
             DS_TRY(sps_from_arrays(&sps, B, one, 1));
         }
     }
-    DS_TRY(mkdirs_for(rc.out));
+    DS_TRY(ds_mkdirs_for(rc.out, "the trace folder"));
     DS_TRYP(tr = trace_create(rc.out));
     DS_TRYP(resolved = run_config_json(&rc));
     DS_TRYP(cfg_txt = cJSON_PrintUnformatted(resolved));

@@ -147,10 +147,7 @@ static int trim_files(const char *dir, const idx_t *x) {
 int traindata_append(target *t, const char *dir, const int *tokens, int n, int n_prompt, int source, int n_tap,
                      const int *taps) {
     idx_t x;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        ds_error("%s: cannot create the cache folder: %s", dir, strerror(errno));
-        return -1;
-    }
+    if (ds_mkdirs(dir, "the data cache folder")) return -1;
     int rc = idx_read(&x, dir), ret = -1, D = t->m.cfg.dim;
     float *cap = NULL, *fin = NULL;
     uint16_t *bf = NULL;
@@ -211,10 +208,7 @@ int traindata_build(target *t, const traindata_opts *o) {
     prompt_set ps;
     idx_t x;
     int rc = -1, done_src = -1;
-    if (mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
-        ds_error("%s: cannot create the cache folder: %s", o->dir, strerror(errno));
-        return -1;
-    }
+    if (ds_mkdirs(o->dir, "the data cache folder")) return -1;
     if (dataset_load(o->dataset, o->data_root, o->limit, 0, &ps)) return -1;
     int r = idx_read(&x, o->dir);
     if (r < 0) goto done_ps;

@@ -340,10 +340,7 @@ int bd_save(const bd_model *m, const char *dir) {
     st_write_tensor *w = NULL;
     char *txt = NULL;
     int rc = -1;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        ds_error("%s: cannot create checkpoint folder: %s", dir, strerror(errno));
-        return -1;
-    }
+    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
     DS_TRYP(w = ds_calloc((size_t)m->n_t, sizeof *w, "checkpoint"));
     for (int i = 0; i < m->n_t; i++) {
         w[i].name = m->t[i].name;

@@ -181,7 +181,7 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
     if (n_hist) *n_hist = 0;
     DS_CHECK(d->n_tap == c->n_tap && d->dim == c->dim && memcmp(d->taps, c->tap, sizeof(int) * (size_t)c->n_tap) == 0,
              "the training cache taps layers that differ from the drafter's");
-    DS_CHECK(mkdir(o->out, 0755) == 0 || errno == EEXIST, "%s: cannot create the run folder", o->out);
+    DS_TRY(ds_mkdirs(o->out, "the run folder"));
     /* train / held-out split by a seeded hash of the sequence id */
     DS_TRYP(train_idx = ds_malloc(sizeof(int) * (size_t)(d->n_seq + 1), "split"));
     DS_TRYP(eval_idx = ds_malloc(sizeof(int) * (size_t)(d->n_seq + 1), "split"));
@@ -283,7 +283,7 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
         fflush(tlog);
         if (!o->quiet) {
             char extra[200];
-            snprintf(extra, sizeof extra, "| loss %.4f (ce %.3f l1 %.3f bce %.3f) tau~%.2f | %.0f rows/s | lr %.2e",
+            snprintf(extra, sizeof extra, "| loss %.4f (ce %.3f l1 %.3f bce %.3f) tau~%.2f | %.0f tok/s | lr %.2e",
                      tp.loss, tp.ce, tp.l1, tp.bce, tp.tau_proxy, rows_run / (ds_now() - t_run), lr);
             ds_progress_update(&pr, step + 1, extra);
         }

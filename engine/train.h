@@ -3,7 +3,8 @@
  *
  * Everything random is a function of (seed, step, slot): the epoch order of sequences and the
  * anchors of each sequence, so a run resumed from a checkpoint continues the same loss curve as
- * an uninterrupted one. */
+ * an uninterrupted one. Throughput (tok/s on the progress line, "rows" in train_log.jsonl) counts
+ * supervised draft positions: block rows with a target token, forward and backward. */
 #ifndef DS_TRAIN_H
 #define DS_TRAIN_H
 

@@ -103,6 +103,35 @@ void ds_unmap(const uint8_t *map, size_t size) {
     if (map) munmap((void *)map, size);
 }
 
+int ds_mkdirs(const char *dir, const char *what) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+        ds_error("%s: path too long for %s", dir, what);
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) break; /* the final mkdir reports it */
+            *p = '/';
+        }
+    struct stat st;
+    if (mkdir(buf, 0755) != 0 && (errno != EEXIST || stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        ds_error("%s: cannot create %s: %s", dir, what, errno == EEXIST ? "a file of that name exists" : strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int ds_mkdirs_for(const char *path, const char *what) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0;
+    *slash = 0;
+    return ds_mkdirs(dir, what);
+}
+
 int ds_read_file(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     char *buf = NULL;

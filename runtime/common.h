@@ -72,6 +72,11 @@ void ds_unmap(const uint8_t *map, size_t size);
 /* Whole-file read into a NUL-terminated heap buffer; -1 with a message naming the path. */
 int ds_read_file(const char *path, char **out, size_t *len);
 
+/* mkdir -p of a folder (what names it in the message); ds_mkdirs_for makes the folder a file
+ * path lives in. -1 with a message naming the folder and the reason. */
+int ds_mkdirs(const char *dir, const char *what);
+int ds_mkdirs_for(const char *path, const char *what);
+
 /* Progress line on stderr: "\r<label> done/total  rate unit/s  ETA mm:ss" (rewritten in place). */
 typedef struct {
     const char *label;

@@ -150,7 +150,46 @@ static void test_run_and_report(void **state) {
     assert_non_null(strstr(r.out, "| **all** |"));
     assert_non_null(strstr(r.out, "conditional acceptance"));
     assert_non_null(strstr(r.out, "Outputs identical to the baseline's: 2 of 2"));
+    /* several traces: a summary line each; a report file is replaced only by a complete one */
+    const char *md = tmp_path("report.md");
+    run(&r, "report %s %s --out %s", h5, h5, md);
+    assert_int_equal(r.status, 0);
+    char *txt;
+    size_t n;
+    assert_int_equal(ds_read_file(md, &txt, &n), 0);
+    assert_non_null(strstr(txt, "| trace | drafter | T | tau |"));
+    assert_non_null(strstr(txt, " | vanilla | 0 | "));
+    run(&r, "report %s /nonexistent/t.h5 --out %s", h5, md);
+    assert_int_equal(r.status, 1);
+    char *after;
+    assert_int_equal(ds_read_file(md, &after, &n), 0);
+    assert_string_equal(txt, after);
+    free(txt), free(after);
+    remove(md);
     remove(h5);
+}
+
+static void put(const char *path, const char *text) { write_file(path, text, strlen(text)); }
+
+static void test_train_errors(void **state) {
+    (void)state;
+    char args[1200];
+    expect_error("train", 1, "--config FILE.json is required");
+    const char *cfg = tmp_path("train.json");
+    snprintf(args, sizeof args, "train --config %s", cfg);
+    put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"optimizer\": {}}");
+    expect_error(args, 1, "unknown key 'optimizer'");
+    put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"train\": {\"steps\": -3}}");
+    expect_error(args, 1, "'steps' must be an integer");
+    put(cfg, "{\"drafter\": {}, \"out\": \"/tmp/x\"}");
+    expect_error(args, 1, "needs \"drafter\": {\"name\"");
+    if (need_real_model()) {
+        put(cfg, "{\"drafter\": {\"name\": \"eagle-7\"}, \"out\": \"/tmp/x\"}");
+        expect_error(args, 1, "block drafter kind 'eagle-7' unknown");
+        put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"taps\": [99]}, \"out\": \"/tmp/x\"}");
+        expect_error(args, 1, "tap layer 99 outside");
+    }
+    remove(cfg);
 }
 
 int main(void) {
@@ -160,6 +199,7 @@ int main(void) {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_real_model_commands),
         cmocka_unit_test(test_run_and_report),
+        cmocka_unit_test(test_train_errors),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }
