@@ -51,7 +51,7 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         jint(j, "head_dim", 2, 1024, &c->head_dim, what) || jint(j, "hidden_dim", 1, 1 << 18, &c->hidden_dim, what) ||
         jint(j, "vocab", 2, 1 << 22, &c->vocab, what) || jint(j, "gamma", 1, 16, &c->gamma, what) ||
         jint(j, "anchor_first", 0, 1, &af, what) || jint(j, "head", 0, 2, &hk, what) ||
-        jint(j, "rank", 1, 4096, &c->rank, what) || jint(j, "confidence", 0, 1, &c->conf, what) ||
+        jint(j, "rank", 0, 4096, &c->rank, what) || jint(j, "confidence", 0, 1, &c->conf, what) ||
         jint(j, "mask_token", 0, 1 << 22, &c->mask_token, what) || jfloat(j, "eps", 1e-12, 1, &c->eps, what) ||
         jfloat(j, "rope_theta", 1, 1e9, &c->rope_theta, what) || jfloat(j, "w_ce", 0, 100, &c->w_ce, what) ||
         jfloat(j, "w_l1", 0, 100, &c->w_l1, what) || jfloat(j, "w_bce", 0, 100, &c->w_bce, what) ||
