@@ -99,8 +99,6 @@ int cmd_train(int argc, char **argv) {
         ds_error("train: --config FILE.json is required (see experiments/train/*.json)");
         return -1;
     }
-    char *txt = NULL;
-    size_t n;
     cJSON *cfg = NULL;
     target t;
     memset(&t, 0, sizeof t);
@@ -109,8 +107,7 @@ int cmd_train(int argc, char **argv) {
     bd_model m;
     memset(&m, 0, sizeof m);
     int ret = -1;
-    DS_TRY(ds_read_file(config_path, &txt, &n));
-    DS_CHECK((cfg = cJSON_ParseWithLength(txt, n)) != NULL, "%s: not valid JSON", config_path);
+    DS_TRYP(cfg = ds_read_json(config_path));
     const char *target_path = NULL, *out = NULL, *comment = NULL;
     cJSON *drafter = NULL, *dataj = NULL, *trainj = NULL;
     for (cJSON *v = cfg->child; v; v = v->next) {
@@ -186,6 +183,5 @@ fail:
     traindata_close(&data);
     target_close(&t);
     cJSON_Delete(cfg);
-    free(txt);
     return ret;
 }

@@ -154,15 +154,8 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what) {
 }
 
 int run_config_load(run_config *c, const char *path) {
-    char *txt;
-    size_t n;
-    if (ds_read_file(path, &txt, &n)) return -1;
-    cJSON *j = cJSON_ParseWithLength(txt, n);
-    free(txt);
-    if (!j) {
-        ds_error("%s: not valid JSON", path);
-        return -1;
-    }
+    cJSON *j = ds_read_json(path);
+    if (!j) return -1;
     int rc = run_config_apply(c, j, path);
     cJSON_Delete(j);
     return rc;

@@ -31,14 +31,12 @@ static void idx_free(idx_t *x) {
 
 static int idx_read(idx_t *x, const char *dir) {
     memset(x, 0, sizeof *x);
-    char p[4096], *txt = NULL;
-    size_t n;
+    char p[4096];
     cJSON *j = NULL;
     snprintf(p, sizeof p, "%s/index.json", dir);
     struct stat st;
     if (stat(p, &st) != 0) return 1; /* a fresh cache */
-    DS_TRY(ds_read_file(p, &txt, &n));
-    DS_CHECK((j = cJSON_ParseWithLength(txt, n)) != NULL, "%s: not valid JSON", p);
+    DS_TRYP(j = ds_read_json(p));
     const cJSON *len = cJSON_GetObjectItem(j, "len"), *np = cJSON_GetObjectItem(j, "n_prompt"),
                 *src = cJSON_GetObjectItem(j, "source"), *taps = cJSON_GetObjectItem(j, "taps");
     DS_CHECK(cJSON_IsArray(len) && cJSON_IsArray(np) && cJSON_IsArray(src) && cJSON_IsArray(taps) &&
@@ -63,11 +61,9 @@ static int idx_read(idx_t *x, const char *dir) {
     DS_CHECK(cJSON_IsNumber(dim) && cJSON_IsString(fp), "%s: missing dim or target_fingerprint", p);
     x->dim = dim->valueint;
     snprintf(x->fp, sizeof x->fp, "%s", fp->valuestring);
-    free(txt);
     cJSON_Delete(j);
     return 0;
 fail:
-    free(txt);
     cJSON_Delete(j);
     idx_free(x);
     return -1;

@@ -386,15 +386,12 @@ fail:
 
 int bd_load(bd_model *m, const char *dir, const model *target) {
     char p[4096];
-    char *txt = NULL;
     cJSON *j = NULL;
     st_file f;
     memset(&f, 0, sizeof f);
     memset(m, 0, sizeof *m);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    size_t n;
-    DS_TRY(ds_read_file(p, &txt, &n));
-    DS_CHECK((j = cJSON_ParseWithLength(txt, n)) != NULL, "%s: not valid JSON", p);
+    DS_TRYP(j = ds_read_json(p));
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
     DS_CHECK(cJSON_IsString(kind), "%s: no 'kind' (dflash, dspark-markov, dspark-rnn)", p);
     bd_config c;
@@ -405,12 +402,10 @@ int bd_load(bd_model *m, const char *dir, const model *target) {
              "%s: trained against target %s, but the target is %s", p, fp->valuestring, target->fingerprint);
     DS_TRY(alloc_model(m, &c, target));
     DS_TRY(bd_read_params(m, dir));
-    free(txt);
     cJSON_Delete(j);
     return 0;
 fail:
     st_close(&f);
-    free(txt);
     cJSON_Delete(j);
     bd_model_free(m);
     return -1;

@@ -1,4 +1,5 @@
 #include "common.h"
+#include <cJSON.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -162,6 +163,21 @@ fail:
     free(buf);
     fclose(f);
     return -1;
+}
+
+cJSON *ds_read_json(const char *path) {
+    char *txt;
+    size_t n;
+    if (ds_read_file(path, &txt, &n)) return NULL;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(txt, n, &end, 0);
+    if (!j) {
+        int line = 1;
+        for (const char *q = txt; end && q < end && q < txt + n; q++) line += *q == '\n';
+        ds_error("%s: not valid JSON (line %d)", path, line);
+    }
+    free(txt);
+    return j;
 }
 
 void ds_progress_start(ds_progress *p, const char *label, const char *unit, long total) {

@@ -72,6 +72,11 @@ void ds_unmap(const uint8_t *map, size_t size);
 /* Whole-file read into a NUL-terminated heap buffer; -1 with a message naming the path. */
 int ds_read_file(const char *path, char **out, size_t *len);
 
+/* A whole JSON file parsed (free with cJSON_Delete); NULL with a message naming the path and, for
+ * bad JSON, the line where the parser stopped. */
+struct cJSON;
+struct cJSON *ds_read_json(const char *path);
+
 /* mkdir -p of a folder (what names it in the message); ds_mkdirs_for makes the folder a file
  * path lives in. -1 with a message naming the folder and the reason. */
 int ds_mkdirs(const char *dir, const char *what);

@@ -71,16 +71,9 @@ int sps_from_json(sps_table *t, const cJSON *root, const char *what) {
 }
 
 int sps_load(sps_table *t, const char *path) {
-    char *txt;
-    size_t n;
     memset(t, 0, sizeof *t);
-    if (ds_read_file(path, &txt, &n)) return -1;
-    cJSON *j = cJSON_ParseWithLength(txt, n);
-    free(txt);
-    if (!j) {
-        ds_error("%s: not valid JSON", path);
-        return -1;
-    }
+    cJSON *j = ds_read_json(path);
+    if (!j) return -1;
     int rc = sps_from_json(t, j, path);
     cJSON_Delete(j);
     return rc;
