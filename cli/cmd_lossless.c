@@ -1,11 +1,12 @@
-/* lossless — the losslessness gate: exact enumeration, chi-square and KS tests of the verifier,
- * and negative controls that must be caught. Exit status 1 if a lossless case is rejected or a
- * control passes. */
+/* lossless — the losslessness gate: exact enumeration, chi-square and KS tests of the verifier on
+ * toy worlds, of the production round (decode_rounds and every drafter's propose) on a tiny
+ * target and on the real one, and negative controls that must be caught. Exit status 1 if a
+ * lossless case is rejected or a control passes. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../engine/gate_models.h"
+#include "../engine/gate_round.h"
 #include "../engine/trace.h"
 #include "../runtime/common.h"
 #include "../verify/lossless.h"
@@ -33,42 +34,46 @@ fail:
 }
 
 int cmd_lossless(int argc, char **argv) {
-    int quick = 0, draws = 0, real = 0, layers = 20, gamma = 3, top_k = 0;
+    int quick = 0, draws = 0, real = 0, two = 0, no_real = 0, real_tokens = 3, layers = 20, gamma = 3, top_k = 0;
     float temperature = 1.0f, top_p = 1.0f;
     const char *out = NULL, *model = NULL;
     opt_def opts[] = {
-        {"draws", OPT_INT, &draws, "N", "draws per case (default 100000; with --real 4100 per arm)", 100, 1e9, 0},
-        {"quick", OPT_FLAG, &quick, NULL, "a smaller case matrix (seconds instead of a minute)", 0, 0, 0},
+        {"draws", OPT_INT, &draws, "N", "draws per case (default 100000; with --two-sample 4100 per arm)", 100, 1e9, 0},
+        {"quick", OPT_FLAG, &quick, NULL, "a smaller case matrix (seconds instead of minutes)", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.h5", "also write the results as a trace's `lossless` dataset", 0, 0, 0},
-        {"real", OPT_FLAG, &real, NULL, "two-sample tests on the real target instead (minutes; not in CI)", 0, 0, 0},
-        {"model", OPT_STR, &model, "PATH", "--real: target model (default: embedded SmolLM2)", 0, 0, 0},
-        {"draft-layers", OPT_INT, &layers, "K", "--real: vanilla self-draft depth (default 20)", 1, 1024, 0},
-        {"gamma", OPT_INT, &gamma, "N", "--real: drafts per round (default 3)", 1, 64, 0},
-        {"temperature", OPT_FLOAT, &temperature, "T", "--real: sampling temperature (default 1)", 0.01, 100, 0},
-        {"top-p", OPT_FLOAT, &top_p, "P", "--real: nucleus mass (default 1)", 1e-6, 1, 0},
-        {"top-k", OPT_INT, &top_k, "K", "--real: top-k, 0 = off", 0, 1 << 22, 0},
+        {"no-real", OPT_FLAG, &no_real, NULL, "skip the exact cases on the real target (no model needed)", 0, 0, 0},
+        {"real", OPT_FLAG, &real, NULL, "only the exact cases on the real target, at --real-tokens (minutes)", 0, 0, 0},
+        {"real-tokens", OPT_INT, &real_tokens, "N", "--real: tokens after the prefill token whose law is compared (3)", 1, 4, 0},
+        {"two-sample", OPT_FLAG, &two, NULL, "two-sample tests of speculative vs autoregressive sampling instead", 0, 0, 0},
+        {"model", OPT_STR, &model, "PATH", "real target (default: embedded SmolLM2)", 0, 0, 0},
+        {"draft-layers", OPT_INT, &layers, "K", "--two-sample: vanilla self-draft depth (default 20)", 1, 1024, 0},
+        {"gamma", OPT_INT, &gamma, "N", "--two-sample: drafts per round (default 3)", 1, 64, 0},
+        {"temperature", OPT_FLOAT, &temperature, "T", "--two-sample: sampling temperature (default 1)", 0.01, 100, 0},
+        {"top-p", OPT_FLOAT, &top_p, "P", "--two-sample: nucleus mass (default 1)", 1e-6, 1, 0},
+        {"top-k", OPT_INT, &top_k, "K", "--two-sample: top-k, 0 = off", 0, 1 << 22, 0},
         OPT_END};
     const char *pos[1];
     int npos, rc = args_parse("lossless", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
-    if (real) {
+    if (two) {
         real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1};
         int r = lossless_real(&ro);
-        if (r > 0) ds_error("losslessness gate (--real) failed: speculative and autoregressive samples differ");
+        if (r > 0) ds_error("losslessness gate (--two-sample) failed: speculative and autoregressive samples differ");
         return r ? -1 : 0;
     }
     if (!draws) draws = 100000;
     gate_report rep = {0};
     rep.draws = draws;
     rep.quick = quick;
-    rep.alpha = 0.01;
-    rep.extra_tests = GATE_MODEL_KS_TESTS;
+    rep.alpha = 0.005; /* family-wise 0.01: half for the toy worlds, half for the production round */
     double t0 = ds_now();
-    int res = gate_run(&rep, 1);
-    if (res >= 0) {
-        fprintf(stderr, "lossless: drafter modules on a tiny target\n");
-        if (gate_model_cases(&rep, draws, rep.alpha_each)) res = -1;
+    int res = 0;
+    if (!real) {
+        res = gate_run(&rep, 1);
+        if (res >= 0 && gate_round_cases(&rep, draws, 0.005, quick, 1)) res = -1;
     }
+    /* the real target: 2 tokens in the CI gate (every drafter x scheduler in about a minute), more with --real */
+    if (res >= 0 && !no_real && gate_round_real(&rep, model, real ? real_tokens : 2, 1)) res = -1;
     if (res < 0) {
         gate_report_free(&rep);
         return -1;

@@ -1,6 +1,8 @@
-/* lossless --real — two-sample tests of speculative against autoregressive sampling on the real
- * target: the first three emitted tokens of many continuations of each prompt, drawn with the
- * production loop (one prefill per prompt and arm, then the request is rewound for every draw). */
+/* lossless --two-sample — two-sample tests of speculative against autoregressive sampling on the
+ * real target: the first three emitted tokens of many continuations of each prompt, drawn with the
+ * production loop (one prefill per prompt and arm, then the request is rewound for every draw).
+ * Its power is stated with the result; against small effects (a reused uniform when few drafts are
+ * accepted) it has none, which is why the gate's real-model cases are exact (gate_round_real). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +43,7 @@ static int draw(target *t, const decode_cfg *cfg, const int *prompt, int n_promp
             r.done = 0;
             kv_cache_crop(r.tkv, n_prompt);
             if (cfg->d && cfg->d->ops->rewind(cfg->d, &r)) goto done_req;
-            int first = sample_probs(p0, V, rng_uniform(&r.vr.resample));
+            int first = rng_draw(&r.vr.resample, p0, V);
             if (append_emitted(t, &r, &first, 1) < 0) goto done_req;
         }
         request *rp = &r;
@@ -114,7 +116,7 @@ int lossless_real(const real_opts *o) {
     int n_tests = 2 * (N_TOK + 1);
     double alpha = 0.01 / n_tests, zA = normal_quantile(1 - alpha / 2), zB = normal_quantile(0.9);
     double delta = (zA + zB) * sqrt(2 * 0.25 / o->draws);
-    printf("lossless --real: %s, vanilla self-draft of %d layers, gamma %d, T=%g top-p %g top-k %d; N = %d draws per arm "
+    printf("lossless --two-sample: %s, vanilla self-draft of %d layers, gamma %d, T=%g top-p %g top-k %d; N = %d draws per arm "
            "and prompt\n",
            t.m.path, o->draft_layers, o->gamma, (double)o->sp.temperature, (double)o->sp.top_p, o->sp.top_k, o->draws);
     printf("power: a two-proportion test at alpha = 0.01/%d detects a shift of %.3f in the probability of any fixed "

@@ -309,6 +309,15 @@ int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t
     return 0;
 }
 
+void bd_model_rescale(bd_model *m, float f) {
+    for (int i = 0; i < m->n_t; i++) {
+        const char *n = m->t[i].name;
+        if (strstr(n, "norm") || !strcmp(n, "head.W2") || !strcmp(n, "head.br") || !strncmp(n, "conf.", 5))
+            continue; /* the norms, and what init_noise sets */
+        for (size_t k = 0; k < m->t[i].numel; k++) m->params[m->t[i].offset + k] *= f;
+    }
+}
+
 void bd_model_free(bd_model *m) {
     free(m->t);
     free(m->layer);

@@ -72,6 +72,9 @@ typedef struct {
  * c = 1/2); zero_noise > 0 draws them from N(0, zero_noise^2) instead (an untrained but
  * non-trivial head, for tests and the losslessness gate). */
 int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise);
+/* multiply every weight but the norms and the zero-initialised head/confidence tensors by f (the
+ * gate's untrained drafters: init_std) */
+void bd_model_rescale(bd_model *m, float f);
 void bd_model_free(bd_model *m);
 /* views for another flat array with the same layout (gradients, Adam moments) */
 void bd_views(const bd_model *m, float *base, float **out /* per tensor */);

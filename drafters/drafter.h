@@ -40,6 +40,11 @@ typedef struct drafter_ops {
     int (*rewind)(drafter *, request *);
     int (*save)(const drafter *, const char *dir); /* NULL when there is nothing to save */
     void (*close)(drafter *);
+    /* how the losslessness gate opens this family on its tiny random target (V = 8..64, 2 layers,
+     * dim 32): an untrained configuration whose drafts are stochastic. Every registered drafter
+     * has one, so a new family is in the gate the moment it is registered. */
+    const char *gate_config;
+    const char *gate_config_real; /* on the real target, when it differs (NULL: gate_config) */
 } drafter_ops;
 
 struct drafter {
@@ -52,14 +57,13 @@ struct drafter {
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];
     double t_seq_loop;       /* seconds propose spent in a left-to-right sampling loop (DSpark's head) */
+    verify_fault fault;      /* FAULT_DRAFT_NO_TOP_P only in the gate's negative control */
 };
 
-/* DSpark/DFlash: the draft law q (and confidence) at position n+1 after drafted tokens prefix[0..n)
- * in the request's current context. */
-int dspark_dist(drafter *d, request *r, const int *prefix, int n, const sampling_params *sp, float *q, float *conf);
-
-/* Registry: NULL and a message listing the known names when the name is unknown. */
+/* Registry: NULL and a message listing the known names when the name is unknown. drafter_nth
+ * walks the registry (NULL past the end). */
 const drafter_ops *drafter_find(const char *name);
+const drafter_ops *drafter_nth(int i);
 int drafter_open(drafter *d, const char *name, const cJSON *cfg, target *t);
 void drafter_close(drafter *d);
 

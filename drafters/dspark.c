@@ -19,7 +19,7 @@
 typedef struct {
     bd_model m;
     qmat W2q;            /* the head's W2 as an F32 matrix, for the backend's parallel matmul */
-    float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *hm, *h, *U, *rstd, *prob, *zrow, *bias;
+    float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *hm, *h, *U, *rstd, *prob, *zrow, *bias, *qalt;
     float *state, *state_new, *o, *cell_inp, *cell_pre, *cin; /* the sequential head's one-row scratch */
     int *pos;
     int cap_ctx;         /* prob scratch sized for this many context rows */
@@ -58,14 +58,18 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
         /* untrained, for tests and the losslessness gate: {"seed": N, ...architecture} */
         bd_config c;
         const cJSON *seed = cJSON_GetObjectItemCaseSensitive(cfg, "seed"), *noise = cJSON_GetObjectItemCaseSensitive(cfg, "init_noise");
+        const cJSON *istd = cJSON_GetObjectItemCaseSensitive(cfg, "init_std");
         cJSON *arch = cJSON_Duplicate(cfg, 1);
         cJSON_DeleteItemFromObjectCaseSensitive(arch, "seed");
         cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_noise");
+        cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
         int rc = bd_config_init(&c, &t->m, d->ops->name, arch);
         cJSON_Delete(arch);
         DS_TRY(rc);
         DS_TRY(bd_model_init(&s->m, &c, &t->m, cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 1,
                              cJSON_IsNumber(noise) ? (float)noise->valuedouble : 0.0f));
+        /* weights drawn at std 0.02 scaled to init_std: an untrained drafter whose layers matter */
+        if (cJSON_IsNumber(istd)) bd_model_rescale(&s->m, (float)(istd->valuedouble / 0.02));
         snprintf(d->describe, sizeof d->describe, "%s: untrained (random init)", d->ops->name);
     }
     const bd_config *c = &s->m.cfg;
@@ -92,6 +96,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRYP(s->rstd = ds_malloc(sizeof(float) * (size_t)B, "draft block"));
     DS_TRYP(s->zrow = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
     DS_TRYP(s->bias = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
+    DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
     DS_TRYP(s->pos = ds_malloc(sizeof(int) * (size_t)B, "draft block"));
     int r = DS_MAX(c->rank, 1);
     DS_TRYP(s->state = ds_calloc((size_t)r, sizeof(float), "draft head"));
@@ -268,32 +273,19 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
     for (int k = 0; k < gamma; k++) {
         float *qk = out->q + (size_t)k * c->vocab;
         if (head_step(d, k, prev, sp, qk, c->conf ? &out->conf[k] : NULL)) return -1;
-        out->tok[k] = sample_probs(qk, c->vocab, rng_uniform(&r->rng_draft));
+        const float *law = qk;
+        if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
+            sampling_params nop = *sp;
+            nop.top_p = 1.0f;
+            if (logits_process(s->zrow, c->vocab, &nop, s->qalt, &s->scr)) return -1;
+            law = s->qalt;
+        }
+        if ((out->tok[k] = rng_draw(&r->rng_draft, law, c->vocab)) < 0) return -1;
         prev = out->tok[k];
     }
     out->n = gamma;
     /* DFlash's per-position head calls are independent; only a Markov/RNN head makes it a chain */
     if (c->head != HEAD_NONE) d->t_seq_loop += ds_now() - t1;
-    return 0;
-}
-
-/* The draft law at position n+1 after the drafted tokens prefix[0..n) (for the losslessness gate's
- * exact enumeration): the block pass for the request's current context, then the head replayed
- * along the prefix. */
-int dspark_dist(drafter *d, request *r, const int *prefix, int n, const sampling_params *sp, float *q, float *conf) {
-    dspark *s = d->impl;
-    const bd_config *c = &s->m.cfg;
-    if (n >= c->gamma) {
-        ds_error("dspark_dist: position %d beyond gamma %d", n + 1, c->gamma);
-        return -1;
-    }
-    if (block_pass(d, r, c->gamma)) return -1;
-    if (c->head == HEAD_RNN) memset(s->state, 0, sizeof(float) * (size_t)c->rank);
-    int prev = request_anchor(r);
-    for (int k = 0; k <= n; k++) {
-        if (head_step(d, k, prev, sp, q, conf)) return -1; /* earlier positions only advance the state */
-        if (k < n) prev = prefix[k];
-    }
     return 0;
 }
 
@@ -325,16 +317,19 @@ static void dspark_close(drafter *d) {
     if (!s) return;
     bd_model_free(&s->m);
     free(s->x), free(s->xn), free(s->q), free(s->kb), free(s->vb), free(s->att), free(s->tmp), free(s->g), free(s->u);
-    free(s->hm), free(s->h), free(s->U), free(s->rstd), free(s->prob), free(s->zrow), free(s->bias), free(s->pos);
+    free(s->hm), free(s->h), free(s->U), free(s->rstd), free(s->prob), free(s->zrow), free(s->bias), free(s->qalt), free(s->pos);
     free(s->state), free(s->state_new), free(s->o), free(s->cell_inp), free(s->cell_pre), free(s->cin);
     lp_scratch_free(&s->scr);
     free(s);
     d->impl = NULL;
 }
 
+/* the gate's untrained configuration: one layer, noisy init so the drafts are stochastic */
+#define BLOCK_GATE                                                                                        \
+    "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1]}"
 #define BLOCK_OPS(NAME, HELP)                                                                                    \
     {NAME, HELP, dspark_open, dspark_begin, dspark_propose, dspark_commit, dspark_end, dspark_rewind, dspark_save, \
-     dspark_close}
+     dspark_close, BLOCK_GATE}
 
 const drafter_ops drafter_dflash =
     BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR}");

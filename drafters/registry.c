@@ -27,6 +27,8 @@ const drafter_ops *drafter_find(const char *name) {
     return NULL;
 }
 
+const drafter_ops *drafter_nth(int i) { return i >= 0 && i < N_DRAFTERS ? DRAFTERS[i] : NULL; }
+
 int drafter_open(drafter *d, const char *name, const cJSON *cfg, target *t) {
     memset(d, 0, sizeof *d);
     d->ops = drafter_find(name);

@@ -91,7 +91,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     for (int k = 0; k < gamma; k++) {
         float *q = out->q + (size_t)k * V;
         if (logits_process(v->logits, V, sp, q, &v->scr)) return -1;
-        out->tok[k] = sample_probs(q, V, rng_uniform(&r->rng_draft));
+        if ((out->tok[k] = rng_draw(&r->rng_draft, q, V)) < 0) return -1;
         if (k + 1 < gamma && model_forward_one(v->m, &v->fs, s->kv, &out->tok[k], 1, 0, v->logits)) return -1;
     }
     out->n = gamma;
@@ -138,4 +138,6 @@ const drafter_ops drafter_vanilla = {
     "vanilla",
     "small autoregressive LM: {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH}",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, NULL, vanilla_close,
+    "{\"layers\": 1}",
+    "{\"layers\": 24}", /* on SmolLM2: deep enough that drafts share the target's top tokens */
 };

@@ -74,7 +74,8 @@ int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_log
                    .n_capture = hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL, .capture = hidden};
     DS_TRY(model_forward(&t->m, &t->fs, &b));
     DS_TRY(logits_process(last_logits, V, &cfg->sp, probs, &scr));
-    int first = sample_probs(probs, V, rng_uniform(&r->vr.resample));
+    int first = rng_draw(&r->vr.resample, probs, V);
+    if (first < 0) goto fail;
     if (append_emitted(t, r, &first, 1) < 0) goto fail;
     if (st) st->t_prefill += ds_now() - t0;
     if (d) DS_TRY(d->ops->begin(d, r, hidden));
@@ -120,7 +121,7 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
              d ? d->ops->name : "?");
     int rows_max = R * (gamma + 1);
     DS_TRYP(blocks = ds_calloc((size_t)R, sizeof *blocks, "draft blocks"));
-    for (int r = 0; r < R && d; r++) DS_TRY(draft_block_init(&blocks[r], gamma, V, d->has_conf));
+    for (int r = 0; r < R && d; r++) DS_TRY(draft_block_init(&blocks[r], gamma + 1, V, d->has_conf)); /* + a spare row */
     DS_TRYP(n_draft = ds_calloc((size_t)R, sizeof(int), "batch"));
     DS_TRYP(len = ds_calloc((size_t)R, sizeof(int), "batch"));
     DS_TRYP(n_new = ds_calloc((size_t)R, sizeof(int), "batch"));
@@ -188,11 +189,11 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
             for (int k = 0; k <= l; k++)
                 DS_TRY(logits_process(logits + (size_t)(row + k) * V, V, &cfg->sp, p + (size_t)k * V, &scr));
             verify_result vres;
-            if (greedy) verify_greedy(p, blk->tok, l, V, &vres);
-            else DS_TRY(verify_chain(p, blk->q, blk->tok, l, V, &q->vr, scratch, FAULT_NONE, &vres));
-            int k = vres.n_accepted, emitted[66];
-            if (l > 0) memcpy(emitted, blk->tok, sizeof(int) * (size_t)k);
-            emitted[k] = vres.token;
+            int emitted[66];
+            /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */
+            const float *qrows = blk->q ? blk->q + (cfg->fault == FAULT_SHIFTED_Q ? (size_t)V : 0) : NULL;
+            DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, &q->vr, scratch, cfg->fault, &vres, emitted) < 0);
+            int k = vres.n_accepted;
             int n_emit = append_emitted(t, q, emitted, k + 1);
             DS_CHECK(n_emit >= 0, "out of memory");
             /* the target keeps the anchor and the accepted drafts */

@@ -23,6 +23,7 @@ typedef struct {
     const sps_table *sps;
     trace *tr;              /* rows go here when not NULL */
     int mode;               /* MODE_AR or MODE_SPEC, for the trace */
+    verify_fault fault;     /* FAULT_NONE except in the losslessness gate's negative controls */
 } decode_cfg;
 
 typedef struct {

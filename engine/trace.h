@@ -40,7 +40,7 @@ typedef struct {
 } trace_conf;
 
 typedef struct {
-    char test[160], kind[16];
+    char test[200], kind[16];
     int64_t N;
     double statistic, p;
     int32_t control, pass;

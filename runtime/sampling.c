@@ -1,5 +1,10 @@
 #include "sampling.h"
 
+#include <math.h>
+#include <stddef.h>
+
+#include "../verify/enumerate.h"
+
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -9,6 +14,7 @@ static uint64_t splitmix64(uint64_t *x) {
 
 void rng_seed(rng_t *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    r->en = NULL;
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -57,3 +63,22 @@ int argmax_f32(const float *x, int n) {
 
 int sample_probs(const float *probs, int n, double u) { SAMPLE_BODY(probs, n, u) }
 int sample_probs_d(const double *probs, int n, double u) { SAMPLE_BODY(probs, n, u) }
+
+int rng_draw(rng_t *r, const float *probs, int n) {
+    if (r->en) return draw_enum_pick_f(r->en, probs, n);
+    return sample_probs(probs, n, rng_uniform(r));
+}
+
+int rng_draw_d(rng_t *r, const double *probs, int n) {
+    if (r->en) return draw_enum_pick_d(r->en, probs, n);
+    return sample_probs_d(probs, n, rng_uniform(r));
+}
+
+int rng_accept(rng_t *r, double log_thr, double *u) {
+    if (r->en) {
+        *u = NAN;
+        return draw_enum_pick_accept(r->en, log_thr);
+    }
+    *u = rng_uniform_pos(r);
+    return log(*u) < log_thr;
+}

@@ -7,11 +7,18 @@
 
 #include <stdint.h>
 
+struct draw_enum; /* verify/enumerate.h */
+
+/* A random stream. `en` is NULL in production; the losslessness gate sets it to a path enumerator,
+ * and then the draw functions below consume no random bits: each follows one branch, and the
+ * enumerator walks every branch with its exact probability (so the gate enumerates the production
+ * code itself, not a model of it). */
 typedef struct {
     uint64_t s[4];
+    struct draw_enum *en;
 } rng_t;
 
-void rng_seed(rng_t *r, uint64_t seed);
+void rng_seed(rng_t *r, uint64_t seed); /* also detaches any enumerator */
 uint64_t rng_u64(rng_t *r);
 double rng_uniform(rng_t *r);       /* [0, 1) with 53 random bits */
 double rng_uniform_pos(rng_t *r);   /* (0, 1) */
@@ -23,5 +30,14 @@ int argmax_f32(const float *x, int n);
  * whenever any entry is positive. */
 int sample_probs(const float *probs, int n, double u);
 int sample_probs_d(const double *probs, int n, double u); /* the same for double weights */
+
+/* Every random decision of a decoder goes through these, so that the gate can enumerate it.
+ * rng_draw: one index from probs / sum(probs) (= sample_probs with a fresh uniform); -1 (message
+ * set) only under an enumerator, when the replayed path no longer matches the program. */
+int rng_draw(rng_t *r, const float *probs, int n);
+int rng_draw_d(rng_t *r, const double *probs, int n);
+/* 1 with probability min(1, exp(log_thr)): log(u) < log_thr for u uniform in (0, 1). *u gets the
+ * uniform (NAN under an enumerator, which has none); -1 as above. */
+int rng_accept(rng_t *r, double log_thr, double *u);
 
 #endif

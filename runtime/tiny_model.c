@@ -67,7 +67,7 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
         gw_free(&g);
         return NULL;
     }
-    randn_fill(&r, w, (size_t)s->vocab * s->dim, 0.5f);
+    randn_fill(&r, w, (size_t)s->vocab * s->dim, s->emb_scale > 0 ? s->emb_scale : 0.5f);
     put_mat(&g, "token_embd.weight", s->emb_type, s->dim, s->vocab, w);
     for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
     int64_t ne1[1] = {s->dim};

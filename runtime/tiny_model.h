@@ -12,6 +12,7 @@ typedef struct {
     uint32_t emb_type;
     int qwen3;           /* per-head q/k norms */
     float rope_base;
+    float emb_scale;     /* std of the (tied) embedding; 0: 0.5. Smaller: flatter output laws */
 } tiny_spec;
 
 /* the GGUF image (no tokenizer) of a random model; NULL with a message */

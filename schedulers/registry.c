@@ -23,6 +23,8 @@ void scheduler_list(char *buf, int cap, int allow_controls) {
             w += snprintf(buf + w, (size_t)(cap - w), "%s%s", w ? ", " : "", SCHEDULERS[i]->name);
 }
 
+const scheduler_ops *scheduler_nth(int i) { return i >= 0 && i < N_SCHEDULERS ? SCHEDULERS[i] : NULL; }
+
 const scheduler_ops *scheduler_find(const char *name, int allow_controls) {
     for (int i = 0; i < N_SCHEDULERS; i++)
         if (strcmp(SCHEDULERS[i]->name, name) == 0 && (SCHEDULERS[i]->lossless || allow_controls)) return SCHEDULERS[i];

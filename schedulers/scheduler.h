@@ -62,6 +62,7 @@ struct scheduler {
 /* Registry: NULL and a message listing the known names when name is unknown. Controls (not
  * lossless) are found only with allow_controls. */
 const scheduler_ops *scheduler_find(const char *name, int allow_controls);
+const scheduler_ops *scheduler_nth(int i); /* every registered one, controls included; NULL past the end */
 void scheduler_list(char *buf, int cap, int allow_controls);
 int scheduler_open(scheduler *s, const char *name, const cJSON *cfg, int allow_controls);
 void scheduler_close(scheduler *s);

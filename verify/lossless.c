@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "enumerate.h"
 #include "stats.h"
 
 #define MAX_V 64
@@ -171,6 +172,8 @@ typedef struct {
     int gamma, N, V;
     long double **memo;   /* law of the next (N - len) tokens after each shorter prefix */
     enum_law *first;      /* first-round laws */
+    verify_fault fault;   /* enumerable controls: accept bias, bonus row */
+    draw_enum en;         /* walks the production verifier's draws */
     int failed;
 } ectx;
 
@@ -219,6 +222,8 @@ typedef struct {
     int first;
 } frame;
 
+/* One draft path: the production scheduler picks l, then the production verifier (verify_round)
+ * runs once per branch of its own draws, each branch weighted by its exact probability. */
 static void leaf(ectx *e, frame *f, long double wd) {
     int V = e->V, l, n_draft = e->gamma, tok[32];
     sched_batch b = {1, e->gamma, &n_draft, e->w->conf ? f->c : NULL, e->sps};
@@ -226,45 +231,40 @@ static void leaf(ectx *e, frame *f, long double wd) {
         e->failed = 1;
         return;
     }
-    float p[MAX_V];
-    double r[MAX_V];
+    float p[(MAX_GAMMA + 1) * MAX_V], qv[MAX_GAMMA * MAX_V];
+    double scratch[MAX_V];
     memcpy(tok, f->prefix, sizeof(int) * (size_t)f->n);
-    long double alive = wd;
-    for (int j = 1; j <= l && alive > 0; j++) {
-        /* p_{j-1}: target after the prefix and x_1..x_{j-1}, judging x_j */
-        memcpy(tok + f->n, f->x, sizeof(int) * (size_t)(j - 1));
-        e->w->target(e->w, tok, f->n + j - 1, p);
-        double sp = row_sum(p, V), sq = row_sum(f->qv[j - 1], V);
-        double a = verify_accept_prob(p[f->x[j - 1]], f->qv[j - 1][f->x[j - 1]], sp, sq);
-        if (a < 1) {
-            long double rej = alive * (1.0L - a);
-            verify_residual(p, f->qv[j - 1], V, sp, sq, r);
-            int seq[MAX_GAMMA + 1];
-            memcpy(seq, f->x, sizeof(int) * (size_t)(j - 1));
-            for (int y = 0; y < V; y++) {
-                if (r[y] <= 0) continue;
-                seq[j - 1] = y;
-                long double pr = rej * r[y];
-                emit(e, f->prefix, f->n, seq, j, pr, f->law);
-                if (f->first) {
-                    e->first->accepted[j - 1] += pr;
-                    e->first->resid[(size_t)(j - 1) * V + y] += pr;
-                }
-            }
+    memcpy(tok + f->n, f->x, sizeof(int) * (size_t)l);
+    for (int k = 0; k <= l; k++) e->w->target(e->w, tok, f->n + k, p + (size_t)k * V); /* p_k judges x_{k+1} */
+    for (int k = 0; k < l; k++) memcpy(qv + (size_t)k * V, f->qv[k], sizeof(float) * (size_t)V);
+    verify_rng vr;
+    rng_seed(&vr.accept, 1);
+    rng_seed(&vr.resample, 2);
+    vr.accept.en = vr.resample.en = &e->en;
+    /* all branches first: emit() recurses into later rounds, which use the same enumerator */
+    struct { int em[MAX_GAMMA + 1], n, acc, bonus, tok; long double pr; } out[(MAX_GAMMA + 1) * MAX_V];
+    int n_out = 0;
+    do {
+        draw_enum_begin(&e->en);
+        verify_result res;
+        int n = verify_round(p, qv, f->x, l, V, 0, &vr, scratch, e->fault, &res, out[n_out].em);
+        if (n < 0 || draw_enum_end(&e->en) || n_out == (int)(sizeof out / sizeof *out)) {
+            if (n_out == (int)(sizeof out / sizeof *out)) ds_error("enumeration: too many verifier branches");
+            e->failed = 1;
+            e->en.n = 0;
+            return;
         }
-        alive *= a;
-    }
-    if (alive > 0) { /* bonus after all l accepted */
-        memcpy(tok + f->n, f->x, sizeof(int) * (size_t)l);
-        e->w->target(e->w, tok, f->n + l, p);
-        long double sp = row_sum(p, V);
-        int seq[MAX_GAMMA + 1];
-        memcpy(seq, f->x, sizeof(int) * (size_t)l);
-        for (int y = 0; y < V; y++) {
-            if (p[y] <= 0) continue;
-            seq[l] = y;
-            emit(e, f->prefix, f->n, seq, l + 1, alive * p[y] / sp, f->law);
-            if (f->first) e->first->accepted[l] += alive * p[y] / sp;
+        out[n_out].n = n;
+        out[n_out].acc = res.n_accepted;
+        out[n_out].bonus = res.bonus;
+        out[n_out].tok = res.token;
+        out[n_out++].pr = wd * e->en.weight;
+    } while (draw_enum_next(&e->en));
+    for (int i = 0; i < n_out; i++) {
+        emit(e, f->prefix, f->n, out[i].em, out[i].n, out[i].pr, f->law);
+        if (f->first) {
+            e->first->accepted[out[i].acc] += out[i].pr;
+            if (!out[i].bonus) e->first->resid[(size_t)out[i].acc * V + out[i].tok] += out[i].pr;
         }
     }
 }
@@ -312,13 +312,15 @@ static long double *law_after(ectx *e, const int *prefix, int n) {
     return law;
 }
 
-int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, int N, enum_law *out) {
+int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, int N, verify_fault fault,
+              enum_law *out) {
     memset(out, 0, sizeof *out);
     if (gamma < 1 || gamma > MAX_GAMMA || N < 1 || N > 4 || w->V > MAX_V) {
         ds_error("enumeration: gamma %d / N %d / V %d out of range", gamma, N, w->V);
         return -1;
     }
-    ectx e = {w, s, sps, gamma, N, w->V, NULL, out, 0};
+    ectx e = {w, s, sps, gamma, N, w->V, NULL, out, fault, {0}, 0};
+    if (draw_enum_init(&e.en)) return -1;
     size_t slots = 0;
     for (int l = 0; l < N; l++) slots += ipow(w->V, l);
     e.memo = calloc(slots, sizeof(long double *));
@@ -328,6 +330,7 @@ int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
     if (!e.memo || !out->accepted || !out->resid) {
         ds_error("out of memory in enumeration");
         free(e.memo);
+        draw_enum_free(&e.en);
         enum_law_free(out);
         return -1;
     }
@@ -335,6 +338,7 @@ int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
     for (size_t i = 0; i < slots; i++)
         if (e.memo[i] != law) free(e.memo[i]);
     free(e.memo);
+    draw_enum_free(&e.en);
     if (e.failed || !law) {
         free(law);
         enum_law_free(out);
@@ -385,7 +389,7 @@ int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
         if (w->draft_verify != w->draft) w->draft_verify(w, tok, n + k, qv[k]);
         else memcpy(qv[k], q[k], sizeof(float) * (size_t)V);
         c[k] = w->conf ? w->conf(w, tok, n + k) : 1.0f;
-        x[k] = sample_probs(q[k], V, rng_uniform(draft_rng));
+        if ((x[k] = rng_draw(draft_rng, q[k], V)) < 0) return -1;
         tok[n + k] = x[k];
     }
     sched_batch b = {1, gamma, &n_draft, w->conf ? c : NULL, sps};
@@ -394,12 +398,10 @@ int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
     float qrows[MAX_GAMMA * MAX_V];
     for (int k = 0; k < l; k++) memcpy(qrows + (size_t)k * V, qv[k], sizeof(float) * (size_t)V);
     verify_result res;
-    if (verify_chain(p, qrows, x, l, V, vr, scratch, fault, &res)) return -1;
+    if (verify_round(p, qrows, x, l, V, 0, vr, scratch, fault, &res, out->emitted) < 0) return -1;
     out->accepted = res.n_accepted;
     out->verified = l;
     out->bonus = res.bonus;
-    memcpy(out->emitted, x, sizeof(int) * (size_t)res.n_accepted);
-    out->emitted[res.n_accepted] = res.token;
     out->n_emitted = res.n_accepted + 1;
     return 0;
 }
@@ -462,11 +464,11 @@ static int jagged_sps(sps_table *t) {
 }
 
 int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, int N,
-                     const char *label, int control) {
+                     verify_fault fault, const char *label, int control) {
     scheduler s;
     enum_law law;
     if (scheduler_open(&s, sched, NULL, 1)) return -1;
-    if (enum_spec(w, &s, sps, gamma, N, &law)) {
+    if (enum_spec(w, &s, sps, gamma, N, fault, &law)) {
         scheduler_close(&s);
         return -1;
     }
@@ -495,7 +497,7 @@ static int exact_case(gate_report *rep, const toy_spec *ts, const char *sched, i
     if (!w || (jagged ? jagged_sps(&sps) : toy_sps(&sps))) return -1;
     snprintf(name, sizeof name, "enumerate V=%d gamma=%d N=%d %s %s%s%s", ts->V, gamma, N,
              proc_name(&ts->sp, pn, sizeof pn), sched, jagged ? " jagged-SPS" : "", ts->one_sided ? " one-sided-T" : "");
-    int rc = gate_exact_world(rep, w, sched, &sps, gamma, N, name, control);
+    int rc = gate_exact_world(rep, w, sched, &sps, gamma, N, FAULT_NONE, name, control);
     sps_free(&sps);
     toy_world_free(w);
     return rc;
@@ -510,8 +512,15 @@ static int exact_batch_case(gate_report *rep, const char *sched, int control) {
     int B[3] = {2, 4, 6};
     double st[3] = {1.0, 0.8, 0.5}; /* a curve with a cliff, so the batch search has choices to make */
     if (!w[0] || !w[1] || sps_from_arrays(&sps, B, st, 3) || scheduler_open(&s, sched, NULL, 1)) return -1;
-    int gamma = 2, V = 4;
+    int gamma = 2, V = 4, rc = -1;
     long double law[16] = {0}, target[16];
+    draw_enum en;
+    verify_rng vr;
+    double scratch[MAX_V];
+    if (draw_enum_init(&en)) return -1;
+    rng_seed(&vr.accept, 1);
+    rng_seed(&vr.resample, 2);
+    vr.accept.en = vr.resample.en = &en;
     float p0[MAX_V], p1[MAX_V];
     w[0]->target(w[0], NO_PREFIX, 0, p0);
     w[1]->target(w[1], NO_PREFIX, 0, p1);
@@ -538,36 +547,38 @@ static int exact_batch_case(gate_report *rep, const char *sched, int control) {
         if (wd <= 0) continue;
         int nd[2] = {gamma, gamma}, l[2];
         sched_batch b = {2, gamma, nd, c, &sps};
-        if (s.ops->schedule(&s, &b, l)) return -1;
-        /* each request's first emitted token law given its l */
-        long double first[2][MAX_V];
+        if (s.ops->schedule(&s, &b, l)) goto fail;
+        /* the production verifier on both requests, every branch of its draws */
+        float p[2][(MAX_GAMMA + 1) * MAX_V], qr[2][MAX_GAMMA * MAX_V];
         for (int r = 0; r < 2; r++) {
-            for (int y = 0; y < V; y++) first[r][y] = 0;
-            float p[MAX_V];
-            double res[MAX_V];
-            w[r]->target(w[r], x[r], 0, p);
-            double sp = row_sum(p, V), sq = row_sum(q[r][0], V);
-            if (l[r] == 0) {
-                for (int y = 0; y < V; y++) first[r][y] = p[y] / sp;
-                continue;
-            }
-            double a = verify_accept_prob(p[x[r][0]], q[r][0][x[r][0]], sp, sq);
-            verify_residual(p, q[r][0], V, sp, sq, res);
-            first[r][x[r][0]] += a;
-            for (int y = 0; y < V; y++) first[r][y] += (1 - a) * res[y];
+            for (int k = 0; k <= l[r]; k++) w[r]->target(w[r], x[r], k, p[r] + (size_t)k * V);
+            for (int k = 0; k < l[r]; k++) memcpy(qr[r] + (size_t)k * V, q[r][k], sizeof(float) * (size_t)V);
         }
-        for (int i = 0; i < V; i++)
-            for (int j = 0; j < V; j++) law[i * V + j] += wd * first[0][i] * first[1][j];
+        do {
+            draw_enum_begin(&en);
+            int first[2];
+            for (int r = 0; r < 2; r++) {
+                verify_result res;
+                int em[MAX_GAMMA + 1];
+                if (verify_round(p[r], qr[r], x[r], l[r], V, 0, &vr, scratch, FAULT_NONE, &res, em) < 0) goto fail;
+                first[r] = em[0];
+            }
+            if (draw_enum_end(&en)) goto fail;
+            law[first[0] * V + first[1]] += wd * en.weight;
+        } while (draw_enum_next(&en));
     }
     double d = tv(law, target, 16);
     char name[160];
     snprintf(name, sizeof name, "enumerate batch of 2 requests V=4 gamma=2 %s", sched);
     add(rep, name, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
+    rc = 0;
+fail:
+    draw_enum_free(&en);
     scheduler_close(&s);
     sps_free(&sps);
     toy_world_free(w[0]);
     toy_world_free(w[1]);
-    return 0;
+    return rc;
 }
 
 /* the paper's Appendix A: exact first-token law under a scheduler */
@@ -576,7 +587,7 @@ int appendix_a_first_token(const char *sched, double *pA) {
     scheduler s;
     sps_table sps;
     enum_law law;
-    if (!w || appendix_a_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, 2, 1, &law)) {
+    if (!w || appendix_a_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, 2, 1, FAULT_NONE, &law)) {
         free(w);
         return -1;
     }
@@ -602,7 +613,7 @@ static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, 
     sps_table sps;
     enum_law law;
     int V = ts->V;
-    if (!w || toy_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, gamma, 2, &law)) return -1;
+    if (!w || toy_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, gamma, 2, FAULT_NONE, &law)) return -1;
     long double *target = calloc((size_t)V * V, sizeof(long double));
     enum_target(w, 2, target);
     counts c = {calloc((size_t)V * V, sizeof(long)), calloc((size_t)gamma + 1, sizeof(long)),

@@ -36,7 +36,8 @@ typedef struct {
     long double *resid;   /* [gamma][V] P(first round stops by rejection after k accepted, emits y) */
 } enum_law;
 
-int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, int N, enum_law *out);
+int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, int N, verify_fault fault,
+              enum_law *out);
 void enum_law_free(enum_law *l);
 /* target law of the first N tokens */
 int enum_target(const gate_world *w, int N, long double *law /* [V^N] */);
@@ -71,7 +72,7 @@ int appendix_a_first_token(const char *sched, double *pA);
 
 /* One line of the gate's report (also a row of the trace's `lossless` dataset). */
 typedef struct {
-    char test[160];
+    char test[200];
     char kind[16];       /* exact-tv, chi2, ks */
     long N;
     double statistic;    /* TV, chi-square or D */
@@ -90,10 +91,10 @@ typedef struct {
     double alpha_each;   /* set by gate_run: the per-test level, for the caller's extra tests */
 } gate_report;
 
-/* Cases on any world (the model-backed worlds of engine/gate_models.c use these):
+/* Cases on any world:
  * exact TV of the first-N law under a scheduler, and KS + chi-square on the first emitted token. */
 int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, int N,
-                     const char *label, int control);
+                     verify_fault fault, const char *label, int control);
 int gate_ks_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, long N,
                   uint64_t seed, double alpha_each, const char *label, int control);
 

@@ -18,10 +18,14 @@ double verify_accept_prob(float p_x, float q_x, double sp, double sq) {
     return ratio >= 1 ? 1.0 : ratio;
 }
 
-int verify_accept(float p_x, float q_x, double sp, double sq, double u) {
-    if (!(p_x > 0)) return 0;
-    if (!(q_x > 0)) return 1;
-    return log(u) < (log((double)p_x) - log(sp)) - (log((double)q_x) - log(sq));
+const char *const VERIFY_FAULT_NAMES[FAULT_COUNT] = {
+    "none", "unnormalised-residual", "reused-uniform", "accept-bias-1%", "bonus-row", "shifted-q", "draft-no-top-p",
+};
+
+double verify_log_ratio(float p_x, float q_x, double sp, double sq) {
+    if (!(p_x > 0)) return -INFINITY;
+    if (!(q_x > 0)) return INFINITY;
+    return (log((double)p_x) - log(sp)) - (log((double)q_x) - log(sq));
 }
 
 double verify_residual(const float *p, const float *q, int V, double sp, double sq, double *r) {
@@ -59,9 +63,12 @@ int verify_chain(const float *p, const float *q, const int *x, int l, int V, ver
             return -1;
         }
         const float *pk = p + (size_t)k * V, *qk = q + (size_t)k * V;
-        double sp = row_sum(pk, V), sq = row_sum(qk, V);
-        double u = rng_uniform_pos(&rng->accept);
-        if (verify_accept(pk[x[k]], qk[x[k]], sp, sq, u)) continue;
+        double sp = row_sum(pk, V), sq = row_sum(qk, V), u;
+        double lr = verify_log_ratio(pk[x[k]], qk[x[k]], sp, sq);
+        if (fault == FAULT_ACCEPT_BIAS) lr += log(1.01);
+        int acc = rng_accept(&rng->accept, lr, &u);
+        if (acc < 0) return -1;
+        if (acc) continue;
         out->n_accepted = k;
         out->bonus = 0;
         if (fault == FAULT_UNNORMALISED_RESIDUAL) {
@@ -69,15 +76,15 @@ int verify_chain(const float *p, const float *q, const int *x, int l, int V, ver
         } else {
             verify_residual(pk, qk, V, sp, sq, scratch);
             /* the reused-uniform bug: u is conditioned on the rejection (u >= p/q), so not uniform */
-            double v = fault == FAULT_REUSED_UNIFORM ? u : rng_uniform(&rng->resample);
-            out->token = sample_probs_d(scratch, V, v);
+            out->token = fault == FAULT_REUSED_UNIFORM ? sample_probs_d(scratch, V, u) : rng_draw_d(&rng->resample, scratch, V);
         }
-        return 0;
+        return out->token < 0 ? -1 : 0;
     }
     out->n_accepted = l;
     out->bonus = 1;
-    out->token = sample_probs(p + (size_t)l * V, V, rng_uniform(&rng->resample));
-    return 0;
+    int row = fault == FAULT_BONUS_ROW && l > 0 ? l - 1 : l;
+    out->token = rng_draw(&rng->resample, p + (size_t)row * V, V);
+    return out->token < 0 ? -1 : 0;
 }
 
 void verify_greedy(const float *p, const int *x, int l, int V, verify_result *out) {
@@ -86,4 +93,13 @@ void verify_greedy(const float *p, const int *x, int l, int V, verify_result *ou
     out->n_accepted = k;
     out->bonus = k == l;
     out->token = argmax_f32(p + (size_t)k * V, V);
+}
+
+int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, verify_rng *rng,
+                 double *scratch, verify_fault fault, verify_result *res, int *emitted) {
+    if (greedy) verify_greedy(p, x, l, V, res);
+    else if (verify_chain(p, q, x, l, V, rng, scratch, fault, res)) return -1;
+    for (int k = 0; k < res->n_accepted; k++) emitted[k] = x[k];
+    emitted[res->n_accepted] = res->token;
+    return res->n_accepted + 1;
 }

@@ -23,12 +23,20 @@ typedef struct {
     rng_t resample; /* uniforms of the residual and bonus draws */
 } verify_rng;
 
-/* Deliberate bugs, used only by the losslessness gate's negative controls. */
+/* Deliberate bugs, used only by the losslessness gate's negative controls (each must turn the
+ * gate red). The first four live here, SHIFTED_Q in the decoding loop, DRAFT_NO_TOP_P in a
+ * drafter's propose. */
 typedef enum {
     FAULT_NONE = 0,
     FAULT_UNNORMALISED_RESIDUAL, /* inverse CDF on max(0,p-q) without dividing by its mass */
     FAULT_REUSED_UNIFORM,        /* the accept test's uniform reused for the residual draw */
+    FAULT_ACCEPT_BIAS,           /* accept with probability 1.01 p/q: a 1 % bias */
+    FAULT_BONUS_ROW,             /* the bonus drawn from p[l-1] instead of p[l] */
+    FAULT_SHIFTED_Q,             /* the loop hands the verifier q rows shifted by one position */
+    FAULT_DRAFT_NO_TOP_P,        /* a drafter samples without top-p but reports the top-p'd q */
+    FAULT_COUNT
 } verify_fault;
+extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
 
 /* Rows are used normalised by their sums (in double): float softmax rows sum to 1 only up to
  * rounding, and the chain is exactly lossless with respect to p / sum(p) only if the accept ratio
@@ -36,16 +44,24 @@ typedef enum {
 double row_sum(const float *x, int V);
 /* min(1, (p/sp) / (q/sq)) as the accept test realises it (0 when p = 0; 1 when q = 0 < p). */
 double verify_accept_prob(float p_x, float q_x, double sp, double sq);
-/* accept iff log(u) < log(p/sp) - log(q/sq), u in (0, 1) */
-int verify_accept(float p_x, float q_x, double sp, double sq, double u);
+/* log of the accept ratio (p/sp) / (q/sq): -inf when p = 0, +inf when q = 0 < p; x_k is accepted
+ * iff log(u) < this, u uniform in (0, 1) */
+double verify_log_ratio(float p_x, float q_x, double sp, double sq);
 /* r = max(0, p/sp - q/sq) / mass, in double; returns the mass. When the mass is 0 (p <= q
  * everywhere, which a rejection cannot produce in exact arithmetic) r = p/sp. */
 double verify_residual(const float *p, const float *q, int V, double sp, double sq, double *r);
 
-/* Chain rejection sampling over l drafts; scratch holds V doubles. Every emitted id is < V. */
+/* Chain rejection sampling over l drafts; scratch holds V doubles. Every emitted id is < V. All
+ * draws go through rng_accept / rng_draw, so the gate can enumerate this very function. */
 int verify_chain(const float *p, const float *q, const int *x, int l, int V, verify_rng *rng, double *scratch,
                  verify_fault fault, verify_result *out);
 /* Temperature 0: accept while x_k is the argmax of p[k-1]; the next token is the argmax of p[k]. */
 void verify_greedy(const float *p, const int *x, int l, int V, verify_result *out);
+
+/* The verify step of one request's round, shared by the decoding loop and the gate: greedy or
+ * chain verification of x_1..x_l against p[0..l], then the emitted tokens (the accepted drafts and
+ * the residual or bonus token) into emitted[0..l]. Returns how many were emitted, -1 on error. */
+int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, verify_rng *rng,
+                 double *scratch, verify_fault fault, verify_result *res, int *emitted);
 
 #endif
