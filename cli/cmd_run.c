@@ -67,8 +67,9 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (drafter || draft_layers || draft_model) {
         if (drafter && strcmp(drafter, "none") == 0) cJSON_AddNullToObject(j, "drafter");
         else {
+            /* without --drafter, the settings go into the configured drafter (vanilla when none is) */
             cJSON *d = cJSON_AddObjectToObject(j, "drafter");
-            cJSON_AddStringToObject(d, "name", drafter ? drafter : "vanilla");
+            if (drafter) cJSON_AddStringToObject(d, "name", drafter);
             if (draft_layers) cJSON_AddNumberToObject(d, "layers", draft_layers);
             if (draft_model) cJSON_AddStringToObject(d, "model", draft_model);
         }
@@ -184,7 +185,13 @@ int cmd_run(int argc, char **argv) {
     char *cfg_txt = NULL;
     int ret = -1, n_sets = 0;
     if (config_path && run_config_load(&rc, config_path)) goto done;
-    if (run_config_apply(&rc, ov, "command line")) goto done;
+    /* flags with no drafter configured anywhere: the vanilla self-draft, as documented */
+    {
+        cJSON *dv = cJSON_GetObjectItemCaseSensitive(ov, "drafter");
+        if (cJSON_IsObject(dv) && !cJSON_GetObjectItemCaseSensitive(dv, "name") && !rc.drafter[0])
+            cJSON_AddStringToObject(dv, "name", "vanilla");
+    }
+    if (run_config_apply(&rc, ov, "command line", 1)) goto done;
     if (!rc.out[0]) snprintf(rc.out, sizeof rc.out, "out/run.h5");
     /* everything that can be checked before the model loads */
     DS_TRYP(sets = ds_calloc((size_t)rc.n_datasets, sizeof *sets, "datasets"));
@@ -252,8 +259,11 @@ int cmd_run(int argc, char **argv) {
         DS_TRY(trace_add_position(tr, &row));
     }
     if (rc.drafter[0]) DS_TRY(trace_attr_f64(tr, "draft_seq_loop_s", d.t_seq_loop));
-    DS_TRY(trace_close(tr));
-    tr = NULL;
+    {
+        trace *done_tr = tr; /* trace_close frees it, whatever it returns */
+        tr = NULL;
+        DS_TRY(trace_close(done_tr));
+    }
     printf("trace: %s\n", rc.out);
     if (rc.baseline) printf("autoregressive: %ld tokens in %.2f s = %.1f tok/s\n", tok_ar, wall_ar, tok_ar / wall_ar);
     if (rc.drafter[0]) {

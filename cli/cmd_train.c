@@ -9,6 +9,7 @@
 
 #include "../engine/train.h"
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "args.h"
 #include "commands.h"
 
@@ -19,68 +20,6 @@ static const char *expand_home(const char *p, char *buf, size_t n) {
     const char *home = getenv("HOME");
     snprintf(buf, n, "%s%s", home ? home : ".", p + 1);
     return buf;
-}
-
-/* read optional fields of a JSON object with type checks; unknown keys are errors */
-typedef struct {
-    const char *key;
-    char type; /* i int, f float, s string, b bool */
-    void *ptr;
-    double lo, hi;
-} field;
-
-static int read_fields(const cJSON *obj, const field *f, int n, const char *what) {
-    if (!obj) return 0;
-    if (!cJSON_IsObject(obj)) {
-        ds_error("%s must be an object", what);
-        return -1;
-    }
-    for (const cJSON *v = obj->child; v; v = v->next) {
-        int k = 0;
-        while (k < n && strcmp(f[k].key, v->string) != 0) k++;
-        if (k == n) {
-            ds_error("%s: unknown key '%s'", what, v->string);
-            return -1;
-        }
-        switch (f[k].type) {
-        case 'i':
-            if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < f[k].lo || v->valuedouble > f[k].hi) {
-                ds_error("%s: '%s' must be an integer in %g..%g", what, v->string, f[k].lo, f[k].hi);
-                return -1;
-            }
-            *(int *)f[k].ptr = v->valueint;
-            break;
-        case 'u':
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
-                ds_error("%s: '%s' must be a non-negative integer", what, v->string);
-                return -1;
-            }
-            *(uint64_t *)f[k].ptr = (uint64_t)v->valuedouble;
-            break;
-        case 'f':
-            if (!cJSON_IsNumber(v) || !(v->valuedouble >= f[k].lo && v->valuedouble <= f[k].hi)) {
-                ds_error("%s: '%s' must be a number in [%g, %g]", what, v->string, f[k].lo, f[k].hi);
-                return -1;
-            }
-            *(float *)f[k].ptr = (float)v->valuedouble;
-            break;
-        case 's':
-            if (!cJSON_IsString(v)) {
-                ds_error("%s: '%s' must be a string", what, v->string);
-                return -1;
-            }
-            *(const char **)f[k].ptr = v->valuestring;
-            break;
-        case 'b':
-            if (!cJSON_IsBool(v)) {
-                ds_error("%s: '%s' must be true or false", what, v->string);
-                return -1;
-            }
-            *(int *)f[k].ptr = cJSON_IsTrue(v);
-            break;
-        }
-    }
-    return 0;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -108,21 +47,17 @@ int cmd_train(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int ret = -1;
     DS_TRYP(cfg = ds_read_json(config_path));
-    const char *target_path = NULL, *out = NULL, *comment = NULL;
-    cJSON *drafter = NULL, *dataj = NULL, *trainj = NULL;
-    for (cJSON *v = cfg->child; v; v = v->next) {
-        if (strcmp(v->string, "target") == 0) target_path = cJSON_IsString(v) ? v->valuestring : NULL;
-        else if (strcmp(v->string, "drafter") == 0) drafter = v;
-        else if (strcmp(v->string, "data") == 0) dataj = v;
-        else if (strcmp(v->string, "train") == 0) trainj = v;
-        else if (strcmp(v->string, "out") == 0) out = cJSON_IsString(v) ? v->valuestring : NULL;
-        else if (strcmp(v->string, "comment") == 0) comment = v->valuestring;
-        else DS_CHECK(0, "%s: unknown key '%s' (target, drafter, data, train, out)", config_path, v->string);
-    }
-    DS_UNUSED(comment);
+    const char *target_path = NULL, *out = NULL;
+    jcfg top, dj, tj;
+    DS_TRY(jcfg_open(&top, cfg, config_path)); /* an array or a number is refused here, by name */
+    DS_TRY(jcfg_str(&top, "target", &target_path));
+    DS_TRY(jcfg_str(&top, "out", &out));
+    jcfg_skip(&top, "comment");
+    const cJSON *drafter = jcfg_get(&top, "drafter"), *dataj = jcfg_get(&top, "data"), *trainj = jcfg_get(&top, "train");
+    DS_TRY(jcfg_close(&top));
     const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
-    DS_CHECK(cJSON_IsString(dname), "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\", ...}",
-             config_path);
+    DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
+             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\", ...}", config_path);
     if (out_flag) out = out_flag;
     DS_CHECK(out != NULL, "%s: needs \"out\" (the run folder)", config_path);
 
@@ -134,26 +69,29 @@ int cmd_train(int argc, char **argv) {
     d.max_new = 256;
     d.max_prompt = 384;
     d.seed = 1;
-    field df[] = {{"dataset", 's', &d.dataset, 0, 0},     {"data_root", 's', &d.data_root, 0, 0},
-                  {"limit", 'i', &d.limit, 0, 1e9},       {"given", 'b', &d.given, 0, 0},
-                  {"temperature", 'f', &d.sp.temperature, 0, 100}, {"top_p", 'f', &d.sp.top_p, 1e-6, 1},
-                  {"top_k", 'i', &d.sp.top_k, 0, 1 << 22}, {"max_new_tokens", 'i', &d.max_new, 1, 1 << 16},
-                  {"max_prompt", 'i', &d.max_prompt, 2, 1 << 16}, {"seed", 'u', &d.seed, 0, 0},
-                  {"cache", 's', &cache, 0, 0}};
-    DS_TRY(read_fields(dataj, df, (int)(sizeof df / sizeof *df), "\"data\""));
+    char dpath[4200], tpath[4200];
+    snprintf(dpath, sizeof dpath, "%s: data", config_path);
+    snprintf(tpath, sizeof tpath, "%s: train", config_path);
+    DS_TRY(jcfg_open(&dj, dataj, dpath));
+    DS_TRY(jcfg_str(&dj, "dataset", &d.dataset) || jcfg_str(&dj, "data_root", &d.data_root) ||
+           jcfg_int(&dj, "limit", 0, 1000000000, &d.limit) || jcfg_bool(&dj, "given", &d.given) ||
+           jcfg_float(&dj, "temperature", 0, 100, &d.sp.temperature) || jcfg_float(&dj, "top_p", 1e-6, 1, &d.sp.top_p) ||
+           jcfg_int(&dj, "top_k", 0, 1 << 22, &d.sp.top_k) || jcfg_int(&dj, "max_new_tokens", 1, 1 << 16, &d.max_new) ||
+           jcfg_int(&dj, "max_prompt", 2, 1 << 16, &d.max_prompt) || jcfg_u64(&dj, "seed", &d.seed) ||
+           jcfg_str(&dj, "cache", &cache) || jcfg_close(&dj));
     char cache_buf[4096];
     d.dir = expand_home(cache, cache_buf, sizeof cache_buf);
     /* training options */
     train_opts o = {1000, 4, 32, 6e-4f, 0.1f, 0.04f, 0.0f, 1.0f, 0.9f, 0.95f, 1, 250, 250, 1, 0.05f, 40, 0, out, 0};
-    field tf[] = {{"steps", 'i', &o.steps, 1, 1e9},          {"seqs_per_step", 'i', &o.seqs_per_step, 1, 4096},
-                  {"anchors", 'i', &o.anchors, 1, 512},       {"lr", 'f', &o.lr, 0, 1},
-                  {"min_lr_frac", 'f', &o.min_lr_frac, 0, 1}, {"warmup_frac", 'f', &o.warmup_frac, 0, 1},
-                  {"weight_decay", 'f', &o.weight_decay, 0, 10}, {"clip", 'f', &o.clip, 1e-6, 1e6},
-                  {"beta1", 'f', &o.beta1, 0, 1},             {"beta2", 'f', &o.beta2, 0, 1},
-                  {"seed", 'u', &o.seed, 0, 0},               {"eval_every", 'i', &o.eval_every, 0, 1e9},
-                  {"ckpt_every", 'i', &o.ckpt_every, 0, 1e9}, {"holdout", 'f', &o.holdout, 0, 0.9},
-                  {"eval_seqs", 'i', &o.eval_seqs, 1, 1e6}};
-    DS_TRY(read_fields(trainj, tf, (int)(sizeof tf / sizeof *tf), "\"train\""));
+    DS_TRY(jcfg_open(&tj, trainj, tpath));
+    DS_TRY(jcfg_int(&tj, "steps", 1, 1000000000, &o.steps) || jcfg_int(&tj, "seqs_per_step", 1, 4096, &o.seqs_per_step) ||
+           jcfg_int(&tj, "anchors", 1, 512, &o.anchors) || jcfg_float(&tj, "lr", 0, 1, &o.lr) ||
+           jcfg_float(&tj, "min_lr_frac", 0, 1, &o.min_lr_frac) || jcfg_float(&tj, "warmup_frac", 0, 1, &o.warmup_frac) ||
+           jcfg_float(&tj, "weight_decay", 0, 10, &o.weight_decay) || jcfg_float(&tj, "clip", 1e-6, 1e6, &o.clip) ||
+           jcfg_float(&tj, "beta1", 0, 1, &o.beta1) || jcfg_float(&tj, "beta2", 0, 1, &o.beta2) ||
+           jcfg_u64(&tj, "seed", &o.seed) || jcfg_int(&tj, "eval_every", 0, 1000000000, &o.eval_every) ||
+           jcfg_int(&tj, "ckpt_every", 0, 1000000000, &o.ckpt_every) || jcfg_float(&tj, "holdout", 0, 0.9, &o.holdout) ||
+           jcfg_int(&tj, "eval_seqs", 1, 1000000, &o.eval_seqs) || jcfg_close(&tj));
     if (steps_flag) o.steps = steps_flag;
 
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), threads));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 
 void run_config_defaults(run_config *c) {
     memset(c, 0, sizeof *c);
@@ -26,137 +27,114 @@ void run_config_free(run_config *c) {
     c->drafter_cfg = c->scheduler_cfg = NULL;
 }
 
-static int get_str(const cJSON *v, const char *key, char *dst, size_t n, const char *what) {
+static int take_str(const cJSON *v, const char *path, char *dst, size_t n) {
     if (!cJSON_IsString(v) || strlen(v->valuestring) >= n) {
-        ds_error("%s: '%s' must be a string (at most %zu characters)", what, key, n - 1);
+        ds_error("%s must be a string of at most %zu characters", path, n - 1);
         return -1;
     }
     snprintf(dst, n, "%s", v->valuestring);
     return 0;
 }
 
-static int get_int(const cJSON *v, const char *key, long lo, long hi, long *out, const char *what) {
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
-        ds_error("%s: '%s' must be an integer in %ld..%ld", what, key, lo, hi);
+/* "drafter"/"scheduler": "name" or {"name": ..., settings...}. From a config file the object
+ * replaces what was there. From the command line (merge) the settings go into the configured
+ * object, and naming a different family while the config holds settings of its own is an error:
+ * `--draft-layers 20` must not quietly turn a checkpoint drafter into a vanilla one. */
+static int apply_module(const cJSON *v, const char *key, char *name, size_t n, cJSON **cfg, int merge,
+                        const char *what) {
+    char path[200], newname[64] = "";
+    snprintf(path, sizeof path, "%s: %s", what, key);
+    const cJSON *nm = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "name") : v;
+    if (!cJSON_IsObject(v) && !cJSON_IsString(v)) {
+        ds_error("%s must be a name or an object with a \"name\"", path);
         return -1;
     }
-    *out = (long)v->valuedouble;
-    return 0;
-}
-
-static int get_num(const cJSON *v, const char *key, double lo, double hi, double *out, const char *what) {
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        ds_error("%s: '%s' must be a number in [%g, %g]", what, key, lo, hi);
+    if (nm && take_str(nm, path, newname, sizeof newname)) return -1;
+    if (cJSON_IsObject(v) && jcfg_check_unique(v, path)) return -1;
+    int has_settings = *cfg && (*cfg)->child;
+    if (merge && name[0] && newname[0] && strcmp(newname, name) != 0 && has_settings) {
+        char *txt = cJSON_PrintUnformatted(*cfg);
+        ds_error("%s: '%s' would replace the configured %s '%s' %s; change the config instead", what, newname, key, name,
+                 txt ? txt : "");
+        free(txt);
         return -1;
     }
-    *out = v->valuedouble;
-    return 0;
-}
-
-/* "name" or {"name": ..., other keys...}: the name, and the object without it */
-static int get_module(const cJSON *v, const char *key, char *name, size_t n, cJSON **cfg, const char *what) {
-    if (cJSON_IsString(v)) {
+    if (!newname[0] && !(merge && name[0])) {
+        ds_error("%s needs a \"name\"", path);
+        return -1;
+    }
+    int same = !newname[0] || strcmp(newname, name) == 0;
+    if (!(merge && same) || !*cfg) { /* a fresh object */
         cJSON_Delete(*cfg);
-        *cfg = NULL;
-        return get_str(v, key, name, n, what);
+        *cfg = cJSON_CreateObject();
+        if (!*cfg) return -1;
     }
-    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "name");
-    if (!cJSON_IsObject(v) || !cJSON_IsString(nm)) {
-        ds_error("%s: '%s' must be a name or an object with a \"name\"", what, key);
-        return -1;
+    if (newname[0]) snprintf(name, n, "%s", newname);
+    for (const cJSON *e = cJSON_IsObject(v) ? v->child : NULL; e; e = e->next) {
+        if (strcmp(e->string, "name") == 0) continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(*cfg, e->string);
+        cJSON_AddItemToObject(*cfg, e->string, cJSON_Duplicate(e, 1));
     }
-    if (get_str(nm, key, name, n, what)) return -1;
-    cJSON_Delete(*cfg);
-    *cfg = cJSON_Duplicate(v, 1);
-    cJSON_DeleteItemFromObjectCaseSensitive(*cfg, "name");
     return 0;
 }
 
-int run_config_apply(run_config *c, const cJSON *j, const char *what) {
-    if (!cJSON_IsObject(j)) {
+int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge) {
+    jcfg r;
+    const cJSON *v;
+    if (jcfg_open(&r, j, what)) return -1;
+    if (!j) {
         ds_error("%s: the config must be a JSON object", what);
         return -1;
     }
-    for (const cJSON *v = j->child; v; v = v->next) {
-        const char *k = v->string;
-        long iv;
-        double dv;
-        if (strcmp(k, "target") == 0) {
-            if (!cJSON_IsNull(v) && get_str(v, k, c->target, sizeof c->target, what)) return -1;
-        } else if (strcmp(k, "drafter") == 0) {
-            if (cJSON_IsNull(v)) c->drafter[0] = 0;
-            else if (get_module(v, k, c->drafter, sizeof c->drafter, &c->drafter_cfg, what)) return -1;
-        } else if (strcmp(k, "scheduler") == 0) {
-            if (get_module(v, k, c->scheduler, sizeof c->scheduler, &c->scheduler_cfg, what)) return -1;
-        } else if (strcmp(k, "gamma") == 0) {
-            if (get_int(v, k, 1, 64, &iv, what)) return -1;
-            c->gamma = (int)iv;
-        } else if (strcmp(k, "datasets") == 0 || strcmp(k, "dataset") == 0) {
-            c->n_datasets = 0;
-            if (cJSON_IsString(v)) {
-                if (get_str(v, k, c->datasets[0], sizeof c->datasets[0], what)) return -1;
-                c->n_datasets = 1;
-            } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) >= 1 && cJSON_GetArraySize(v) <= 16) {
-                for (const cJSON *e = v->child; e; e = e->next)
-                    if (get_str(e, k, c->datasets[c->n_datasets++], sizeof c->datasets[0], what)) return -1;
-            } else {
-                ds_error("%s: '%s' must be a name or an array of 1..16 names", what, k);
-                return -1;
-            }
-        } else if (strcmp(k, "limit") == 0) {
-            if (get_int(v, k, 0, 1000000, &iv, what)) return -1;
-            c->limit = (int)iv;
-        } else if (strcmp(k, "strict") == 0) {
-            if (!cJSON_IsBool(v)) goto bad_bool;
-            c->strict = cJSON_IsTrue(v);
-        } else if (strcmp(k, "data_root") == 0) {
-            if (get_str(v, k, c->data_root, sizeof c->data_root, what)) return -1;
-        } else if (strcmp(k, "temperature") == 0) {
-            if (get_num(v, k, 0, 100, &dv, what)) return -1;
-            c->sp.temperature = (float)dv;
-        } else if (strcmp(k, "top_p") == 0) {
-            if (get_num(v, k, 1e-6, 1, &dv, what)) return -1;
-            c->sp.top_p = (float)dv;
-        } else if (strcmp(k, "top_k") == 0) {
-            if (get_int(v, k, 0, 1 << 22, &iv, what)) return -1;
-            c->sp.top_k = (int)iv;
-        } else if (strcmp(k, "seed") == 0) {
-            if (get_int(v, k, 0, 9007199254740991L, &iv, what)) return -1;
-            c->seed = (uint64_t)iv;
-        } else if (strcmp(k, "max_new_tokens") == 0) {
-            if (get_int(v, k, 1, 1 << 20, &iv, what)) return -1;
-            c->max_new = (int)iv;
-        } else if (strcmp(k, "threads") == 0) {
-            if (get_int(v, k, 0, 256, &iv, what)) return -1;
-            c->threads = (int)iv;
-        } else if (strcmp(k, "out") == 0) {
-            if (get_str(v, k, c->out, sizeof c->out, what)) return -1;
-        } else if (strcmp(k, "baseline") == 0) {
-            if (!cJSON_IsBool(v)) goto bad_bool;
-            c->baseline = cJSON_IsTrue(v);
-        } else if (strcmp(k, "concurrency") == 0) {
-            if (get_int(v, k, 1, 256, &iv, what)) return -1;
-            c->concurrency = (int)iv;
-        } else if (strcmp(k, "sps") == 0) {
-            if (get_str(v, k, c->sps, sizeof c->sps, what)) return -1;
-        } else if (strcmp(k, "comment") == 0 || strcmp(k, "description") == 0) {
-            /* free text for people reading the config */
-        } else {
-            ds_error("%s: unknown key '%s'", what, k);
-            return -1;
-        }
-        continue;
-    bad_bool:
-        ds_error("%s: '%s' must be true or false", what, k);
+    if ((v = jcfg_get(&r, "target")) && !cJSON_IsNull(v) && take_str(v, "target", c->target, sizeof c->target)) goto bad;
+    if ((v = jcfg_get(&r, "drafter"))) {
+        if (cJSON_IsNull(v)) c->drafter[0] = 0;
+        else if (apply_module(v, "drafter", c->drafter, sizeof c->drafter, &c->drafter_cfg, merge, what)) return -1;
+    }
+    if ((v = jcfg_get(&r, "scheduler")) &&
+        apply_module(v, "scheduler", c->scheduler, sizeof c->scheduler, &c->scheduler_cfg, merge, what))
+        return -1;
+    const cJSON *ds = jcfg_get(&r, "datasets"), *d1 = jcfg_get(&r, "dataset");
+    if (ds && d1) {
+        ds_error("%s: give 'datasets' or 'dataset', not both", what);
         return -1;
     }
-    return 0;
+    if ((v = ds ? ds : d1)) {
+        c->n_datasets = 0;
+        if (cJSON_IsString(v)) {
+            if (take_str(v, "datasets", c->datasets[0], sizeof c->datasets[0])) goto bad;
+            c->n_datasets = 1;
+        } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) >= 1 && cJSON_GetArraySize(v) <= 16) {
+            for (const cJSON *e = v->child; e; e = e->next)
+                if (take_str(e, "datasets[]", c->datasets[c->n_datasets++], sizeof c->datasets[0])) goto bad;
+        } else {
+            ds_error("%s: datasets must be a name or an array of 1..16 names", what);
+            return -1;
+        }
+    }
+    double temp = c->sp.temperature, top_p = c->sp.top_p;
+    if (jcfg_int(&r, "gamma", 1, 64, &c->gamma) || jcfg_int(&r, "limit", 0, 1000000, &c->limit) ||
+        jcfg_bool(&r, "strict", &c->strict) || jcfg_strcpy(&r, "data_root", c->data_root, sizeof c->data_root) ||
+        jcfg_double(&r, "temperature", 0, 100, &temp) || jcfg_double(&r, "top_p", 1e-6, 1, &top_p) ||
+        jcfg_int(&r, "top_k", 0, 1 << 22, &c->sp.top_k) || jcfg_u64(&r, "seed", &c->seed) ||
+        jcfg_int(&r, "max_new_tokens", 1, 1 << 20, &c->max_new) || jcfg_int(&r, "threads", 0, 256, &c->threads) ||
+        jcfg_strcpy(&r, "out", c->out, sizeof c->out) || jcfg_bool(&r, "baseline", &c->baseline) ||
+        jcfg_int(&r, "concurrency", 1, 256, &c->concurrency) || jcfg_strcpy(&r, "sps", c->sps, sizeof c->sps))
+        return -1;
+    c->sp.temperature = (float)temp;
+    c->sp.top_p = (float)top_p;
+    jcfg_skip(&r, "comment"); /* free text for people reading the config */
+    jcfg_skip(&r, "description");
+    return jcfg_close(&r);
+bad:
+    ds_error_prefix("%s", what);
+    return -1;
 }
 
 int run_config_load(run_config *c, const char *path) {
     cJSON *j = ds_read_json(path);
     if (!j) return -1;
-    int rc = run_config_apply(c, j, path);
+    int rc = run_config_apply(c, j, path, 0);
     cJSON_Delete(j);
     return rc;
 }

@@ -34,8 +34,10 @@ typedef struct {
 void run_config_defaults(run_config *c);
 /* Apply a config file on top of c. -1 with "FILE: ..." on any problem. */
 int run_config_load(run_config *c, const char *path);
-/* Apply one JSON object (file contents or built from flags). */
-int run_config_apply(run_config *c, const cJSON *j, const char *what);
+/* Apply one JSON object: a config file's (merge 0: a drafter/scheduler object replaces the one
+ * before) or the command line's (merge 1: settings go into the configured object; naming another
+ * family while the config has settings is an error). */
+int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge);
 cJSON *run_config_json(const run_config *c); /* the resolved config */
 void run_config_free(run_config *c);
 

@@ -12,6 +12,7 @@
 
 #include "../runtime/common.h"
 #include "../runtime/quant.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/safetensors.h"
 #include "../runtime/sampling.h"
 #include "../runtime/train_ops.h"
@@ -20,46 +21,30 @@
 
 int bd_rows(const bd_config *c) { return c->anchor_first ? c->gamma : c->gamma + 1; }
 
-static int jint(const cJSON *j, const char *k, int lo, int hi, int *out, const char *what) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
-        ds_error("%s: '%s' must be an integer in %d..%d", what, k, lo, hi);
-        return -1;
-    }
-    *out = v->valueint;
-    return 0;
-}
-
-static int jfloat(const cJSON *j, const char *k, double lo, double hi, float *out, const char *what) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        ds_error("%s: '%s' must be a number in [%g, %g]", what, k, lo, hi);
-        return -1;
-    }
-    *out = (float)v->valuedouble;
-    return 0;
-}
-
-/* every field of the config (the checkpoint's config.json and the drafter JSON share them) */
+/* every field of the config: the schema of a checkpoint's config.json (bd_config_json writes the
+ * same keys); a drafter object in a run or train config uses the architecture keys of it. Unknown
+ * keys are errors (jcfg). */
 int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
     if (!j) return 0;
-    int af = c->anchor_first, hk = (int)c->head, taps_given = 0;
-    if (jint(j, "dim", 8, 65536, &c->dim, what) || jint(j, "layers", 1, 64, &c->n_layers, what) ||
-        jint(j, "heads", 1, 256, &c->n_heads, what) || jint(j, "kv_heads", 1, 256, &c->n_kv_heads, what) ||
-        jint(j, "head_dim", 2, 1024, &c->head_dim, what) || jint(j, "hidden_dim", 1, 1 << 18, &c->hidden_dim, what) ||
-        jint(j, "vocab", 2, 1 << 22, &c->vocab, what) || jint(j, "gamma", 1, 16, &c->gamma, what) ||
-        jint(j, "anchor_first", 0, 1, &af, what) || jint(j, "head", 0, 2, &hk, what) ||
-        jint(j, "rank", 0, 4096, &c->rank, what) || jint(j, "confidence", 0, 1, &c->conf, what) ||
-        jint(j, "mask_token", 0, 1 << 22, &c->mask_token, what) || jfloat(j, "eps", 1e-12, 1, &c->eps, what) ||
-        jfloat(j, "rope_theta", 1, 1e9, &c->rope_theta, what) || jfloat(j, "w_ce", 0, 100, &c->w_ce, what) ||
-        jfloat(j, "w_l1", 0, 100, &c->w_l1, what) || jfloat(j, "w_bce", 0, 100, &c->w_bce, what) ||
-        jfloat(j, "lambda", 1e-3, 1e6, &c->lambda, what))
+    jcfg r;
+    int af = c->anchor_first, hk = (int)c->head;
+    const char *fp = NULL;
+    if (jcfg_open(&r, j, what)) return -1;
+    jcfg_skip(&r, "kind"); /* read by bd_load */
+    if (jcfg_int(&r, "dim", 8, 65536, &c->dim) || jcfg_int(&r, "layers", 1, 64, &c->n_layers) ||
+        jcfg_int(&r, "heads", 1, 256, &c->n_heads) || jcfg_int(&r, "kv_heads", 1, 256, &c->n_kv_heads) ||
+        jcfg_int(&r, "head_dim", 2, 1024, &c->head_dim) || jcfg_int(&r, "hidden_dim", 1, 1 << 18, &c->hidden_dim) ||
+        jcfg_int(&r, "vocab", 2, 1 << 22, &c->vocab) || jcfg_int(&r, "gamma", 1, 16, &c->gamma) ||
+        jcfg_int(&r, "anchor_first", 0, 1, &af) || jcfg_int(&r, "head", 0, 2, &hk) ||
+        jcfg_int(&r, "rank", 0, 4096, &c->rank) || jcfg_int(&r, "confidence", 0, 1, &c->conf) ||
+        jcfg_int(&r, "mask_token", 0, 1 << 22, &c->mask_token) || jcfg_float(&r, "eps", 1e-12, 1, &c->eps) ||
+        jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta) || jcfg_float(&r, "w_ce", 0, 100, &c->w_ce) ||
+        jcfg_float(&r, "w_l1", 0, 100, &c->w_l1) || jcfg_float(&r, "w_bce", 0, 100, &c->w_bce) ||
+        jcfg_float(&r, "lambda", 1e-3, 1e6, &c->lambda) || jcfg_str(&r, "target_fingerprint", &fp))
         return -1;
     c->anchor_first = af;
     c->head = (bd_head)hk;
-    const cJSON *taps = cJSON_GetObjectItemCaseSensitive(j, "taps");
+    const cJSON *taps = jcfg_get(&r, "taps");
     if (taps) {
         int n = cJSON_GetArraySize(taps);
         if (!cJSON_IsArray(taps) || n < 1 || n > 8) {
@@ -69,22 +54,32 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         c->n_tap = n;
         for (int i = 0; i < n; i++) {
             const cJSON *t = cJSON_GetArrayItem(taps, i);
-            if (!cJSON_IsNumber(t)) {
-                ds_error("%s: 'taps' must hold integers", what);
+            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble > 1023) {
+                ds_error("%s: 'taps'[%d] must be a layer id (an integer >= 0)", what, i);
                 return -1;
             }
             c->tap[i] = t->valueint;
         }
-        taps_given = 1;
     }
-    const cJSON *cal = cJSON_GetObjectItemCaseSensitive(j, "calibration");
-    if (cJSON_IsArray(cal)) {
-        c->n_calib = DS_MIN(cJSON_GetArraySize(cal), 16);
-        for (int i = 0; i < c->n_calib; i++) c->calib[i] = (float)cJSON_GetArrayItem(cal, i)->valuedouble;
+    const cJSON *cal = jcfg_get(&r, "calibration");
+    if (cal) {
+        int n = cJSON_GetArraySize(cal);
+        if (!cJSON_IsArray(cal) || n > 16) {
+            ds_error("%s: 'calibration' must be an array of at most 16 temperatures", what);
+            return -1;
+        }
+        c->n_calib = n;
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(cal, i);
+            if (!cJSON_IsNumber(t) || !(t->valuedouble > 0 && t->valuedouble < 1e6)) {
+                ds_error("%s: 'calibration'[%d] must be a positive temperature", what, i);
+                return -1;
+            }
+            c->calib[i] = (float)t->valuedouble;
+        }
     }
-    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "target_fingerprint");
-    if (cJSON_IsString(fp)) snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", fp->valuestring);
-    DS_UNUSED(taps_given);
+    if (fp) snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", fp);
+    if (jcfg_close(&r)) return -1;
     if (c->n_heads % c->n_kv_heads) {
         ds_error("%s: heads %d must be a multiple of kv_heads %d", what, c->n_heads, c->n_kv_heads);
         return -1;
@@ -132,7 +127,12 @@ int bd_config_init(bd_config *c, const model *target, const char *kind, const cJ
         ds_error("block drafter kind '%s' unknown (dflash, dspark-markov, dspark-rnn)", kind);
         return -1;
     }
-    if (bd_config_from_json(c, j, "drafter config")) return -1;
+    if (bd_config_from_json(c, j, "drafter")) return -1;
+    for (int i = 0; i < c->n_tap; i++)
+        if (c->tap[i] >= t->n_layers) {
+            ds_error("drafter: 'taps': layer %d does not exist (the target has layers 0..%d)", c->tap[i], t->n_layers - 1);
+            return -1;
+        }
     if (c->lambda <= 0) c->lambda = (float)c->gamma; /* the paper's choice; DeepSpec's code uses 4 */
     snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
     for (int i = 0; i < c->n_tap; i++)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/quant.h"
 #include "../runtime/train_ops.h"
 #include "blockdraft.h"
@@ -46,30 +47,37 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     dspark *s = ds_calloc(1, sizeof *s, "dspark drafter");
     if (!s) return -1;
     d->impl = s;
-    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(cfg, "checkpoint");
+    jcfg r;
+    const char *ck = NULL;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     if (ck) {
-        DS_CHECK(cJSON_IsString(ck), "\"checkpoint\" must be a folder path");
-        DS_TRY(bd_load(&s->m, ck->valuestring, &t->m));
-        DS_CHECK(strcmp(s->m.cfg.kind, d->ops->name) == 0, "%s holds a '%s' drafter, not '%s'", ck->valuestring,
-                 s->m.cfg.kind, d->ops->name);
-        snprintf(d->describe, sizeof d->describe, "%s: checkpoint %s (%d layers, gamma %d, %s)", d->ops->name,
-                 ck->valuestring, s->m.cfg.n_layers, s->m.cfg.gamma, s->m.cfg.anchor_first ? "anchor row predicts" : "mask rows predict");
+        DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture: nothing else may be given */
+        DS_TRY(bd_load(&s->m, ck, &t->m));
+        DS_CHECK(strcmp(s->m.cfg.kind, d->ops->name) == 0, "%s holds a '%s' drafter, not '%s'", ck, s->m.cfg.kind,
+                 d->ops->name);
+        snprintf(d->describe, sizeof d->describe, "%s: checkpoint %s (%d layers, gamma %d, %s)", d->ops->name, ck,
+                 s->m.cfg.n_layers, s->m.cfg.gamma, s->m.cfg.anchor_first ? "anchor row predicts" : "mask rows predict");
     } else {
-        /* untrained, for tests and the losslessness gate: {"seed": N, ...architecture} */
+        /* untrained, for tests and the losslessness gate: {"seed": N, "init_noise": x, "init_std": y, ...architecture} */
         bd_config c;
-        const cJSON *seed = cJSON_GetObjectItemCaseSensitive(cfg, "seed"), *noise = cJSON_GetObjectItemCaseSensitive(cfg, "init_noise");
-        const cJSON *istd = cJSON_GetObjectItemCaseSensitive(cfg, "init_std");
+        uint64_t seed = 1;
+        float noise = 0, istd = 0;
+        DS_TRY(jcfg_u64(&r, "seed", &seed));
+        DS_TRY(jcfg_float(&r, "init_noise", 0, 100, &noise));
+        DS_TRY(jcfg_float(&r, "init_std", 0, 100, &istd));
         cJSON *arch = cJSON_Duplicate(cfg, 1);
-        cJSON_DeleteItemFromObjectCaseSensitive(arch, "seed");
-        cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_noise");
-        cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
-        int rc = bd_config_init(&c, &t->m, d->ops->name, arch);
+        if (arch) {
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "seed");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_noise");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
+        }
+        int rc = bd_config_init(&c, &t->m, d->ops->name, arch); /* the rest, strictly */
         cJSON_Delete(arch);
         DS_TRY(rc);
-        DS_TRY(bd_model_init(&s->m, &c, &t->m, cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 1,
-                             cJSON_IsNumber(noise) ? (float)noise->valuedouble : 0.0f));
+        DS_TRY(bd_model_init(&s->m, &c, &t->m, seed, noise));
         /* weights drawn at std 0.02 scaled to init_std: an untrained drafter whose layers matter */
-        if (cJSON_IsNumber(istd)) bd_model_rescale(&s->m, (float)(istd->valuedouble / 0.02));
+        if (istd > 0) bd_model_rescale(&s->m, istd / 0.02f);
         snprintf(d->describe, sizeof d->describe, "%s: untrained (random init)", d->ops->name);
     }
     const bd_config *c = &s->m.cfg;
@@ -98,13 +106,13 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRYP(s->bias = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
     DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
     DS_TRYP(s->pos = ds_malloc(sizeof(int) * (size_t)B, "draft block"));
-    int r = DS_MAX(c->rank, 1);
-    DS_TRYP(s->state = ds_calloc((size_t)r, sizeof(float), "draft head"));
-    DS_TRYP(s->state_new = ds_calloc((size_t)r, sizeof(float), "draft head"));
-    DS_TRYP(s->o = ds_calloc((size_t)r, sizeof(float), "draft head"));
-    DS_TRYP(s->cell_inp = ds_calloc((size_t)(2 * r + D), sizeof(float), "draft head"));
-    DS_TRYP(s->cell_pre = ds_calloc((size_t)3 * r, sizeof(float), "draft head"));
-    DS_TRYP(s->cin = ds_calloc((size_t)(D + r), sizeof(float), "draft head"));
+    int rk = DS_MAX(c->rank, 1);
+    DS_TRYP(s->state = ds_calloc((size_t)rk, sizeof(float), "draft head"));
+    DS_TRYP(s->state_new = ds_calloc((size_t)rk, sizeof(float), "draft head"));
+    DS_TRYP(s->o = ds_calloc((size_t)rk, sizeof(float), "draft head"));
+    DS_TRYP(s->cell_inp = ds_calloc((size_t)(2 * rk + D), sizeof(float), "draft head"));
+    DS_TRYP(s->cell_pre = ds_calloc((size_t)3 * rk, sizeof(float), "draft head"));
+    DS_TRYP(s->cin = ds_calloc((size_t)(D + rk), sizeof(float), "draft head"));
     return 0;
 fail:
     return -1;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "drafter.h"
 
 typedef struct {
@@ -28,25 +29,27 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     vanilla *v = ds_calloc(1, sizeof *v, "vanilla drafter");
     if (!v) return -1;
     d->impl = v;
-    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(cfg, "layers");
-    const cJSON *path = cJSON_GetObjectItemCaseSensitive(cfg, "model");
-    DS_CHECK(!(layers && path), "give either \"layers\" (self-draft) or \"model\" (a separate LM), not both");
+    jcfg r;
+    int k = 4, has_layers = 0;
+    const char *path = NULL;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    has_layers = jcfg_get(&r, "layers") != NULL;
+    DS_TRY(jcfg_int(&r, "layers", 1, 1 << 20, &k));
+    DS_TRY(jcfg_str(&r, "model", &path));
+    DS_TRY(jcfg_close(&r));
+    DS_CHECK(!(has_layers && path), "drafter: give either \"layers\" (self-draft) or \"model\" (a separate LM), not both");
     if (path) {
-        DS_CHECK(cJSON_IsString(path), "\"model\" must be a path string");
-        DS_TRY(model_load(&v->own, path->valuestring));
+        DS_TRY(model_load(&v->own, path));
         if (v->own.format == 0 && gguf_get(&v->own.gguf, "tokenizer.ggml.model")) {
             DS_TRY(tokenizer_load_gguf(&v->tk, &v->own.gguf));
             v->has_tk = 1;
         }
-        DS_TRY(vocab_compatible(t, &v->own, v->has_tk ? &v->tk : NULL, path->valuestring));
+        DS_TRY(vocab_compatible(t, &v->own, v->has_tk ? &v->tk : NULL, path));
         v->m = &v->own;
-        snprintf(d->describe, sizeof d->describe, "vanilla: separate LM %s (%d layers, dim %d)", path->valuestring,
+        snprintf(d->describe, sizeof d->describe, "vanilla: separate LM %s (%d layers, dim %d)", path,
                  v->own.cfg.n_layers, v->own.cfg.dim);
         snprintf(d->fingerprint, sizeof d->fingerprint, "%s", v->own.fingerprint);
     } else {
-        int k = layers ? layers->valueint : 4;
-        DS_CHECK(!layers || (cJSON_IsNumber(layers) && layers->valuedouble == k),
-                 "\"layers\" must be an integer");
         /* k = L drafts with the whole target: every draft is accepted (a check of the loop, not a speedup) */
         DS_CHECK(k >= 1 && k <= t->m.cfg.n_layers, "\"layers\" %d must be in 1..%d (the target's layer count)", k,
                  t->m.cfg.n_layers);

@@ -1,6 +1,10 @@
 #include "trace.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +95,7 @@ typedef struct {
 
 struct trace {
     char *path, *tmp;
+    int owns_tmp; /* this process created tmp (and may remove it) */
     hid_t file;
     table tab[N_TABLES];
 };
@@ -176,18 +181,33 @@ static void trace_free(trace *t) {
     free(t);
 }
 
+/* The trace is written to PATH.<pid>.tmp, a file this process created exclusively (O_EXCL), so two
+ * runs on one PATH never write into or remove each other's file; trace_close marks it complete
+ * and renames it over PATH atomically, so PATH is always a complete old or a complete new trace. */
 trace *trace_create(const char *path) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through ds_error, not HDF5's stack dump */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        ds_error("%s: is a directory (--out names the trace file)", path);
+        return NULL;
+    }
     trace *t = ds_calloc(1, sizeof *t, "trace");
     if (!t) return NULL;
     size_t n = strlen(path);
     t->path = ds_strndup(path, n, "path");
-    t->tmp = ds_malloc(n + 5, "path");
-    if (!t->path || !t->tmp) goto fail;
-    snprintf(t->tmp, n + 5, "%s.tmp", path);
+    t->tmp = ds_malloc(n + 32, "path");
+    if (!t->path || !t->tmp) goto fail_free;
+    snprintf(t->tmp, n + 32, "%s.%d.tmp", path, (int)getpid());
+    int fd = open(t->tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) {
+        ds_error("%s: cannot create the trace file: %s", t->tmp, strerror(errno));
+        goto fail_free;
+    }
+    close(fd);
+    t->owns_tmp = 1;
     t->file = H5Fcreate(t->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (t->file < 0) {
-        ds_error("%s: cannot create the trace file (does the directory exist and is it writable?)", t->tmp);
+        ds_error("%s: HDF5 cannot create the trace file (%s)", t->tmp, errno ? strerror(errno) : "no reason given");
         goto fail;
     }
     for (int i = 0; i < N_TABLES; i++)
@@ -195,7 +215,8 @@ trace *trace_create(const char *path) {
     return t;
 fail:
     close_handles(t);
-    if (t->tmp) remove(t->tmp);
+    if (t->owns_tmp) remove(t->tmp);
+fail_free:
     trace_free(t);
     return NULL;
 }
@@ -241,13 +262,25 @@ int trace_attr_f64(trace *t, const char *name, double value) {
 
 int trace_close(trace *t) {
     int rc = 0;
+    errno = 0;
     for (int i = 0; i < N_TABLES; i++) rc |= table_flush(t, (table_id)i);
-    close_handles(t);
-    if (rc == 0 && rename(t->tmp, t->path) != 0) {
-        ds_error("%s: cannot rename to %s", t->tmp, t->path);
+    if (rc == 0) rc = trace_attr(t, "complete", "yes"); /* readers refuse a trace without it */
+    int err = errno;
+    if (rc == 0 && H5Fflush(t->file, H5F_SCOPE_GLOBAL) < 0) {
+        err = errno;
+        ds_error("%s: cannot write the trace: %s", t->tmp, err ? strerror(err) : "HDF5 flush failed");
         rc = -1;
     }
-    if (rc) remove(t->tmp);
+    close_handles(t);
+    if (rc) {
+        /* incomplete: never leave it looking like a result */
+        if (err) ds_error_prefix("%s (%s)", t->tmp, strerror(err));
+        remove(t->tmp);
+    } else if (rename(t->tmp, t->path) != 0) {
+        /* complete but not in place (PATH is a directory, the folder went read-only...): keep it */
+        ds_error("%s: cannot rename to %s: %s; the complete trace is kept at %s", t->tmp, t->path, strerror(errno), t->tmp);
+        rc = -1;
+    }
     trace_free(t);
     return rc ? -1 : 0;
 }
@@ -255,7 +288,7 @@ int trace_close(trace *t) {
 void trace_abort(trace *t) {
     if (!t) return;
     close_handles(t);
-    remove(t->tmp);
+    if (t->owns_tmp) remove(t->tmp);
     trace_free(t);
 }
 
@@ -327,6 +360,13 @@ int trace_read(const char *path, trace_data *d) {
         ds_error("%s: cannot open as HDF5", path);
         return -1;
     }
+    char *complete = read_str_attr(file, "complete");
+    if (!complete) {
+        H5Fclose(file);
+        ds_error("%s: an incomplete trace (no 'complete' mark: the run that wrote it did not finish)", path);
+        return -1;
+    }
+    free(complete);
     d->config = read_str_attr(file, "config");
     d->target_fingerprint = read_str_attr(file, "target_fingerprint");
     d->drafter_fingerprint = read_str_attr(file, "drafter_fingerprint");

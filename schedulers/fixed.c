@@ -1,15 +1,13 @@
 /* fixed — verify every proposed draft, or a configured number of them ("length"). */
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "scheduler.h"
 
 static int fixed_open(scheduler *s, const cJSON *cfg) {
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cfg, "length");
-    if (l && (!cJSON_IsNumber(l) || l->valueint < 0 || l->valueint > 1024)) {
-        ds_error("'length' must be an integer 0..1024 (0 = all proposed drafts)");
-        return -1;
-    }
-    s->length = l ? l->valueint : 0;
-    return 0;
+    jcfg r;
+    s->length = 0;
+    if (jcfg_open(&r, cfg, "scheduler") || jcfg_int(&r, "length", 0, 1024, &s->length)) return -1;
+    return jcfg_close(&r);
 }
 
 static int fixed_schedule(scheduler *s, const sched_batch *b, int *len) {

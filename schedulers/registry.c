@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "scheduler.h"
 
 extern const scheduler_ops sched_fixed, sched_threshold, sched_greedy, sched_retrospective;
@@ -38,6 +39,11 @@ int scheduler_open(scheduler *s, const char *name, const cJSON *cfg, int allow_c
     memset(s, 0, sizeof *s);
     s->ops = scheduler_find(name, allow_controls);
     if (!s->ops) return -1;
+    jcfg none; /* a scheduler without settings refuses every key */
+    if (!s->ops->open && (jcfg_open(&none, cfg, "scheduler") || jcfg_close(&none))) {
+        ds_error_prefix("scheduler '%s' takes no settings", name);
+        return -1;
+    }
     if (s->ops->open && s->ops->open(s, cfg)) {
         ds_error_prefix("scheduler '%s'", name);
         return -1;

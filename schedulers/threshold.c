@@ -1,16 +1,14 @@
 /* threshold — verify while the survival a_k = c_1 ... c_k stays >= t (static threshold of the
  * confidence-head literature). Non-anticipating: a_k depends on x_1..x_{k-1} only. */
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "scheduler.h"
 
 static int threshold_open(scheduler *s, const cJSON *cfg) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "threshold");
-    if (t && (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 1)) {
-        ds_error("'threshold' must be a number in [0, 1]");
-        return -1;
-    }
-    s->threshold = t ? t->valuedouble : 0.5;
-    return 0;
+    jcfg r;
+    s->threshold = 0.5;
+    if (jcfg_open(&r, cfg, "scheduler") || jcfg_double(&r, "threshold", 0, 1, &s->threshold)) return -1;
+    return jcfg_close(&r);
 }
 
 static int threshold_schedule(scheduler *s, const sched_batch *b, int *len) {

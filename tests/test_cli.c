@@ -187,7 +187,51 @@ static void test_train_errors(void **state) {
         put(cfg, "{\"drafter\": {\"name\": \"eagle-7\"}, \"out\": \"/tmp/x\"}");
         expect_error(args, 1, "block drafter kind 'eagle-7' unknown");
         put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"taps\": [99]}, \"out\": \"/tmp/x\"}");
-        expect_error(args, 1, "tap layer 99 outside");
+        expect_error(args, 1, "'taps': layer 99 does not exist");
+    }
+    remove(cfg);
+}
+
+/* Issue 11 (3, 4, 7): every config object rejects unknown keys, wrong types, duplicates and
+ * inexact integers, with the key's path; a command-line flag never swaps the configured drafter
+ * for another family. On d965422 each of these ran something else than asked, or crashed. */
+static void test_strict_configs(void **state) {
+    (void)state;
+    char args[1200];
+    const char *cfg = tmp_path("strict.json");
+    snprintf(args, sizeof args, "train --config %s", cfg);
+    put(cfg, "[1, 2]"); /* crashed train (strcmp on NULL) */
+    expect_error(args, 1, "must be a JSON object");
+    put(cfg, "{\"target\": 123, \"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\"}");
+    expect_error(args, 1, "'target' must be a string");
+    put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"train\": {\"seed\": 1.5}}");
+    expect_error(args, 1, "train: 'seed' must be an integer");
+    put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"data\": {\"seed\": 1e300}}");
+    expect_error(args, 1, "data: 'seed' must be an integer");
+    put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"train\": {\"lr\": 1e-3, \"lr\": 1}}");
+    expect_error(args, 1, "key 'lr' appears twice");
+    snprintf(args, sizeof args, "run --config %s", cfg);
+    put(cfg, "{\"gamma\": 4, \"gamma\": 5}");
+    expect_error(args, 1, "key 'gamma' appears twice");
+    put(cfg, "{\"seed\": 1.5}");
+    expect_error(args, 1, "'seed' must be an integer");
+    put(cfg, "{\"scheduler\": {\"name\": \"threshold\", \"treshold\": 0.3}}");
+    expect_error(args, 1, "unknown key 'treshold'");
+    put(cfg, "{\"scheduler\": {\"name\": \"greedy\", \"lenght\": 2}}");
+    expect_error(args, 1, "unknown key 'lenght'");
+    if (need_real_model()) { /* drafter objects are read when the drafter opens, after the model */
+        put(cfg, "{\"drafter\": {\"name\": \"vanilla\", \"layer\": 20}, \"limit\": 1}");
+        expect_error(args, 1, "unknown key 'layer'");
+        put(cfg, "{\"drafter\": {\"name\": \"dspark-markov\", \"chekpoint\": \"/tmp/x\"}, \"limit\": 1}");
+        expect_error(args, 1, "unknown key 'chekpoint'");
+        put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"checkpoint\": \"/nonexistent/ck\", \"gama\": 3}, \"limit\": 1}");
+        expect_error(args, 1, "unknown key 'gama'");
+        /* --draft-layers goes into the configured drafter; --drafter with another family is refused */
+        put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"checkpoint\": \"/nonexistent/ck\"}, \"limit\": 1}");
+        snprintf(args, sizeof args, "run --config %s --drafter vanilla --draft-layers 20", cfg);
+        expect_error(args, 1, "'vanilla' would replace the configured drafter 'dflash'");
+        snprintf(args, sizeof args, "run --config %s --draft-layers 20", cfg);
+        expect_error(args, 1, "unknown key 'layers'");
     }
     remove(cfg);
 }
@@ -200,6 +244,7 @@ int main(void) {
         cmocka_unit_test(test_real_model_commands),
         cmocka_unit_test(test_run_and_report),
         cmocka_unit_test(test_train_errors),
+        cmocka_unit_test(test_strict_configs),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

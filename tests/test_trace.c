@@ -3,6 +3,10 @@
  * match hand-computed values on a synthetic trace. */
 #include "testutil.h"
 
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <sys/wait.h>
 
 #include "../engine/metrics.h"
@@ -51,12 +55,12 @@ static void test_roundtrip_and_tmp(void **state) {
     (void)state;
     const char *path = tmp_path("trace.h5");
     char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     remove(path);
     trace *t = trace_create(path);
     assert_non_null(t);
     write_synthetic(t);
-    /* until closed, only PATH.tmp exists: an interrupted run never looks complete */
+    /* until closed, only PATH.<pid>.tmp exists: an interrupted run never looks complete */
     assert_false(exists(path));
     assert_true(exists(tmp));
     assert_int_equal(trace_close(t), 0);
@@ -108,7 +112,7 @@ static void test_abort_and_errors(void **state) {
     (void)state;
     const char *path = tmp_path("aborted.h5");
     char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     trace *t = trace_create(path);
     assert_non_null(t);
     trace_round r = {0};
@@ -127,6 +131,65 @@ static void test_abort_and_errors(void **state) {
     assert_int_equal(trace_read(txt, &d), -1);
     assert_non_null(strstr(ds_errmsg(), "not an HDF5 trace"));
     remove(txt);
+}
+
+/* Issue 11 (1, 2, 10): what happens to finished work when the end goes wrong. Each part fails on
+ * d965422: there the second writer's cleanup unlinked the first one's PATH.tmp, a failed rename
+ * deleted the finished trace, and a directory as PATH was only found after the whole run. */
+static void test_ownership_and_failed_close(void **state) {
+    (void)state;
+    const char *path = tmp_path("shared.h5");
+    remove(path);
+    /* two writers on one PATH: each has its own temporary; aborting one leaves the other intact */
+    trace *a = trace_create(path);
+    assert_non_null(a);
+    write_synthetic(a);
+    trace *b = trace_create(path);
+    if (b) { /* one process: the same pid, so the exclusive create refuses the second */
+        trace_abort(b);
+        fail_msg("a second trace on the same PATH.<pid>.tmp was created");
+    }
+    assert_non_null(strstr(ds_errmsg(), "cannot create the trace file"));
+    assert_int_equal(trace_close(a), 0); /* b's failure removed nothing of a's */
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    assert_int_equal(d.n_requests, 4);
+    trace_data_free(&d);
+    /* PATH is a directory from the start: refused before anything is run */
+    const char *dir = tmp_path("dir.h5");
+    mkdir(dir, 0755);
+    assert_null(trace_create(dir));
+    assert_non_null(strstr(ds_errmsg(), "is a directory"));
+    /* PATH became a directory while the run was going: the complete trace is kept, and said so */
+    rmdir(dir);
+    trace *c = trace_create(dir);
+    assert_non_null(c);
+    write_synthetic(c);
+    mkdir(dir, 0755);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", dir, (int)getpid());
+    assert_int_equal(trace_close(c), -1);
+    assert_non_null(strstr(ds_errmsg(), "the complete trace is kept at"));
+    assert_true(exists(tmp));
+    assert_int_equal(trace_read(tmp, &d), 0); /* it is complete */
+    assert_int_equal(d.n_requests, 4);
+    trace_data_free(&d);
+    remove(tmp);
+    rmdir(dir);
+    remove(path);
+}
+
+/* a trace file without its completion mark (a run killed mid-write) is refused, not read as empty */
+static void test_incomplete_refused(void **state) {
+    (void)state;
+    const char *path = tmp_path("partial.h5");
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(f >= 0);
+    H5Fclose(f);
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), -1);
+    assert_non_null(strstr(ds_errmsg(), "incomplete trace"));
+    remove(path);
 }
 
 /* metric definitions on the synthetic trace, computed by hand */
@@ -180,6 +243,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_tmp),
         cmocka_unit_test(test_abort_and_errors),
+        cmocka_unit_test(test_ownership_and_failed_close),
+        cmocka_unit_test(test_incomplete_refused),
         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);

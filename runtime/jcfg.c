@@ -1,0 +1,150 @@
+#include "jcfg.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+
+int jcfg_check_unique(const cJSON *obj, const char *path) {
+    for (const cJSON *a = obj ? obj->child : NULL; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && strcmp(a->string, b->string) == 0) {
+                ds_error("%s: key '%s' appears twice", path, a->string);
+                return -1;
+            }
+    return 0;
+}
+
+int jcfg_open(jcfg *c, const cJSON *obj, const char *path) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->path, sizeof c->path, "%s", path);
+    if (!obj) return 0;
+    if (!cJSON_IsObject(obj)) {
+        ds_error("%s must be a JSON object", path);
+        return -1;
+    }
+    if (cJSON_GetArraySize(obj) > JCFG_MAX_KEYS) {
+        ds_error("%s: more than %d keys", path, JCFG_MAX_KEYS);
+        return -1;
+    }
+    c->obj = obj;
+    return jcfg_check_unique(obj, path);
+}
+
+const cJSON *jcfg_get(jcfg *c, const char *key) {
+    if (c->n_asked < JCFG_MAX_KEYS) c->asked[c->n_asked++] = key;
+    int i = 0;
+    for (const cJSON *v = c->obj ? c->obj->child : NULL; v; v = v->next, i++)
+        if (v->string && strcmp(v->string, key) == 0) {
+            c->used |= 1ull << i;
+            return v;
+        }
+    return NULL;
+}
+
+void jcfg_skip(jcfg *c, const char *key) { (void)jcfg_get(c, key); }
+
+static int integral(const cJSON *v, double lo, double hi) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo &&
+           v->valuedouble <= hi;
+}
+
+int jcfg_long(jcfg *c, const char *key, long lo, long hi, long *out) {
+    const cJSON *v = jcfg_get(c, key);
+    if (!v) return 0;
+    if (!integral(v, (double)lo, (double)hi)) {
+        ds_error("%s: '%s' must be an integer in %ld..%ld", c->path, key, lo, hi);
+        return -1;
+    }
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+int jcfg_int(jcfg *c, const char *key, long lo, long hi, int *out) {
+    long x = *out;
+    if (jcfg_long(c, key, lo, hi, &x)) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+int jcfg_u64(jcfg *c, const char *key, uint64_t *out) {
+    const cJSON *v = jcfg_get(c, key);
+    if (!v) return 0;
+    if (!integral(v, 0, 9007199254740992.0)) {
+        ds_error("%s: '%s' must be an integer in 0..2^53", c->path, key);
+        return -1;
+    }
+    *out = (uint64_t)v->valuedouble;
+    return 0;
+}
+
+int jcfg_double(jcfg *c, const char *key, double lo, double hi, double *out) {
+    const cJSON *v = jcfg_get(c, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        ds_error("%s: '%s' must be a number in [%g, %g]", c->path, key, lo, hi);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+int jcfg_float(jcfg *c, const char *key, double lo, double hi, float *out) {
+    double x = *out;
+    if (jcfg_double(c, key, lo, hi, &x)) return -1;
+    *out = (float)x;
+    return 0;
+}
+
+int jcfg_str(jcfg *c, const char *key, const char **out) {
+    const cJSON *v = jcfg_get(c, key);
+    if (!v) return 0;
+    if (!cJSON_IsString(v)) {
+        ds_error("%s: '%s' must be a string", c->path, key);
+        return -1;
+    }
+    *out = v->valuestring;
+    return 0;
+}
+
+int jcfg_strcpy(jcfg *c, const char *key, char *dst, size_t n) {
+    const char *s = NULL;
+    if (jcfg_str(c, key, &s)) return -1;
+    if (!s) return 0;
+    if (strlen(s) >= n) {
+        ds_error("%s: '%s' is longer than %zu characters", c->path, key, n - 1);
+        return -1;
+    }
+    snprintf(dst, n, "%s", s);
+    return 0;
+}
+
+int jcfg_bool(jcfg *c, const char *key, int *out) {
+    const cJSON *v = jcfg_get(c, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) {
+        ds_error("%s: '%s' must be true or false", c->path, key);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+int jcfg_close(jcfg *c) {
+    int i = 0;
+    for (const cJSON *v = c->obj ? c->obj->child : NULL; v; v = v->next, i++) {
+        if (c->used >> i & 1) continue;
+        char known[512];
+        int w = 0;
+        known[0] = 0;
+        for (int k = 0; k < c->n_asked && w < (int)sizeof known - 1; k++) {
+            int dup = 0;
+            for (int m = 0; m < k; m++) dup |= strcmp(c->asked[m], c->asked[k]) == 0;
+            if (!dup) w += snprintf(known + w, sizeof known - (size_t)w, "%s%s", w ? ", " : "", c->asked[k]);
+        }
+        ds_error("%s: unknown key '%s' (known: %s)", c->path, v->string ? v->string : "?", w ? known : "none");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,42 @@
+/* jcfg.h — the one typed reader of JSON config objects (run and train configs, drafter and
+ * scheduler objects, checkpoint config.json).
+ *
+ * Open an object with the path it sits at ("exp.json", "exp.json: data", "drafter"), read each key
+ * through a typed getter (absent keys leave the destination as it is), then close: any key no
+ * getter asked for is an error naming its full path and the known keys, so a typo is never
+ * silently ignored. Duplicate keys, wrong types, non-integral or out-of-range integers (a seed of
+ * 1.5 or 1e300) are errors too. Every error names the key's path. */
+#ifndef DS_JCFG_H
+#define DS_JCFG_H
+
+#include <cJSON.h>
+#include <stdint.h>
+
+#define JCFG_MAX_KEYS 64
+
+typedef struct {
+    const cJSON *obj;             /* NULL: an absent object (every getter finds nothing) */
+    char path[160];
+    const char *asked[JCFG_MAX_KEYS];
+    int n_asked;
+    uint64_t used;                /* bit i: the i-th member was read */
+} jcfg;
+
+/* obj may be NULL (absent); anything else must be an object with at most JCFG_MAX_KEYS distinct keys */
+int jcfg_open(jcfg *c, const cJSON *obj, const char *path);
+const cJSON *jcfg_get(jcfg *c, const char *key);  /* the raw item (marked as read), or NULL */
+int jcfg_int(jcfg *c, const char *key, long lo, long hi, int *out);
+int jcfg_long(jcfg *c, const char *key, long lo, long hi, long *out);
+int jcfg_u64(jcfg *c, const char *key, uint64_t *out); /* an integer in 0 .. 2^53 (exact in JSON) */
+int jcfg_float(jcfg *c, const char *key, double lo, double hi, float *out);
+int jcfg_double(jcfg *c, const char *key, double lo, double hi, double *out);
+int jcfg_str(jcfg *c, const char *key, const char **out);          /* points into the JSON */
+int jcfg_strcpy(jcfg *c, const char *key, char *dst, size_t n);    /* copied, length checked */
+int jcfg_bool(jcfg *c, const char *key, int *out);
+void jcfg_skip(jcfg *c, const char *key);   /* a known key read elsewhere (e.g. free text) */
+int jcfg_close(jcfg *c);                    /* -1 on the first key nobody read */
+
+/* An object's keys are unique (cJSON keeps duplicates as separate members). */
+int jcfg_check_unique(const cJSON *obj, const char *path);
+
+#endif
