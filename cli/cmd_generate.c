@@ -72,21 +72,31 @@ int cmd_generate(int argc, char **argv) {
     double t1 = ds_now();
     int n_gen = 0;
     char piece[256];
+    const char *why = "the token budget (--max-new-tokens)";
+    DS_CHECK(ids.n < t.m.cfg.max_seq, "the prompt (%d tokens) fills the model's context of %d tokens", ids.n, t.m.cfg.max_seq);
     while (n_gen < max_new) {
         DS_TRY(logits_process(logits, V, &sp, probs, &scr));
-        int tok = sample_probs(probs, V, rng_uniform(&rng));
+        int tok = rng_draw(&rng, probs, V);
+        DS_CHECK(tok >= 0, "sampling failed");
         n_gen++;
-        if (tokenizer_is_eog(&t.tk, tok)) break;
+        if (tokenizer_is_eog(&t.tk, tok)) {
+            why = "an end-of-generation token";
+            break;
+        }
         int w = tokenizer_piece(&t.tk, tok, 0, piece, sizeof piece);
         if (w > 0) fwrite(piece, 1, (size_t)w, stdout);
         fflush(stdout);
-        if (n_gen == max_new || kv->len >= t.m.cfg.max_seq) break;
+        if (n_gen == max_new) break;
+        if (kv->len >= t.m.cfg.max_seq) {
+            why = "THE MODEL'S CONTEXT LIMIT (the output is cut short)";
+            break;
+        }
         DS_TRY(model_forward_one(&t.m, &t.fs, kv, &tok, 1, 0, logits));
     }
     double t2 = ds_now();
     printf("\n");
-    fprintf(stderr, "[prompt %d tokens, prefill %.1f tok/s | generated %d tokens, %.1f tok/s | %d threads]\n", ids.n,
-            ids.n / (t1 - t0), n_gen, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, t.be->n_threads);
+    fprintf(stderr, "[prompt %d tokens, prefill %.1f tok/s | generated %d tokens, %.1f tok/s | %d threads | stopped at %s]\n",
+            ids.n, ids.n / (t1 - t0), n_gen, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, t.be->n_threads, why);
     rc = 0;
     goto done;
 fail:

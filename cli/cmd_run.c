@@ -30,7 +30,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
                *target = NULL, *sps = NULL;
-    int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, strict = 0, no_baseline = 0,
+    int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, skip_bad = 0, no_baseline = 0,
         concurrency = 0;
     float temperature = -1, top_p = -1;
     uint64_t seed = 0;
@@ -45,7 +45,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
         {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
         {"limit", OPT_INT, &limit, "N", "prompts per dataset, 0 = all", 0, 1000000, 0},
-        {"strict", OPT_FLAG, &strict, NULL, "a malformed dataset line is fatal", 0, 0, 0},
+        {"skip-bad-lines", OPT_FLAG, &skip_bad, NULL, "skip malformed dataset lines (counted in the trace) instead of failing", 0, 0, 0},
         {"data-root", OPT_STR, &data_root, "DIR", "where the shared datasets live (default ../shared/datasets)", 0, 0, 0},
         {"temperature", OPT_FLOAT, &temperature, "T", "0 = greedy (default 0)", 0, 100, 0},
         {"top-p", OPT_FLOAT, &top_p, "P", "nucleus mass, 1 = off", 1e-6, 1, 0},
@@ -83,7 +83,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) cJSON_AddItemToArray(a, cJSON_CreateString(tok));
     }
     if (limit >= 0) cJSON_AddNumberToObject(j, "limit", limit);
-    if (strict) cJSON_AddTrueToObject(j, "strict");
+    if (skip_bad) cJSON_AddTrueToObject(j, "skip_bad_lines");
     if (data_root) cJSON_AddStringToObject(j, "data_root", data_root);
     if (temperature >= 0) cJSON_AddNumberToObject(j, "temperature", temperature);
     if (top_p >= 0) cJSON_AddNumberToObject(j, "top_p", top_p);
@@ -195,9 +195,10 @@ int cmd_run(int argc, char **argv) {
     if (!rc.out[0]) snprintf(rc.out, sizeof rc.out, "out/run.h5");
     /* everything that can be checked before the model loads */
     DS_TRYP(sets = ds_calloc((size_t)rc.n_datasets, sizeof *sets, "datasets"));
-    int total = 0;
+    int total = 0, skipped = 0;
     for (int i = 0; i < rc.n_datasets; i++, n_sets++) {
-        DS_TRY(dataset_load(rc.datasets[i], rc.data_root[0] ? rc.data_root : NULL, rc.limit, rc.strict, &sets[i]));
+        DS_TRY(dataset_load(rc.datasets[i], rc.data_root[0] ? rc.data_root : NULL, rc.limit, rc.skip_bad, &sets[i]));
+        skipped += sets[i].skipped;
         DS_CHECK(sets[i].n > 0, "dataset '%s' has no usable prompts", rc.datasets[i]);
         total += sets[i].n;
     }
@@ -228,6 +229,8 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(trace_attr(tr, "backend", t.be->name));
     DS_TRY(trace_attr(tr, "version", DSPARK_VERSION));
     DS_TRY(trace_attr_u64(tr, "seed", rc.seed));
+    DS_TRY(trace_attr_u64(tr, "skipped_lines", (uint64_t)skipped)); /* malformed dataset lines skipped on request */
+    if (skipped) fprintf(stderr, "run: %d malformed dataset line(s) skipped (skip_bad_lines)\n", skipped);
     fprintf(stderr, "run: %d prompts from %d dataset(s); %s; gamma %d, %s scheduler, T=%g -> %s\n", total, rc.n_datasets,
             rc.drafter[0] ? d.describe : "baseline only", rc.gamma, rc.scheduler, (double)rc.sp.temperature, rc.out);
 

@@ -114,7 +114,7 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
     }
     double temp = c->sp.temperature, top_p = c->sp.top_p;
     if (jcfg_int(&r, "gamma", 1, 64, &c->gamma) || jcfg_int(&r, "limit", 0, 1000000, &c->limit) ||
-        jcfg_bool(&r, "strict", &c->strict) || jcfg_strcpy(&r, "data_root", c->data_root, sizeof c->data_root) ||
+        jcfg_bool(&r, "skip_bad_lines", &c->skip_bad) || jcfg_strcpy(&r, "data_root", c->data_root, sizeof c->data_root) ||
         jcfg_double(&r, "temperature", 0, 100, &temp) || jcfg_double(&r, "top_p", 1e-6, 1, &top_p) ||
         jcfg_int(&r, "top_k", 0, 1 << 22, &c->sp.top_k) || jcfg_u64(&r, "seed", &c->seed) ||
         jcfg_int(&r, "max_new_tokens", 1, 1 << 20, &c->max_new) || jcfg_int(&r, "threads", 0, 256, &c->threads) ||
@@ -156,7 +156,7 @@ cJSON *run_config_json(const run_config *c) {
     cJSON *ds = cJSON_AddArrayToObject(j, "datasets");
     for (int i = 0; i < c->n_datasets; i++) cJSON_AddItemToArray(ds, cJSON_CreateString(c->datasets[i]));
     cJSON_AddNumberToObject(j, "limit", c->limit);
-    cJSON_AddBoolToObject(j, "strict", c->strict);
+    cJSON_AddBoolToObject(j, "skip_bad_lines", c->skip_bad);
     cJSON_AddStringToObject(j, "data_root", c->data_root);
     cJSON_AddNumberToObject(j, "temperature", c->sp.temperature);
     cJSON_AddNumberToObject(j, "top_p", c->sp.top_p);

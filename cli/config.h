@@ -19,7 +19,7 @@ typedef struct {
     char datasets[16][64];
     int n_datasets;
     int limit;              /* prompts per dataset, 0 = all */
-    int strict;
+    int skip_bad;           /* skip malformed dataset lines (counted, in the trace) instead of failing */
     char data_root[1024];
     sampling_params sp;
     uint64_t seed;

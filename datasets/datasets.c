@@ -116,15 +116,15 @@ static int record_prompt(const cJSON *rec, const char *field, const char **t1, c
     return -1;
 }
 
-static int problem(prompt_set *s, int strict, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int problem(prompt_set *s, int strict, const char *fmt, ...) {
+static int problem(prompt_set *s, int skip_bad, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int problem(prompt_set *s, int skip_bad, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (strict) {
-        ds_error("%s", msg);
+    if (!skip_bad) {
+        ds_error("%s (skip_bad_lines / --skip-bad-lines skips such lines and records how many)", msg);
         return -1;
     }
     fprintf(stderr, "warning: %s (skipped)\n", msg);
@@ -133,12 +133,12 @@ static int problem(prompt_set *s, int strict, const char *fmt, ...) {
 }
 
 static int add_record(prompt_set *out, const cJSON *rec, const dataset_def *def, const char *path, int line, int index,
-                      int strict) {
+                      int skip_bad) {
     const char *t1, *t2;
     if (!cJSON_IsObject(rec))
-        return problem(out, strict, "%s:%d: record is not a JSON object", path, line);
+        return problem(out, skip_bad, "%s:%d: record is not a JSON object", path, line);
     if (record_prompt(rec, def->field, &t1, &t2) || !*t1)
-        return problem(out, strict, "%s:%d: no non-empty '%s' prompt field", path, line, def->field ? def->field : "turns/prompt/question/...");
+        return problem(out, skip_bad, "%s:%d: no non-empty '%s' prompt field", path, line, def->field ? def->field : "turns/prompt/question/...");
     const char *domain = def->domain;
     if (!domain) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(rec, "category");
@@ -147,7 +147,7 @@ static int add_record(prompt_set *out, const cJSON *rec, const dataset_def *def,
     return push(out, t1, t2, def->name, domain, index);
 }
 
-static int load_file(const dataset_def *def, const char *path, int limit, int strict, prompt_set *out) {
+static int load_file(const dataset_def *def, const char *path, int limit, int skip_bad, prompt_set *out) {
     char *txt;
     size_t n;
     if (ds_read_file(path, &txt, &n)) {
@@ -166,7 +166,7 @@ static int load_file(const dataset_def *def, const char *path, int limit, int st
             return -1;
         }
         for (const cJSON *rec = arr->child; rec && rc == 0 && (limit <= 0 || out->n < limit); rec = rec->next, index++)
-            rc = add_record(out, rec, def, path, index + 1, index, strict);
+            rc = add_record(out, rec, def, path, index + 1, index, skip_bad);
         cJSON_Delete(arr);
         free(txt);
         return rc;
@@ -182,8 +182,8 @@ static int load_file(const dataset_def *def, const char *path, int limit, int st
         while (b > a && (txt[b - 1] == ' ' || txt[b - 1] == '\t' || txt[b - 1] == '\r')) b--;
         if (b > a) {
             cJSON *rec = cJSON_ParseWithLength(txt + a, b - a);
-            if (!rec) rc = problem(out, strict, "%s:%d: malformed or truncated JSON line", path, line);
-            else rc = add_record(out, rec, def, path, line, index, strict);
+            if (!rec) rc = problem(out, skip_bad, "%s:%d: malformed or truncated JSON line", path, line);
+            else rc = add_record(out, rec, def, path, line, index, skip_bad);
             cJSON_Delete(rec);
             index++;
         }
@@ -193,7 +193,7 @@ static int load_file(const dataset_def *def, const char *path, int limit, int st
     return rc;
 }
 
-int dataset_load(const char *name, const char *root, int limit, int strict, prompt_set *out) {
+int dataset_load(const char *name, const char *root, int limit, int skip_bad, prompt_set *out) {
     memset(out, 0, sizeof *out);
     if (!root) root = dataset_default_root();
     if (strcmp(name, "builtin") == 0) {
@@ -205,7 +205,7 @@ int dataset_load(const char *name, const char *root, int limit, int strict, prom
         if (strcmp(name, DATASETS[i].name) != 0) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", root, DATASETS[i].file);
-        if (load_file(&DATASETS[i], path, limit, strict, out)) goto fail;
+        if (load_file(&DATASETS[i], path, limit, skip_bad, out)) goto fail;
         return 0;
     }
     size_t nl = strlen(name);
@@ -214,7 +214,7 @@ int dataset_load(const char *name, const char *root, int limit, int strict, prom
         static char label[32];
         snprintf(label, sizeof label, "%.*s", (int)(strcspn(base ? base + 1 : name, ".")), base ? base + 1 : name);
         dataset_def def = {label, name, NULL, NULL}; /* domain from a "category" field, else chat */
-        if (load_file(&def, name, limit, strict, out)) goto fail;
+        if (load_file(&def, name, limit, skip_bad, out)) goto fail;
         return 0;
     }
     ds_error("unknown dataset '%s' (known: %s)", name, dataset_names());

@@ -3,7 +3,7 @@
  * built-in prompts per domain.
  *
  * A line that is not valid JSON, or lacks the prompt field, is reported as FILE:LINE on stderr and
- * skipped; with strict it is an error. Each prompt carries its dataset name and domain. */
+ * an error naming the file and line, unless skip_bad (then skipped and counted). Each prompt carries its dataset name and domain. */
 #ifndef DS_DATASETS_H
 #define DS_DATASETS_H
 
@@ -18,14 +18,14 @@ typedef struct {
 typedef struct {
     prompt *v;
     int n, cap;
-    int skipped;      /* malformed lines skipped (non-strict) */
+    int skipped;      /* malformed lines skipped (skip_bad) */
 } prompt_set;
 
 /* name: gsm8k math500 aime25 mbpp humaneval livecodebench mtbench alpaca arenahard trainmix
  * builtin, or a path to a .jsonl / .json file (field: "turns"[0], "prompt", "question",
  * "problem", "instruction" or "text", whichever is present). root: the folder holding the shared
  * datasets (NULL: $DSPARK_DATA, else ../shared/datasets). limit <= 0: all. */
-int dataset_load(const char *name, const char *root, int limit, int strict, prompt_set *out);
+int dataset_load(const char *name, const char *root, int limit, int skip_bad, prompt_set *out);
 void prompt_set_free(prompt_set *s);
 const char *dataset_default_root(void);
 /* "known: ..." list for messages */

@@ -205,7 +205,13 @@ int traindata_build(target *t, const traindata_opts *o) {
     idx_t x;
     int rc = -1, done_src = -1;
     if (ds_mkdirs(o->dir, "the data cache folder")) return -1;
-    if (dataset_load(o->dataset, o->data_root, o->limit, 0, &ps)) return -1;
+    if (dataset_load(o->dataset, o->data_root, o->limit, o->skip_bad, &ps)) return -1;
+    if (ps.skipped) fprintf(stderr, "train: %d malformed prompt line(s) skipped (skip_bad_lines)\n", ps.skipped);
+    if (ps.n == 0) {
+        ds_error("%s: no usable prompts to build the training data from", o->dataset);
+        prompt_set_free(&ps);
+        return -1;
+    }
     int r = idx_read(&x, o->dir);
     if (r < 0) goto done_ps;
     if (r == 0) {

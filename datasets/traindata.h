@@ -20,6 +20,7 @@ typedef struct {
     const char *data_root;
     int limit;               /* prompts, 0 = all */
     int given;               /* 1: use each record's second turn as the response (teacher forcing on text) */
+    int skip_bad;            /* skip malformed prompt lines (counted) instead of failing */
     sampling_params sp;      /* response generation */
     int max_new;
     int max_prompt;          /* longer prompts are skipped */

@@ -73,7 +73,10 @@ int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_log
     fwd_batch b = {.n_seq = 1, .kv = kv, .n_new = &n, .tokens = r->toks.v, .all_logits = 0, .logits = last_logits,
                    .n_capture = hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL, .capture = hidden};
     DS_TRY(model_forward(&t->m, &t->fs, &b));
-    DS_TRY(logits_process(last_logits, V, &cfg->sp, probs, &scr));
+    if (logits_process(last_logits, V, &cfg->sp, probs, &scr)) {
+        ds_error_prefix("request %d, output position 0: the target's row", r->id);
+        goto fail;
+    }
     int first = rng_draw(&r->vr.resample, probs, V);
     if (first < 0) goto fail;
     if (append_emitted(t, r, &first, 1) < 0) goto fail;
@@ -187,7 +190,10 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
             draft_block *blk = &blocks[active[a]];
             int l = len[a], base = q->tkv->len - n_new[a]; /* cache length before this round */
             for (int k = 0; k <= l; k++)
-                DS_TRY(logits_process(logits + (size_t)(row + k) * V, V, &cfg->sp, p + (size_t)k * V, &scr));
+                if (logits_process(logits + (size_t)(row + k) * V, V, &cfg->sp, p + (size_t)k * V, &scr)) {
+                    ds_error_prefix("request %d, output position %d: the target's row", q->id, request_n_out(q) + k);
+                    goto fail;
+                }
             verify_result vres;
             int emitted[66];
             /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */

@@ -65,6 +65,9 @@ typedef struct model {
 int model_load(model *m, const char *path);
 int model_load_gguf(model *m, const char *path);
 int model_load_safetensors(model *m, const char *dir);
+/* -1 with a message naming the tensor, layer and index of the first NaN/Inf weight (model_load
+ * runs it; the format-specific loaders do not) */
+int model_check_finite(const model *m);
 void model_free(model *m);
 const char *model_arch_name(model_arch a);
 uint64_t model_n_params(const model *m);

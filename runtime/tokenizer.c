@@ -168,6 +168,26 @@ static int opt_id(const gguf_file *g, const char *key, int n_vocab, int *out) {
     return 0;
 }
 
+/* well-formed UTF-8: no stray continuation bytes, overlongs, surrogates or code points past 0x10FFFF */
+static int utf8_valid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return 0;
+        uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+        for (int k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[i + k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
 int tokenizer_load_gguf(tokenizer *tk, const gguf_file *g) {
     memset(tk, 0, sizeof *tk);
     byte_map_init();
@@ -207,6 +227,7 @@ int tokenizer_load_gguf(tokenizer *tk, const gguf_file *g) {
     for (int i = 0; i < tk->n_vocab; i++) {
         const gguf_value *t = &toks->arr.items[i];
         DS_CHECK(t->str.len < (1u << 16), "%s: token %d text is %llu bytes long", g->name, i, (unsigned long long)t->str.len);
+        DS_CHECK(utf8_valid(t->str.s, (size_t)t->str.len), "%s: token %d text is not valid UTF-8", g->name, i);
         DS_TRYP(tk->text[i] = ds_strndup(t->str.s, t->str.len, "token text"));
         tk->text_len[i] = (int)t->str.len;
         tk->type[i] = TOK_NORMAL;
@@ -268,6 +289,9 @@ int tokenizer_load_gguf(tokenizer *tk, const gguf_file *g) {
         tk->mres[j] = res;
         tk->n_merges++;
     }
+    /* a BPE vocabulary whose merges all name missing tokens would encode every text byte by byte */
+    DS_CHECK(tk->n_merges > 0, "%s: none of the %llu merges is usable (each must join two tokens into a third)", g->name,
+             (unsigned long long)mg->arr.n);
     DS_TRY(opt_id(g, "tokenizer.ggml.bos_token_id", tk->n_vocab, &tk->bos));
     DS_TRY(opt_id(g, "tokenizer.ggml.eos_token_id", tk->n_vocab, &tk->eos));
     DS_TRY(opt_id(g, "tokenizer.ggml.unknown_token_id", tk->n_vocab, &tk->unk));
@@ -573,8 +597,8 @@ int chat_template_init(chat_template *ct, const tokenizer *tk) {
         return 0;
     }
     if (!strstr(t, "<|im_start|>") || im_start < 0 || im_end < 0) {
-        ds_error("chat template not recognised (supported: ChatML); use --raw to send the prompt as plain text");
-        return -1;
+        ct->family = -1; /* reported by info; chat_encode refuses it, plain text (--raw) still works */
+        return 0;
     }
     ct->family = 1;
     /* a default system message appears as a literal '<|im_start|>system\n...<|im_end|>' */
@@ -599,10 +623,17 @@ void chat_template_free(chat_template *ct) {
     ct->default_system = NULL;
 }
 
-const char *chat_family_name(const chat_template *ct) { return ct->family == 1 ? "chatml" : "raw"; }
+const char *chat_family_name(const chat_template *ct) {
+    return ct->family == 1 ? "chatml" : ct->family < 0 ? "not recognised (supported: ChatML; --raw sends plain text)" : "raw";
+}
 
 int chat_encode(const chat_template *ct, const tokenizer *tk, const chat_msg *msgs, int n, int add_generation_prompt,
                 ivec *out) {
+    if (ct->family < 0) {
+        ds_error("the model's chat template is not recognised (supported: ChatML); use --raw to send the prompt as "
+                 "plain text");
+        return -1;
+    }
     if (ct->family == 0) {
         for (int i = 0; i < n; i++)
             if (tokenizer_encode(tk, msgs[i].content, strlen(msgs[i].content), 0, out)) return -1;

@@ -63,7 +63,7 @@ typedef struct {
     const char *content;
 } chat_msg;
 typedef struct {
-    int family;             /* 0 = none (raw text), 1 = ChatML */
+    int family;             /* 0 = none (raw text), 1 = ChatML, -1 = a template we do not recognise */
     char *default_system;   /* injected when the first message is not a system message, or NULL */
 } chat_template;
 int chat_template_init(chat_template *ct, const tokenizer *tk);

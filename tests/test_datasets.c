@@ -17,7 +17,7 @@ static void test_malformed_lines(void **state) {
                        "{\"prompt\": \"cut off"; /* truncated last line, no newline */
     write_file(p, body, strlen(body));
     prompt_set s;
-    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), 0);
     assert_int_equal(s.n, 3);
     assert_int_equal(s.skipped, 3);
     assert_string_equal(s.v[0].text, "first");
@@ -26,13 +26,14 @@ static void test_malformed_lines(void **state) {
     assert_string_equal(s.v[2].text2, "t2");
     assert_int_equal(s.v[2].index, 4); /* record number among non-empty lines */
     prompt_set_free(&s);
-    /* strict: the first problem is fatal and names the file and line */
-    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
+    /* by default the first problem is fatal and names the file and line (issue 11: it used to warn
+     * and go on unless --strict) */
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
     char want[600];
     snprintf(want, sizeof want, "%s:3: malformed or truncated JSON line", p);
     if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
     /* limit stops early */
-    assert_int_equal(dataset_load(p, NULL, 2, 1, &s), 0);
+    assert_int_equal(dataset_load(p, NULL, 2, 0, &s), 0);
     assert_int_equal(s.n, 2);
     prompt_set_free(&s);
     remove(p);
@@ -44,23 +45,23 @@ static void test_json_array_and_errors(void **state) {
     const char *body = "[{\"instruction\": \"a\"}, {\"instruction\": \"b\"}, 3]";
     write_file(p, body, strlen(body));
     prompt_set s;
-    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), 0);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.skipped, 1);
     prompt_set_free(&s);
-    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
     assert_non_null(strstr(ds_errmsg(), ":3: record is not a JSON object"));
     write_file(p, "[{\"instruction\": ", 17);
-    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "not a valid JSON array"));
     remove(p);
-    assert_int_equal(dataset_load("gsm9k", NULL, 0, 0, &s), -1);
+    assert_int_equal(dataset_load("gsm9k", NULL, 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "unknown dataset 'gsm9k'"));
-    assert_int_equal(dataset_load("/nonexistent/x.jsonl", NULL, 0, 0, &s), -1);
+    assert_int_equal(dataset_load("/nonexistent/x.jsonl", NULL, 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "/nonexistent/x.jsonl"));
-    assert_int_equal(dataset_load("gsm8k", "/nonexistent-root", 0, 0, &s), -1);
+    assert_int_equal(dataset_load("gsm8k", "/nonexistent-root", 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "/nonexistent-root/gsm8k/deepspec_gsm8k.jsonl"));
-    assert_int_equal(dataset_load("builtin", NULL, 0, 0, &s), 0);
+    assert_int_equal(dataset_load("builtin", NULL, 0, 1, &s), 0);
     int dom[3] = {0};
     for (int i = 0; i < s.n; i++) {
         dom[0] += strcmp(s.v[i].domain, "math") == 0;
@@ -88,7 +89,7 @@ static void test_shared_sets(void **state) {
                 {"trainmix", NULL, 1325}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
         prompt_set s;
-        if (dataset_load(sets[i].name, NULL, 0, 1, &s)) fail_msg("%s: %s", sets[i].name, ds_errmsg());
+        if (dataset_load(sets[i].name, NULL, 0, 0, &s)) fail_msg("%s: %s", sets[i].name, ds_errmsg());
         if (s.n != sets[i].n) fail_msg("%s: %d prompts, MANIFEST says %d", sets[i].name, s.n, sets[i].n);
         if (sets[i].domain) assert_string_equal(s.v[0].domain, sets[i].domain);
         if (strcmp(sets[i].name, "mtbench") == 0)

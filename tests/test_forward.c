@@ -7,6 +7,10 @@
 #include "../runtime/backend.h"
 #include "../runtime/forward.h"
 #include "../runtime/model.h"
+#include <math.h>
+#include "../verify/logits.h"
+#include "../runtime/gguf.h"
+#include "../runtime/tiny_model.h"
 
 typedef struct {
     model m;
@@ -363,6 +367,49 @@ static void test_model_errors(void **state) {
     remove(p);
 }
 
+/* Issue 11 (8): a NaN or Inf anywhere in the weights is a load error naming the tensor; on d965422
+ * `generate` exited 0 with empty output and `run` wrote a normal-looking trace. Q4_1 (a NaN scale)
+ * and F32 (a NaN value) both. Also: logit processing refuses a NaN row. */
+static void poison_and_load(const tiny_spec *spec, const char *tensor, float value, const char *want) {
+    size_t n;
+    uint8_t *img = tiny_model_gguf(spec, 5, &n);
+    assert_non_null(img);
+    gguf_file g;
+    assert_int_equal(gguf_parse(&g, img, n, "poison"), 0);
+    const gguf_tensor *t = gguf_find_tensor(&g, tensor);
+    assert_non_null(t);
+    size_t off = (size_t)(t->data - img) + 2 * (t->nbytes / 4 / 2); /* some way into the tensor */
+    if (t->type == GGML_F32) {
+        off &= ~(size_t)3;
+        memcpy(img + off, &value, 4);
+    } else { /* Q4_1: overwrite the fp16 scale of one block with an fp16 NaN / Inf */
+        size_t blk = (size_t)(t->data - img) + 20 * 7;
+        uint16_t h = isnan(value) ? 0x7e00 : 0x7c00;
+        memcpy(img + blk, &h, 2);
+    }
+    gguf_close(&g);
+    const char *path = tmp_path("poison.gguf");
+    write_file(path, img, n);
+    free(img);
+    model m;
+    assert_int_equal(model_load(&m, path), -1);
+    if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
+    remove(path);
+}
+
+static void test_nonfinite_weights(void **state) {
+    (void)state;
+    poison_and_load(&SPEC_F32, "blk.1.ffn_up.weight", NAN, "ffn_up of layer 1 is not finite");
+    poison_and_load(&SPEC_F32, "output_norm.weight", INFINITY, "output_norm is not finite");
+    poison_and_load(&SPEC_Q41, "blk.0.attn_v.weight", NAN, "attn_v of layer 0 is not finite");
+    float z[4] = {0.1f, NAN, 0.3f, 0.2f}, p[4];
+    lp_scratch scr = {0};
+    sampling_params sp = {1.0f, 0, 1.0f};
+    assert_int_equal(logits_process(z, 4, &sp, p, &scr), -1);
+    assert_non_null(strstr(ds_errmsg(), "logit of token 1 is not finite"));
+    lp_scratch_free(&scr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_naive_reference_f32),
@@ -372,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_crop_then_refeed),
         cmocka_unit_test(test_varlen_batch),
         cmocka_unit_test(test_capture_and_head),
+        cmocka_unit_test(test_nonfinite_weights),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_model_errors),
     };

@@ -260,6 +260,13 @@ static void test_malformed_metadata(void **state) {
     int32_t types[5] = {1, 1, 1, 1, 1};
     assert_int_equal(build_tok(&tk, extra, 1, ok_merge, 1, types, 0), -1);
     assert_non_null(strstr(ds_errmsg(), "token_type"));
+    /* issue 11 (7): both loaded silently on d965422 */
+    const char *dead_merge[] = {"a q"}; /* "aq" is not a token: the merge can never fire */
+    assert_int_equal(build_tok(&tk, extra, 1, dead_merge, 1, NULL, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "none of the 1 merges is usable"));
+    const char *bad_utf8[] = {"ab", "\xff\xfe"};
+    assert_int_equal(build_tok(&tk, bad_utf8, 2, ok_merge, 1, NULL, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "is not valid UTF-8"));
 }
 
 int main(void) {

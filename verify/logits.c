@@ -71,6 +71,19 @@ int logits_process(const float *logits, int V, const sampling_params *sp, float 
         }
         scr->cap = V;
     }
+    /* NaN or +Inf (a broken model or kernel) has no law to sample from; -Inf is a masked token */
+    int all_masked = 1;
+    for (int i = 0; i < V; i++) {
+        if (isnan(logits[i]) || logits[i] == INFINITY) {
+            ds_error("logit of token %d is not finite (%g)", i, (double)logits[i]);
+            return -1;
+        }
+        all_masked &= logits[i] == -INFINITY;
+    }
+    if (all_masked) {
+        ds_error("every logit is -inf: no token is possible");
+        return -1;
+    }
     memset(probs, 0, sizeof(float) * (size_t)V);
     if (sampling_is_greedy(sp)) {
         probs[argmax_f32(logits, V)] = 1.0f;
