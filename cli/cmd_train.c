@@ -24,12 +24,13 @@ static const char *expand_home(const char *p, char *buf, size_t n) {
 
 int cmd_train(int argc, char **argv) {
     const char *config_path = NULL, *out_flag = NULL;
-    int steps_flag = 0, threads = 0;
+    int steps_flag = 0, threads = 0, warm = 0;
     opt_def opts[] = {
         {"config", OPT_STR, &config_path, "FILE.json", "training config (required)", 0, 0, 0},
         {"steps", OPT_INT, &steps_flag, "N", "override the number of steps", 1, 1 << 30, 0},
         {"out", OPT_STR, &out_flag, "DIR", "override the run folder", 0, 0, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"warm-start", OPT_FLAG, &warm, NULL, "start a new run from the weights in OUT/last (settings may differ)", 0, 0, 0},
         OPT_END};
     const char *pos[1];
     int npos, rc = args_parse("train", "--config FILE.json [options]", opts, argc, argv, pos, 0, &npos);
@@ -75,7 +76,7 @@ int cmd_train(int argc, char **argv) {
     DS_TRY(jcfg_open(&dj, dataj, dpath));
     DS_TRY(jcfg_str(&dj, "dataset", &d.dataset) || jcfg_str(&dj, "data_root", &d.data_root) ||
            jcfg_int(&dj, "limit", 0, 1000000000, &d.limit) || jcfg_bool(&dj, "given", &d.given) ||
-           jcfg_bool(&dj, "skip_bad_lines", &d.skip_bad) ||
+           jcfg_bool(&dj, "skip_bad_lines", &d.skip_bad) || jcfg_bool(&dj, "rebuild", &d.rebuild) ||
            jcfg_float(&dj, "temperature", 0, 100, &d.sp.temperature) || jcfg_float(&dj, "top_p", 1e-6, 1, &d.sp.top_p) ||
            jcfg_int(&dj, "top_k", 0, 1 << 22, &d.sp.top_k) || jcfg_int(&dj, "max_new_tokens", 1, 1 << 16, &d.max_new) ||
            jcfg_int(&dj, "max_prompt", 2, 1 << 16, &d.max_prompt) || jcfg_u64(&dj, "seed", &d.seed) ||
@@ -92,7 +93,9 @@ int cmd_train(int argc, char **argv) {
            jcfg_float(&tj, "beta1", 0, 1, &o.beta1) || jcfg_float(&tj, "beta2", 0, 1, &o.beta2) ||
            jcfg_u64(&tj, "seed", &o.seed) || jcfg_int(&tj, "eval_every", 0, 1000000000, &o.eval_every) ||
            jcfg_int(&tj, "ckpt_every", 0, 1000000000, &o.ckpt_every) || jcfg_float(&tj, "holdout", 0, 0.9, &o.holdout) ||
-           jcfg_int(&tj, "eval_seqs", 1, 1000000, &o.eval_seqs) || jcfg_close(&tj));
+           jcfg_int(&tj, "eval_seqs", 1, 1000000, &o.eval_seqs) || jcfg_bool(&tj, "warm_start", &o.warm_start) ||
+           jcfg_close(&tj));
+    if (warm) o.warm_start = 1;
     if (steps_flag) o.steps = steps_flag;
 
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), threads));

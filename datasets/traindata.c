@@ -12,6 +12,7 @@
 #include "../runtime/common.h"
 #include "../runtime/quant.h"
 #include "datasets.h"
+#include "../runtime/jcfg.h"
 
 /* ------------------------------------------------------------------------------ the index */
 
@@ -200,11 +201,79 @@ fail:
     return ret;
 }
 
+/* ---------------------------------------------------------------- what the cache was built from */
+
+static uint64_t fnv_str(uint64_t h, const char *s) {
+    for (; s && *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return (h ^ 0xff) * 0x100000001b3ull; /* a separator, so ("ab","c") != ("a","bc") */
+}
+
+static cJSON *provenance(const target *t, const traindata_opts *o, const prompt_set *ps) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < ps->n; i++) h = fnv_str(fnv_str(h, ps->v[i].text), o->given ? ps->v[i].text2 : NULL);
+    char hex[20];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "dataset", o->dataset);
+    cJSON_AddStringToObject(j, "prompts_hash", hex);
+    cJSON_AddNumberToObject(j, "prompts", ps->n);
+    cJSON_AddNumberToObject(j, "limit", o->limit);
+    cJSON_AddBoolToObject(j, "given", o->given);
+    cJSON_AddNumberToObject(j, "temperature", o->sp.temperature);
+    cJSON_AddNumberToObject(j, "top_p", o->sp.top_p);
+    cJSON_AddNumberToObject(j, "top_k", o->sp.top_k);
+    cJSON_AddNumberToObject(j, "max_new_tokens", o->max_new);
+    cJSON_AddNumberToObject(j, "max_prompt", o->max_prompt);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON *tp = cJSON_AddArrayToObject(j, "taps");
+    for (int i = 0; i < o->n_tap; i++) cJSON_AddItemToArray(tp, cJSON_CreateNumber(o->taps[i]));
+    cJSON_AddStringToObject(j, "target_fingerprint", t->m.fingerprint);
+    cJSON_AddNumberToObject(j, "vocab", t->tk.n_vocab);
+    cJSON_AddStringToObject(j, "chat_template", chat_family_name(&t->ct));
+    return j;
+}
+
+/* the first field that differs, named; -1 on a mismatch or a cache that never recorded it */
+static int provenance_check(const char *dir, const cJSON *want) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/built_from.json", dir);
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        ds_error("%s: this cache does not record what it was built from (an older version made it); use another "
+                 "data.cache folder, or data.rebuild: true to replace it", dir);
+        return -1;
+    }
+    cJSON *have = ds_read_json(p);
+    if (!have) return -1;
+    char msg[600];
+    int rc = jcfg_diff(want, have, msg, sizeof msg) ? -1 : 0;
+    if (rc)
+        ds_error("%s: the cache was built with data.%s; use another data.cache folder, or data.rebuild: true to replace it",
+                 dir, msg);
+    cJSON_Delete(have);
+    return rc;
+}
+
+static int remove_cache(const char *dir) {
+    const char *names[5] = {"tokens.bin", "taps.bin", "final.bin", "index.json", "built_from.json"};
+    char p[4200];
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (remove(p) != 0 && errno != ENOENT) {
+            ds_error("%s: cannot remove: %s", p, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int traindata_build(target *t, const traindata_opts *o) {
     prompt_set ps;
     idx_t x;
+    cJSON *want = NULL;
     int rc = -1, done_src = -1;
     if (ds_mkdirs(o->dir, "the data cache folder")) return -1;
+    if (o->rebuild && remove_cache(o->dir)) return -1;
     if (dataset_load(o->dataset, o->data_root, o->limit, o->skip_bad, &ps)) return -1;
     if (ps.skipped) fprintf(stderr, "train: %d malformed prompt line(s) skipped (skip_bad_lines)\n", ps.skipped);
     if (ps.n == 0) {
@@ -214,9 +283,17 @@ int traindata_build(target *t, const traindata_opts *o) {
     }
     int r = idx_read(&x, o->dir);
     if (r < 0) goto done_ps;
+    DS_TRYP(want = provenance(t, o, &ps));
     if (r == 0) {
         for (int i = 0; i < x.n_seq; i++) done_src = DS_MAX(done_src, x.source[i]);
         idx_free(&x);
+        if (provenance_check(o->dir, want)) goto done_ps;
+    } else { /* a fresh cache: say what it is built from before the first sequence lands */
+        char p[4200], *txt = cJSON_Print(want);
+        snprintf(p, sizeof p, "%s/built_from.json", o->dir);
+        int w = txt ? ds_write_file_atomic(p, txt, strlen(txt)) : -1;
+        free(txt);
+        if (w) goto done_ps;
     }
     if (done_src + 1 >= ps.n) {
         rc = 0;
@@ -269,7 +346,9 @@ int traindata_build(target *t, const traindata_opts *o) {
     }
     ds_progress_end(&pr);
     rc = 0;
+fail:
 done_ps:
+    cJSON_Delete(want);
     prompt_set_free(&ps);
     return rc;
 }

@@ -4,8 +4,11 @@
  * target's logits from the final state through the frozen head.
  *
  * Cache folder: tokens.bin (int32), taps.bin (bf16 [tok][n_tap][dim]), final.bin (f32 [tok][dim]),
- * index.json (sequence lengths, prompt lengths, provenance). Building appends and rewrites the
- * index after every sequence, so an interrupted build resumes where it stopped. */
+ * index.json (sequence lengths, prompt lengths, provenance), built_from.json (everything the cache
+ * was built from: prompt set and a hash of its texts, sampling, lengths, seed, taps, target,
+ * tokenizer and chat template). Building appends and rewrites the index after every sequence, so
+ * an interrupted build resumes where it stopped; a build asked with other settings is refused,
+ * naming the field (data.rebuild replaces the cache). */
 #ifndef DS_TRAINDATA_H
 #define DS_TRAINDATA_H
 
@@ -21,6 +24,7 @@ typedef struct {
     int limit;               /* prompts, 0 = all */
     int given;               /* 1: use each record's second turn as the response (teacher forcing on text) */
     int skip_bad;            /* skip malformed prompt lines (counted) instead of failing */
+    int rebuild;             /* replace a cache built from other settings instead of refusing it */
     sampling_params sp;      /* response generation */
     int max_new;
     int max_prompt;          /* longer prompts are skipped */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/safetensors.h"
 #include "../runtime/sampling.h"
 
@@ -96,7 +97,58 @@ static int rm_tree(const char *dir) {
     return rmdir(dir) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-static int save_checkpoint(const bd_model *m, const float *am, const float *av, int step, const train_opts *o) {
+/* everything that shapes the loss curve: resuming under another one is not the same run */
+static cJSON *run_contract(const bd_model *m, const train_cache *d, const train_opts *o) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "steps", o->steps);
+    cJSON_AddNumberToObject(j, "seqs_per_step", o->seqs_per_step);
+    cJSON_AddNumberToObject(j, "anchors", o->anchors);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "min_lr_frac", o->min_lr_frac);
+    cJSON_AddNumberToObject(j, "warmup_frac", o->warmup_frac);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    cJSON_AddNumberToObject(j, "clip", o->clip);
+    cJSON_AddNumberToObject(j, "beta1", o->beta1);
+    cJSON_AddNumberToObject(j, "beta2", o->beta2);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "holdout", o->holdout);
+    cJSON_AddItemToObject(j, "drafter", bd_config_json(&m->cfg));
+    cJSON_AddNumberToObject(j, "data_sequences", d->n_seq);
+    cJSON_AddNumberToObject(j, "data_tokens", (double)d->n_tok);
+    cJSON_AddStringToObject(j, "data_target", d->target_fingerprint);
+    return j;
+}
+
+/* keep the lines of a jsonl log whose "step" is at most `upto` (a resumed run re-logs the rest) */
+static int trim_log(const char *path, int upto) {
+    char *txt, *out;
+    size_t n, w = 0;
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    if (ds_read_file(path, &txt, &n)) return -1;
+    out = ds_malloc(n + 1, "log");
+    if (!out) {
+        free(txt);
+        return -1;
+    }
+    for (char *line = txt; line < txt + n;) {
+        char *nl = memchr(line, '\n', (size_t)(txt + n - line));
+        size_t len = nl ? (size_t)(nl - line) + 1 : (size_t)(txt + n - line);
+        const char *s = strstr(line, "\"step\":");
+        if (s && s < line + len && atoi(s + 7) <= upto) {
+            memcpy(out + w, line, len);
+            w += len;
+        }
+        line += len;
+    }
+    int rc = ds_write_file_atomic(path, out, w);
+    free(txt);
+    free(out);
+    return rc;
+}
+
+static int save_checkpoint(const bd_model *m, const float *am, const float *av, int step, const train_opts *o,
+                           const cJSON *contract) {
     char tmp[4096], last[4096], old[4096], p[4200];
     snprintf(tmp, sizeof tmp, "%s/last.tmp", o->out);
     snprintf(last, sizeof last, "%s/last", o->out);
@@ -107,16 +159,14 @@ static int save_checkpoint(const bd_model *m, const float *am, const float *av, 
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if (st_write(p, t, 2, ST_F32, NULL, 0)) return -1;
     snprintf(p, sizeof p, "%s/trainer.json", tmp);
-    FILE *f = fopen(p, "w");
-    if (!f) {
-        ds_error("%s: cannot create", p);
-        return -1;
-    }
-    fprintf(f, "{\"step\": %d, \"steps\": %d, \"seed\": %llu}\n", step, o->steps, (unsigned long long)o->seed);
-    if (fclose(f) != 0) {
-        ds_error("%s: write failed", p);
-        return -1;
-    }
+    cJSON *tj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(tj, "step", step);
+    cJSON_AddItemToObject(tj, "contract", cJSON_Duplicate(contract, 1));
+    char *txt = cJSON_Print(tj);
+    cJSON_Delete(tj);
+    int wr = txt ? ds_write_file_atomic(p, txt, strlen(txt)) : -1;
+    free(txt);
+    if (wr) return -1;
     /* swap in: last -> last.old, last.tmp -> last, drop last.old */
     rm_tree(old);
     if (rename(last, old) != 0 && errno != ENOENT) {
@@ -131,28 +181,35 @@ static int save_checkpoint(const bd_model *m, const float *am, const float *av, 
     return 0;
 }
 
-/* step to continue from (0 = fresh); m's parameters and the Adam moments come from out/last */
-static int try_resume(bd_model *m, float **am, float **av, const train_opts *o) {
-    char last[4096], p[4200];
+/* step to continue from (0 = fresh); m's parameters and the Adam moments come from out/last. The
+ * checkpoint's contract must be this run's, unless warm_start (weights only, from step 0). */
+static int try_resume(bd_model *m, float **am, float **av, const train_opts *o, const cJSON *contract) {
+    char last[4096], p[4200], msg[600];
     snprintf(last, sizeof last, "%s/last", o->out);
     snprintf(p, sizeof p, "%s/trainer.json", last);
-    char *txt;
-    size_t n;
     struct stat st;
     if (stat(p, &st) != 0) return 0;
-    if (ds_read_file(p, &txt, &n)) return -1;
-    int step = -1;
-    const char *s = strstr(txt, "\"step\":");
-    if (s) step = atoi(s + 7);
-    free(txt);
+    cJSON *tj = ds_read_json(p);
+    if (!tj) return -1;
+    const cJSON *sj = cJSON_GetObjectItemCaseSensitive(tj, "step"), *cj = cJSON_GetObjectItemCaseSensitive(tj, "contract");
+    int step = cJSON_IsNumber(sj) ? sj->valueint : -1;
+    int differs = jcfg_diff(contract, cj, msg, sizeof msg);
+    cJSON_Delete(tj);
     if (step < 0) {
         ds_error("%s: no step recorded", p);
+        return -1;
+    }
+    if (differs && !o->warm_start) {
+        ds_error("%s: the checkpoint's run had %s; resuming would not continue the same run (give train.warm_start: "
+                 "true, or --warm-start, to start a new run from its weights, or use another out folder)",
+                 last, msg);
         return -1;
     }
     if (bd_read_params(m, last)) {
         ds_error_prefix("cannot resume (is %s a checkpoint of another drafter?)", last);
         return -1;
     }
+    if (o->warm_start) return 0; /* weights only: fresh moments, schedule and logs */
     st_file f;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", last);
     if (st_open(&f, p)) return -1;
@@ -177,6 +234,7 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
     float *grad = NULL, *am = NULL, *av = NULL;
     seq_buf sb = {0};
     FILE *tlog = NULL, *elog = NULL;
+    cJSON *contract = NULL;
     char path[4200];
     if (n_hist) *n_hist = 0;
     DS_CHECK(d->n_tap == c->n_tap && d->dim == c->dim && memcmp(d->taps, c->tap, sizeof(int) * (size_t)c->n_tap) == 0,
@@ -195,10 +253,18 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
     DS_TRYP(grad = ds_calloc(m->n_params, sizeof(float), "gradients"));
     DS_TRYP(am = ds_calloc(m->n_params, sizeof(float), "Adam moments"));
     DS_TRYP(av = ds_calloc(m->n_params, sizeof(float), "Adam moments"));
-    int start = try_resume(m, &am, &av, o);
+    DS_TRYP(contract = run_contract(m, d, o));
+    int start = try_resume(m, &am, &av, o, contract);
     if (start < 0) goto fail;
     c = &m->cfg;
     if (!o->quiet && start > 0) fprintf(stderr, "train: resuming %s at step %d of %d\n", o->out, start, o->steps);
+    if (!o->quiet && o->warm_start) fprintf(stderr, "train: warm start in %s (weights of its last checkpoint)\n", o->out);
+    if (start > 0) { /* steps logged after the checkpoint are run again: drop their old lines */
+        snprintf(path, sizeof path, "%s/train_log.jsonl", o->out);
+        DS_TRY(trim_log(path, start));
+        snprintf(path, sizeof path, "%s/eval_log.jsonl", o->out);
+        DS_TRY(trim_log(path, start));
+    }
     snprintf(path, sizeof path, "%s/train_log.jsonl", o->out);
     DS_CHECK((tlog = fopen(path, start ? "a" : "w")) != NULL, "%s: cannot open", path);
     snprintf(path, sizeof path, "%s/eval_log.jsonl", o->out);
@@ -309,7 +375,7 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
                         es.ce / ew, es.l1 / ew, tau_proxy(&es));
         }
         if ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || last_step)
-            if (save_checkpoint(m, am, av, step + 1, o)) goto fail;
+            if (save_checkpoint(m, am, av, step + 1, o, contract)) goto fail;
     }
     if (!o->quiet) ds_progress_end(&pr);
     free(dec);
@@ -318,5 +384,6 @@ fail:
     if (tlog) fclose(tlog);
     if (elog) fclose(elog);
     free(sb.taps), free(sb.final), free(train_idx), free(eval_idx), free(perm), free(grad), free(am), free(av);
+    cJSON_Delete(contract);
     return rc;
 }

@@ -25,6 +25,7 @@ typedef struct {
     int stop_after;        /* > 0: stop (as if killed) after this many steps of this run; for tests */
     const char *out;       /* run folder: last/ checkpoint, train_log.jsonl, eval_log.jsonl */
     int quiet;
+    int warm_start;        /* with a checkpoint in out/last: its weights only, a new run from step 0 */
 } train_opts;
 
 typedef struct {
@@ -33,7 +34,9 @@ typedef struct {
 } train_point;
 
 /* Train m (already initialised, or replaced by the checkpoint in out/last when resuming) on the
- * cache. history, when not NULL, receives one point per step of this run (cap entries). */
+ * cache. A checkpoint records the run's contract (every option that shapes the loss curve, the
+ * drafter's architecture, the data); resuming under another contract is an error naming the field,
+ * unless warm_start. Resuming trims the logs to the checkpoint's step (no duplicate steps). history, when not NULL, receives one point per step of this run (cap entries). */
 int train_run(bd_model *m, const train_cache *data, const train_opts *o, train_point *history, int cap, int *n_history);
 
 #endif

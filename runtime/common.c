@@ -1,4 +1,6 @@
 #include "common.h"
+
+#include <stdio.h>
 #include <cJSON.h>
 
 #include <errno.h>
@@ -200,4 +202,28 @@ void ds_progress_update(ds_progress *p, long done, const char *extra) {
 
 void ds_progress_end(ds_progress *p) {
     fprintf(stderr, "  (%.1f s)\n", ds_now() - p->t0);
+}
+
+int ds_write_file_atomic(const char *path, const void *data, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        ds_error("%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int ok = fwrite(data, 1, n, f) == n;
+    int err = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok) {
+        ds_error("%s: write failed: %s", tmp, err ? strerror(err) : "short write");
+        remove(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        ds_error("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
 }

@@ -70,6 +70,9 @@ int ds_map_file(const char *path, size_t min_size, const char *what, const uint8
 void ds_unmap(const uint8_t *map, size_t size);
 
 /* Whole-file read into a NUL-terminated heap buffer; -1 with a message naming the path. */
+/* Write n bytes to path.<pid>.tmp, then rename over path: path is always the old or the new file,
+ * never a partial one. Errors name the file and errno's reason. */
+int ds_write_file_atomic(const char *path, const void *data, size_t n);
 int ds_read_file(const char *path, char **out, size_t *len);
 
 /* A whole JSON file parsed (free with cJSON_Delete); NULL with a message naming the path and, for

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -145,6 +146,18 @@ int jcfg_close(jcfg *c) {
         }
         ds_error("%s: unknown key '%s' (known: %s)", c->path, v->string ? v->string : "?", w ? known : "none");
         return -1;
+    }
+    return 0;
+}
+
+int jcfg_diff(const cJSON *want, const cJSON *have, char *msg, size_t n) {
+    for (const cJSON *w = want ? want->child : NULL; w; w = w->next) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(have, w->string);
+        char *a = cJSON_PrintUnformatted(w), *b = h ? cJSON_PrintUnformatted(h) : NULL;
+        int differ = !a || !b || strcmp(a, b) != 0;
+        if (differ) snprintf(msg, n, "%s = %s, now %s", w->string, b ? b : "(not recorded)", a ? a : "?");
+        free(a), free(b);
+        if (differ) return 1;
     }
     return 0;
 }

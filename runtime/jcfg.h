@@ -36,6 +36,10 @@ int jcfg_bool(jcfg *c, const char *key, int *out);
 void jcfg_skip(jcfg *c, const char *key);   /* a known key read elsewhere (e.g. free text) */
 int jcfg_close(jcfg *c);                    /* -1 on the first key nobody read */
 
+/* The first field of want that have lacks or holds differently: 1 and "key = have's value, wanted
+ * want's value" in msg; 0 when every field of want matches (for contracts recorded on disk). */
+int jcfg_diff(const cJSON *want, const cJSON *have, char *msg, size_t n);
+
 /* An object's keys are unique (cJSON keeps duplicates as separate members). */
 int jcfg_check_unique(const cJSON *obj, const char *path);
 

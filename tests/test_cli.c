@@ -188,6 +188,24 @@ static void test_train_errors(void **state) {
         expect_error(args, 1, "block drafter kind 'eagle-7' unknown");
         put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"taps\": [99]}, \"out\": \"/tmp/x\"}");
         expect_error(args, 1, "'taps': layer 99 does not exist");
+        /* issue 11 (5): a cache built from other settings is refused by field (d965422 trained on it) */
+        char cache[512], run1[512], txt[2048], rm[1200];
+        snprintf(cache, sizeof cache, "%s", tmp_path("cache-contract"));
+        snprintf(run1, sizeof run1, "%s", tmp_path("run-contract"));
+        snprintf(rm, sizeof rm, "rm -rf '%s' '%s'", cache, run1);
+        assert_int_equal(system(rm), 0);
+        const char *fmt = "{\"drafter\": {\"name\": \"dflash\", \"layers\": 1}, \"out\": \"%s\", \"data\": {\"dataset\": "
+                          "\"builtin\", \"limit\": 2, \"max_new_tokens\": 6, \"temperature\": %s, \"cache\": \"%s\"}, "
+                          "\"train\": {\"steps\": 1, \"seqs_per_step\": 1, \"anchors\": 2, \"holdout\": 0, \"eval_every\": 0}}";
+        snprintf(txt, sizeof txt, fmt, run1, "0.2", cache);
+        put(cfg, txt);
+        run_result r;
+        run(&r, "train --config %s", cfg);
+        if (r.status != 0) fail_msg("train failed:\n%s", r.out);
+        snprintf(txt, sizeof txt, fmt, run1, "1.0", cache);
+        put(cfg, txt);
+        expect_error(args, 1, "the cache was built with data.temperature = 0.2");
+        assert_int_equal(system(rm), 0);
     }
     remove(cfg);
 }

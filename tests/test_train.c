@@ -293,7 +293,31 @@ static void test_resume_continues_the_curve(void **state) {
     bd_model_free(&b);
     assert_int_equal(bd_model_init(&b, &c, &tt->t.m, 999, 0), 0); /* different init: must be replaced by the checkpoint */
     o.stop_after = 0;
+    /* issue 11 (6): resuming under another setting is refused by name (d965422 resumed silently) */
+    float lr0 = o.lr;
+    o.lr = 1e-2f;
+    assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), -1);
+    assert_non_null(strstr(ds_errmsg(), "lr = "));
+    o.lr = lr0;
+    /* a step logged after the checkpoint (killed before the next one) is not logged twice */
+    char logp[600];
+    snprintf(logp, sizeof logp, "%s/train_log.jsonl", runB);
+    FILE *lf = fopen(logp, "a");
+    assert_non_null(lf);
+    fprintf(lf, "{\"step\": 6, \"loss\": 99}\n");
+    fclose(lf);
     assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), 0);
+    {
+        char *txt;
+        size_t n;
+        assert_int_equal(ds_read_file(logp, &txt, &n), 0);
+        int lines = 0, six = 0;
+        for (char *q = txt; (q = strstr(q, "\"step\": ")); q++) lines++, six += atoi(q + 8) == 6;
+        assert_int_equal(lines, 8);
+        assert_int_equal(six, 1);
+        assert_null(strstr(txt, "\"loss\": 99}"));
+        free(txt);
+    }
     assert_int_equal(nb2, 3);
     for (int i = 0; i < 5; i++) assert_memory_equal(&ha[i].loss, &hb1[i].loss, sizeof(double));
     for (int i = 0; i < 3; i++) {
@@ -302,6 +326,12 @@ static void test_resume_continues_the_curve(void **state) {
             fail_msg("step %d: uninterrupted loss %.9g, resumed %.9g", 6 + i, ha[5 + i].loss, hb2[i].loss);
     }
     assert_memory_equal(a.params, b.params, sizeof(float) * a.n_params);
+    /* a warm start under other settings: the weights of runB's checkpoint, a new run from step 0 */
+    o.lr = 1e-2f;
+    o.warm_start = 1;
+    assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), 0);
+    assert_int_equal(nb2, 8);
+    assert_int_equal(hb2[0].step, 1);
     bd_model_free(&a);
     bd_model_free(&b);
     traindata_close(&d);
