@@ -6,7 +6,8 @@
 #   make test       every test suite (SAN=1: AddressSanitizer + UBSan build in build-san/)
 #   make bench      bench-target on the embedded default, JSON into bench/
 #   make lossless   the losslessness gate (report in build/gate/)
-#   make fuzz       libFuzzer target for the GGUF reader (clang), FUZZ_SECONDS=600
+#   make faults     fault injection: full disk, unwritable output, concurrent runs, SIGKILL mid-write
+#   make fuzz       libFuzzer targets for every parser of user input (clang), FUZZ_SECONDS=600 each
 
 .DEFAULT_GOAL := all
 SAN ?= 0
@@ -40,7 +41,7 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BIN := $(BUILD)/dspark-bench
 
-.PHONY: all deps model run test tests bench fuzz lossless clean
+.PHONY: all deps model run test tests bench fuzz faults lossless clean
 all: $(BIN)
 
 deps: $(BUILD)/config.mk
@@ -88,6 +89,10 @@ lossless: $(BIN) model
 	@mkdir -p $(BUILD)/gate
 	$(BIN) lossless --out $(BUILD)/gate/lossless.h5 > $(BUILD)/gate/lossless.md
 	@tail -1 $(BUILD)/gate/lossless.md
+
+# Fault injection on the real binary: every case ends with the complete old or new result.
+faults: $(BIN) model
+	bash tests/fault/faults.sh $(BIN)
 
 FUZZ_SECONDS ?= 600
 fuzz: $(BUILD)/config.mk
