@@ -94,17 +94,32 @@ lossless: $(BIN) model
 faults: $(BIN) model
 	bash tests/fault/faults.sh $(BIN)
 
+# libFuzzer targets for every parser of user input, each run FUZZ_SECONDS under ASan + UBSan:
+# gguf (reader, decoders, tokenizer), config (run/train/drafter/scheduler JSON), dataset (loaders),
+# safetensors (+ HF config.json), trace (the reader behind `report`). Needs clang and libomp-14-dev.
 FUZZ_SECONDS ?= 600
-fuzz: $(BUILD)/config.mk
-	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
-	python3 tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -march=native -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) \
-	  tests/fuzz/fuzz_gguf.c runtime/gguf.c runtime/quant.c runtime/common.c runtime/tokenizer.c \
-	  -o $(BUILD)/fuzz/fuzz_gguf -lm
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
-	  $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
+FUZZ_TARGETS ?= gguf config dataset safetensors trace
+FUZZ_BUILD := build-fuzz
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -march=native -fopenmp -fsanitize=address,undefined \
+               -fno-sanitize-recover=undefined $(PKG_CFLAGS)
+FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_BUILD)/cli/train_config.o
+$(FUZZ_BUILD)/%.o: %.c $(BUILD)/config.mk
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJ) -o $@ $(PKG_LIBS) -lm
+fuzz: $(BIN) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+	@mkdir -p $(FUZZ_BUILD)/seeds/gguf $(FUZZ_BUILD)/seeds/trace
+	python3 tests/fuzz/make_seeds.py $(FUZZ_BUILD)/seeds/gguf
+	python3 tests/fuzz/make_seeds_inputs.py $(FUZZ_BUILD)/seeds
+	@test -f $(FUZZ_BUILD)/seeds/trace/gate.h5 || $(BIN) lossless --quick --no-real --draws 200 \
+	  --out $(FUZZ_BUILD)/seeds/trace/gate.h5 > /dev/null
+	@for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_BUILD)/corpus/$$t; echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
+	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t \
+	    2>&1 | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" || exit 1; done
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -2,6 +2,7 @@
  * conditional and unconditional acceptance per position, wall speedup over the autoregressive
  * baseline, draft/verify time split; optional gnuplot PNGs. */
 #include <cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,9 +239,14 @@ int cmd_report(int argc, char **argv) {
     int bad = npos > 1 && print_summary(o, pos, npos, plot);
     for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i) != 0;
     if (out) {
-        bad |= fclose(o) != 0;
+        errno = 0;
+        int werr = ferror(o) ? errno : 0;
+        if (fclose(o) != 0 || werr) {
+            if (!bad) ds_error("%s: cannot write the report: %s", tmp, strerror(werr ? werr : errno));
+            bad = 1;
+        }
         if (!bad && rename(tmp, out) != 0) {
-            ds_error("%s: cannot write the report", out);
+            ds_error("%s: cannot rename to %s: %s", tmp, out, strerror(errno));
             bad = 1;
         }
         if (bad) remove(tmp);

@@ -12,6 +12,7 @@
 #include "../runtime/jcfg.h"
 #include "args.h"
 #include "commands.h"
+#include "train_config.h"
 
 void openblas_set_num_threads(int);
 
@@ -48,53 +49,17 @@ int cmd_train(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int ret = -1;
     DS_TRYP(cfg = ds_read_json(config_path));
-    const char *target_path = NULL, *out = NULL;
-    jcfg top, dj, tj;
-    DS_TRY(jcfg_open(&top, cfg, config_path)); /* an array or a number is refused here, by name */
-    DS_TRY(jcfg_str(&top, "target", &target_path));
-    DS_TRY(jcfg_str(&top, "out", &out));
-    jcfg_skip(&top, "comment");
-    const cJSON *drafter = jcfg_get(&top, "drafter"), *dataj = jcfg_get(&top, "data"), *trainj = jcfg_get(&top, "train");
-    DS_TRY(jcfg_close(&top));
-    const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
-    DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
-             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\", ...}", config_path);
-    if (out_flag) out = out_flag;
+    train_config tc;
+    DS_TRY(train_config_parse(cfg, config_path, &tc));
+    const char *target_path = tc.target;
+    const cJSON *drafter = tc.drafter, *dname = tc.drafter_name;
+    if (out_flag) tc.train.out = out_flag;
+    const char *out = tc.train.out;
     DS_CHECK(out != NULL, "%s: needs \"out\" (the run folder)", config_path);
-
-    /* data options */
-    traindata_opts d = {0};
-    const char *cache = "~/.cache/dspark-bench/train/default";
-    d.dataset = "trainmix";
-    d.sp = (sampling_params){0.2f, 0, 0.9f}; /* SmolLM2-Instruct's recommended sampling */
-    d.max_new = 256;
-    d.max_prompt = 384;
-    d.seed = 1;
-    char dpath[4200], tpath[4200];
-    snprintf(dpath, sizeof dpath, "%s: data", config_path);
-    snprintf(tpath, sizeof tpath, "%s: train", config_path);
-    DS_TRY(jcfg_open(&dj, dataj, dpath));
-    DS_TRY(jcfg_str(&dj, "dataset", &d.dataset) || jcfg_str(&dj, "data_root", &d.data_root) ||
-           jcfg_int(&dj, "limit", 0, 1000000000, &d.limit) || jcfg_bool(&dj, "given", &d.given) ||
-           jcfg_bool(&dj, "skip_bad_lines", &d.skip_bad) || jcfg_bool(&dj, "rebuild", &d.rebuild) ||
-           jcfg_float(&dj, "temperature", 0, 100, &d.sp.temperature) || jcfg_float(&dj, "top_p", 1e-6, 1, &d.sp.top_p) ||
-           jcfg_int(&dj, "top_k", 0, 1 << 22, &d.sp.top_k) || jcfg_int(&dj, "max_new_tokens", 1, 1 << 16, &d.max_new) ||
-           jcfg_int(&dj, "max_prompt", 2, 1 << 16, &d.max_prompt) || jcfg_u64(&dj, "seed", &d.seed) ||
-           jcfg_str(&dj, "cache", &cache) || jcfg_close(&dj));
+    traindata_opts d = tc.data;
     char cache_buf[4096];
-    d.dir = expand_home(cache, cache_buf, sizeof cache_buf);
-    /* training options */
-    train_opts o = {1000, 4, 32, 6e-4f, 0.1f, 0.04f, 0.0f, 1.0f, 0.9f, 0.95f, 1, 250, 250, 1, 0.05f, 40, 0, out, 0};
-    DS_TRY(jcfg_open(&tj, trainj, tpath));
-    DS_TRY(jcfg_int(&tj, "steps", 1, 1000000000, &o.steps) || jcfg_int(&tj, "seqs_per_step", 1, 4096, &o.seqs_per_step) ||
-           jcfg_int(&tj, "anchors", 1, 512, &o.anchors) || jcfg_float(&tj, "lr", 0, 1, &o.lr) ||
-           jcfg_float(&tj, "min_lr_frac", 0, 1, &o.min_lr_frac) || jcfg_float(&tj, "warmup_frac", 0, 1, &o.warmup_frac) ||
-           jcfg_float(&tj, "weight_decay", 0, 10, &o.weight_decay) || jcfg_float(&tj, "clip", 1e-6, 1e6, &o.clip) ||
-           jcfg_float(&tj, "beta1", 0, 1, &o.beta1) || jcfg_float(&tj, "beta2", 0, 1, &o.beta2) ||
-           jcfg_u64(&tj, "seed", &o.seed) || jcfg_int(&tj, "eval_every", 0, 1000000000, &o.eval_every) ||
-           jcfg_int(&tj, "ckpt_every", 0, 1000000000, &o.ckpt_every) || jcfg_float(&tj, "holdout", 0, 0.9, &o.holdout) ||
-           jcfg_int(&tj, "eval_seqs", 1, 1000000, &o.eval_seqs) || jcfg_bool(&tj, "warm_start", &o.warm_start) ||
-           jcfg_close(&tj));
+    d.dir = expand_home(tc.cache, cache_buf, sizeof cache_buf);
+    train_opts o = tc.train;
     if (warm) o.warm_start = 1;
     if (steps_flag) o.steps = steps_flag;
 

@@ -84,19 +84,13 @@ static int idx_write(const idx_t *x, const char *dir) {
         cJSON_AddItemToArray(np, cJSON_CreateNumber(x->n_prompt[i]));
         cJSON_AddItemToArray(src, cJSON_CreateNumber(x->source[i]));
     }
-    char *txt = cJSON_PrintUnformatted(j), p[4096], tmp[4100];
+    char *txt = cJSON_PrintUnformatted(j), p[4096];
     cJSON_Delete(j);
     snprintf(p, sizeof p, "%s/index.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(txt, f) >= 0;
-    if (f) ok &= fclose(f) == 0;
+    int rc = txt ? ds_write_file_atomic(p, txt, strlen(txt)) : -1;
     free(txt);
-    if (!ok || rename(tmp, p) != 0) {
-        ds_error("%s: cannot write the cache index", p);
-        return -1;
-    }
-    return 0;
+    if (rc) ds_error_prefix("cannot write the cache index");
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------- building */
@@ -109,9 +103,9 @@ static int append_file(const char *dir, const char *name, const void *p, size_t 
         ds_error("%s: cannot open for appending: %s", path, strerror(errno));
         return -1;
     }
-    int ok = fwrite(p, 1, n, f) == n;
-    ok &= fclose(f) == 0;
-    if (!ok) ds_error("%s: write failed (disk full?)", path);
+    int ok = fwrite(p, 1, n, f) == n, err = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok) ds_error("%s: write failed: %s", path, err ? strerror(err) : "short write");
     return ok ? 0 : -1;
 }
 

@@ -326,23 +326,7 @@ void bd_model_free(bd_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static int write_text(const char *path, const char *txt) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        ds_error("%s: cannot create: %s", tmp, strerror(errno));
-        return -1;
-    }
-    int ok = fputs(txt, f) >= 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        ds_error("%s: write failed", path);
-        remove(tmp);
-        return -1;
-    }
-    return 0;
-}
+static int write_text(const char *path, const char *txt) { return ds_write_file_atomic(path, txt, strlen(txt)); }
 
 int bd_save(const bd_model *m, const char *dir) {
     char p[4096];

@@ -477,26 +477,6 @@ done:
 
 /* ------------------------------------------------------------------------ records */
 
-static void rec(gate_report *rep, const char *test, const char *kind, long N, double stat, double p, int control,
-                int pass) {
-    if (rep->n == rep->cap) {
-        int nc = rep->cap ? 2 * rep->cap : 64;
-        gate_record *nr = realloc(rep->rec, sizeof *nr * (size_t)nc);
-        if (!nr) return; /* the record is lost; gate_round_cases notices the count */
-        rep->rec = nr;
-        rep->cap = nc;
-    }
-    gate_record *r = &rep->rec[rep->n++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->test, sizeof r->test, "%s", test);
-    snprintf(r->kind, sizeof r->kind, "%s", kind);
-    r->N = N;
-    r->statistic = stat;
-    r->p = p;
-    r->control = control;
-    r->pass = pass;
-}
-
 /* Lossless exact cases must agree to rounding: the enumerated law sums long-double path weights
  * computed from the same float rows the reference law uses (the verify forward and the reference
  * forwards give identical rows on this F32 target; measured TV <= 1e-16). A control is flagged
@@ -559,7 +539,7 @@ static int run_exact(gate_report *rep, rworld *w, const char *sched, int setting
      * which the tiny worlds check) */
     int pass = control ? o.tv > 1000 * EXACT_TOL : o.tv < EXACT_TOL && (setting == S_GREEDY || !w->has_own || binds);
     if (control && !fault) snprintf(name + strlen(name), sizeof name - strlen(name), " (%s)", w->tuned);
-    rec(rep, name, "exact-tv", o.paths, o.tv, NAN, control, pass);
+    gate_add(rep, name, "exact-tv", o.paths, o.tv, NAN, control, pass);
     return 0;
 }
 
@@ -575,15 +555,15 @@ static int run_sample(gate_report *rep, pending *pd, rworld *w, const char *sche
              fault ? " mutant " : "", fault ? VERIFY_FAULT_NAMES[fault] : "", w->n_req, 100 * o.verify_ratio);
     if (control) {
         snprintf(name, sizeof name, "control round chi2 %s: min p of joint + %d marginals", base, RN);
-        rec(rep, name, "chi2", draws, NAN, o.p_min, 1, o.p_min < CONTROL_P);
+        gate_add(rep, name, "chi2", draws, NAN, o.p_min, 1, o.p_min < CONTROL_P);
         return 0;
     }
     snprintf(name, sizeof name, "round chi2 joint of %d tokens %s", RN, base);
-    rec(rep, name, "chi2", draws, NAN, o.p_joint, 0, 0);
+    gate_add(rep, name, "chi2", draws, NAN, o.p_joint, 0, 0);
     add_pending(pd, rep);
     for (int k = 0; k < RN; k++) {
         snprintf(name, sizeof name, "round chi2 token %d %s", k + 2, base);
-        rec(rep, name, "chi2", draws, NAN, o.p_marg[k], 0, 0);
+        gate_add(rep, name, "chi2", draws, NAN, o.p_marg[k], 0, 0);
         add_pending(pd, rep);
     }
     return 0;
@@ -601,22 +581,22 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
     const char *mut = fault ? VERIFY_FAULT_NAMES[fault] : "";
     snprintf(name, sizeof name, "%sq-consistency exact %s%s%s: sampled law vs reported q over %ld draft paths, 3 requests",
              control ? "control " : "", w->d.ops->name, fault ? " mutant " : "", mut, paths);
-    rec(rep, name, "exact-tv", paths, worst, NAN, control, control ? worst > 1000 * EXACT_TOL : worst < EXACT_TOL);
+    gate_add(rep, name, "exact-tv", paths, worst, NAN, control, control ? worst > 1000 * EXACT_TOL : worst < EXACT_TOL);
     if (control) {
         snprintf(name, sizeof name, "control q-consistency chi2 %s mutant %s: min p of 6 tests", w->d.ops->name, mut);
-        rec(rep, name, "chi2", S, NAN, o.p_min, 1, o.p_min < CONTROL_P || o.seed_dependent);
+        gate_add(rep, name, "chi2", S, NAN, o.p_min, 1, o.p_min < CONTROL_P || o.seed_dependent);
         return 0;
     }
     snprintf(name, sizeof name, "q-consistency %s: reported rows depend only on the context and x_<k (not the seed); "
              "mean max q_1 %.2f (stochastic drafts)", w->d.ops->name, o.mean_max_q1);
-    rec(rep, name, "exact-tv", S, o.seed_dependent, NAN, 0, !o.seed_dependent && o.mean_max_q1 < 0.95);
+    gate_add(rep, name, "exact-tv", S, o.seed_dependent, NAN, 0, !o.seed_dependent && o.mean_max_q1 < 0.95);
     for (int ri = 0; ri < 3; ri++) {
         snprintf(name, sizeof name, "q-consistency chi2 x1 %s request %d (T=%.1f top-k=%d top-p=%.1f)", w->d.ops->name, ri,
                  (double)QSETS[ri].temperature, QSETS[ri].top_k, (double)QSETS[ri].top_p);
-        rec(rep, name, "chi2", S, NAN, o.p1[ri], 0, 0);
+        gate_add(rep, name, "chi2", S, NAN, o.p1[ri], 0, 0);
         add_pending(pd, rep);
         snprintf(name, sizeof name, "q-consistency chi2 (x1, x2) %s request %d", w->d.ops->name, ri);
-        rec(rep, name, "chi2", S, NAN, o.p12[ri], 0, 0);
+        gate_add(rep, name, "chi2", S, NAN, o.p12[ri], 0, 0);
         add_pending(pd, rep);
     }
     return 0;

@@ -228,17 +228,17 @@ int st_write(const char *path, const st_write_tensor *tens, int n, st_dtype dtyp
     fp = fopen(tmp, "wb");
     DS_CHECK(fp != NULL, "%s: cannot create: %s", tmp, strerror(errno));
     uint64_t h64 = padded;
-    DS_CHECK(fwrite(&h64, 8, 1, fp) == 1 && fwrite(hdr, 1, hl, fp) == hl, "%s: write failed", tmp);
-    for (size_t i = hl; i < padded; i++) DS_CHECK(fputc(' ', fp) != EOF, "%s: write failed", tmp);
+    DS_CHECK(fwrite(&h64, 8, 1, fp) == 1 && fwrite(hdr, 1, hl, fp) == hl, "%s: write failed: %s", tmp, strerror(errno));
+    for (size_t i = hl; i < padded; i++) DS_CHECK(fputc(' ', fp) != EOF, "%s: write failed: %s", tmp, strerror(errno));
     for (int i = 0; i < n; i++) {
         uint64_t numel = 1;
         for (int d = 0; d < t[i].n_dims; d++) numel *= (uint64_t)t[i].shape[d];
         if (dtype == ST_F32) {
-            DS_CHECK(fwrite(t[i].data, 4, numel, fp) == numel, "%s: write failed", tmp);
+            DS_CHECK(fwrite(t[i].data, 4, numel, fp) == numel, "%s: write failed: %s", tmp, strerror(errno));
         } else {
             for (uint64_t k = 0; k < numel; k++) {
                 uint16_t h = dtype == ST_F16 ? ds_f32_to_f16(t[i].data[k]) : ds_f32_to_bf16(t[i].data[k]);
-                DS_CHECK(fwrite(&h, 2, 1, fp) == 1, "%s: write failed", tmp);
+                DS_CHECK(fwrite(&h, 2, 1, fp) == 1, "%s: write failed: %s", tmp, strerror(errno));
             }
         }
     }

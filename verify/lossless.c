@@ -408,8 +408,8 @@ int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
 
 /* ========================================================================== the gate */
 
-static gate_record *add(gate_report *rep, const char *test, const char *kind, long N, double stat, double p, int control,
-                        int pass) {
+gate_record *gate_add(gate_report *rep, const char *test, const char *kind, long N, double stat, double p, int control,
+                      int pass) {
     if (rep->n == rep->cap) {
         int nc = rep->cap ? 2 * rep->cap : 64;
         gate_record *nr = realloc(rep->rec, sizeof *nr * (size_t)nc);
@@ -481,7 +481,7 @@ int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, c
     }
     enum_target(w, N, target);
     double d = tv(law.first_n, target, n);
-    add(rep, label, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
+    gate_add(rep, label, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
     free(target);
     enum_law_free(&law);
     scheduler_close(&s);
@@ -570,7 +570,7 @@ static int exact_batch_case(gate_report *rep, const char *sched, int control) {
     double d = tv(law, target, 16);
     char name[160];
     snprintf(name, sizeof name, "enumerate batch of 2 requests V=4 gamma=2 %s", sched);
-    add(rep, name, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
+    gate_add(rep, name, "exact-tv", 0, d, NAN, control, control ? d > 1e-6 : d < 1e-12);
     rc = 0;
 fail:
     draw_enum_free(&en);
@@ -650,13 +650,13 @@ static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, 
     for (int i = 0; i < V * V; i++) prob[i] = (double)target[i];
     chi2_gof(c.joint, prob, V * V, &g);
     snprintf(name, sizeof name, "chi2 first-two joint %s", base);
-    if (!control) add(rep, name, "chi2", N, g.stat, g.p, 0, g.p >= alpha_each);
+    if (!control) gate_add(rep, name, "chi2", N, g.stat, g.p, 0, g.p >= alpha_each);
     pmin = fmin(pmin, g.p);
     /* accepted-count law of the first round */
     for (int k = 0; k <= gamma; k++) prob[k] = (double)law.accepted[k];
     chi2_gof(c.acc, prob, gamma + 1, &g);
     snprintf(name, sizeof name, "chi2 accepted-count %s", base);
-    if (!control) add(rep, name, "chi2", N, g.stat, g.p, 0, g.p >= alpha_each);
+    if (!control) gate_add(rep, name, "chi2", N, g.stat, g.p, 0, g.p >= alpha_each);
     pmin = fmin(pmin, g.p);
     /* residual law at each stop position (first round rejected after k accepted) */
     for (int k = 0; k < gamma; k++) {
@@ -670,12 +670,12 @@ static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, 
         for (int y = 0; y < V; y++) prob[y] = (double)(law.resid[(size_t)k * V + y] / mk);
         chi2_gof(c.res + (size_t)k * V, prob, V, &g);
         snprintf(name, sizeof name, "chi2 residual@%d %s", k + 1, base);
-        if (!control) add(rep, name, "chi2", nk, g.stat, g.p, 0, g.p >= alpha_each);
+        if (!control) gate_add(rep, name, "chi2", nk, g.stat, g.p, 0, g.p >= alpha_each);
         pmin = fmin(pmin, g.p);
     }
     if (control) {
         snprintf(name, sizeof name, "control %s (min p over chi2 tests)", base);
-        add(rep, name, "chi2", N, NAN, pmin, 1, pmin < 1e-6);
+        gate_add(rep, name, "chi2", N, NAN, pmin, 1, pmin < 1e-6);
     }
     free(prob);
     free(c.joint), free(c.acc), free(c.res), free(c.first), free(target);
@@ -715,7 +715,7 @@ static int ks_world(gate_report *rep, const gate_world *w, const char *sched, co
     gof_result g;
     chi2_gof(cnt, prob, V, &g);
     double pm = control ? fmin(pk, g.p) : pk;
-    add(rep, label, control ? "ks+chi2" : "ks", N, D, pm, control, control ? pm < 1e-6 : pk >= alpha_each);
+    gate_add(rep, label, control ? "ks+chi2" : "ks", N, D, pm, control, control ? pm < 1e-6 : pk >= alpha_each);
     free(cnt);
     scheduler_close(&s);
     return 0;
@@ -768,7 +768,7 @@ static int appendix_a_sample(gate_report *rep, const char *sched, long N, int co
     char name[160];
     snprintf(name, sizeof name, "%s Appendix A world, %s scheduler (A: %.4f)", control ? "control" : "chi2", sched,
              (double)cnt[0] / (double)N);
-    add(rep, name, "chi2", N, g.stat, g.p, control, control ? g.p < 1e-6 : g.p >= alpha_each);
+    gate_add(rep, name, "chi2", N, g.stat, g.p, control, control ? g.p < 1e-6 : g.p >= alpha_each);
     scheduler_close(&s);
     sps_free(&sps);
     free(w);
@@ -811,9 +811,9 @@ int gate_run(gate_report *rep, int verbose) {
         /* the world's p(A) is the float 0.7f; normalised in double it is pa, and the
          * retrospective law is 0.5 * 1 + 0.5 * pa (0.85 up to float rounding of 0.7) */
         double pa = (double)0.7f / ((double)0.7f + (double)0.3f), retro = 0.5 + 0.5 * pa;
-        add(rep, "Appendix A exact, greedy scheduler: P(A) = 0.7", "exact-tv", 0, fabs(pa_greedy - pa), NAN, 0,
+        gate_add(rep, "Appendix A exact, greedy scheduler: P(A) = 0.7", "exact-tv", 0, fabs(pa_greedy - pa), NAN, 0,
             fabs(pa_greedy - pa) < 1e-12);
-        add(rep, "control Appendix A exact, retrospective: P(A) = 0.85 (TV to target)", "exact-tv", 0,
+        gate_add(rep, "control Appendix A exact, retrospective: P(A) = 0.85 (TV to target)", "exact-tv", 0,
             fabs(pa_retro - pa), NAN, 1, fabs(pa_retro - retro) < 1e-12 && fabs(pa_retro - pa) > 0.1);
     }
     /* exact controls: retrospective on a toy world, temperature on one side only */

@@ -101,6 +101,9 @@ int gate_ks_world(gate_report *rep, const gate_world *w, const char *sched, cons
 /* Run everything; returns 0 when every lossless case passes and every control is flagged, 1 when
  * not, -1 on an internal error. Progress goes to stderr when verbose. */
 int gate_run(gate_report *rep, int verbose);
+/* append one record (NULL when out of memory) */
+gate_record *gate_add(gate_report *rep, const char *test, const char *kind, long N, double stat, double p, int control,
+                      int pass);
 void gate_report_free(gate_report *rep);
 
 #endif
