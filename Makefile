@@ -103,6 +103,7 @@ FUZZ_BUILD := build-fuzz
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -march=native -fopenmp -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(PKG_CFLAGS)
 FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_BUILD)/cli/train_config.o
+.SECONDARY: $(FUZZ_OBJ)
 $(FUZZ_BUILD)/%.o: %.c $(BUILD)/config.mk
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

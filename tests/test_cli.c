@@ -136,6 +136,7 @@ static void test_run_and_report(void **state) {
     expect_error("run --drafter medusa-9", 1, "unknown drafter 'medusa-9'");
     expect_error("run --dataset gsm9k", 1, "unknown dataset 'gsm9k'");
     expect_error("run --scheduler retrospective", 1, "unknown scheduler 'retrospective'");
+    expect_error("run --no-baseline", 1, "nothing to run");
     expect_error("report", 1, "give at least one trace file");
     expect_error("report /nonexistent/t.h5", 1, "no such file");
     if (!need_real_model()) return;
@@ -251,6 +252,25 @@ static void test_strict_configs(void **state) {
         snprintf(args, sizeof args, "run --config %s --draft-layers 20", cfg);
         expect_error(args, 1, "unknown key 'layers'");
     }
+    /* issue 11 (10): a malformed dataset line fails by default (d965422 warned and exited 0); with
+     * --skip-bad-lines it is skipped and counted in the trace */
+    const char *ds = tmp_path("prompts.jsonl"), *h5 = tmp_path("skip.h5");
+    put(ds, "{\"prompt\": \"Say hi.\"}\n{\"prompt\": \"trunc\n");
+    snprintf(args, sizeof args, "run --dataset %s --max-new-tokens 2 --out %s", ds, h5);
+    char want[600];
+    snprintf(want, sizeof want, "%s:2: malformed or truncated JSON line", ds);
+    expect_error(args, 1, want);
+    if (need_real_model()) {
+        run_result r;
+        run(&r, "run --dataset %s --max-new-tokens 2 --skip-bad-lines --out %s", ds, h5);
+        if (r.status != 0) fail_msg("run --skip-bad-lines failed:\n%s", r.out);
+        assert_non_null(strstr(r.out, "1 malformed dataset line(s) skipped"));
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, "h5dump -a skipped_lines %s | grep -q '(0): 1'", h5);
+        assert_int_equal(system(cmd), 0);
+        remove(h5);
+    }
+    remove(ds);
     remove(cfg);
 }
 

@@ -269,6 +269,30 @@ static void test_malformed_metadata(void **state) {
     assert_non_null(strstr(ds_errmsg(), "is not valid UTF-8"));
 }
 
+/* issue 11 (9): a chat template we do not recognise is reported, not a load failure (d965422 made
+ * `info` fail, and the suggested --raw failed the same way); only using it is an error */
+static void test_unknown_chat_template(void **state) {
+    (void)state;
+    tokenizer tk;
+    const char *extra[] = {"ab"}, *merges[] = {"a b"};
+    assert_int_equal(build_tok(&tk, extra, 1, merges, 1, NULL, 0), 0);
+    free(tk.chat_template);
+    tk.chat_template = strdup("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}");
+    chat_template ct;
+    assert_int_equal(chat_template_init(&ct, &tk), 0);
+    assert_int_equal(ct.family, -1);
+    assert_non_null(strstr(chat_family_name(&ct), "not recognised"));
+    chat_msg m = {"user", "ab"};
+    ivec ids = {0};
+    assert_int_equal(chat_encode(&ct, &tk, &m, 1, 1, &ids), -1);
+    assert_non_null(strstr(ds_errmsg(), "use --raw"));
+    assert_int_equal(tokenizer_encode(&tk, "ab", 2, 0, &ids), 0); /* plain text (--raw) works */
+    assert_true(ids.n >= 1);
+    ivec_free(&ids);
+    chat_template_free(&ct);
+    tokenizer_free(&tk);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_match_llamacpp),
@@ -278,6 +302,7 @@ int main(void) {
     const struct CMUnitTest local[] = {
         cmocka_unit_test(test_merge_priority),
         cmocka_unit_test(test_malformed_metadata),
+        cmocka_unit_test(test_unknown_chat_template),
     };
     int fails = cmocka_run_group_tests_name("tokenizer (built vocabularies)", local, NULL, NULL);
     return fails + cmocka_run_group_tests_name("tokenizer (SmolLM2 vs llama.cpp)", tests, setup_real, teardown_real);
