@@ -184,8 +184,19 @@ static void trace_free(trace *t) {
 /* The trace is written to PATH.<pid>.tmp, a file this process created exclusively (O_EXCL), so two
  * runs on one PATH never write into or remove each other's file; trace_close marks it complete
  * and renames it over PATH atomically, so PATH is always a complete old or a complete new trace. */
+/* Before the first HDF5 call: errors come through ds_error, not HDF5's stack dump; and no HDF5
+ * exit handler, because after a failed close (a full disk) the library's own cleanup at exit
+ * closes that file again and crashes (found by the fault-injection suite). */
+static void h5_init(void) {
+    static int done;
+    if (done) return;
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    done = 1;
+}
+
 trace *trace_create(const char *path) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through ds_error, not HDF5's stack dump */
+    h5_init();
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         ds_error("%s: is a directory (--out names the trace file)", path);
@@ -345,7 +356,7 @@ fail:
 
 int trace_read(const char *path, trace_data *d) {
     memset(d, 0, sizeof *d);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5_init();
     if (H5Fis_hdf5(path) <= 0) {
         FILE *f = fopen(path, "rb");
         if (!f) ds_error("%s: cannot open trace: no such file", path);

@@ -20,15 +20,18 @@ leftovers() { ls "$1".*.tmp 2> /dev/null | wc -l; }
 # a complete old result every case starts from
 "$BIN" "${RUN[@]}" --out "$W/old.h5" > /dev/null 2>&1 || { echo "FAIL setup: a plain run failed"; exit 1; }
 
-# 1. full disk: RLIMIT_FSIZE (SIGXFSZ ignored, so writes fail with EFBIG) while the trace is written
-cp "$W/old.h5" "$W/t1.h5"
-out=$( (trap '' XFSZ; ulimit -f 8; exec "$BIN" "${RUN[@]}" --out "$W/t1.h5") 2>&1 )
-rc=$?
-if [ $rc -eq 1 ] && echo "$out" | grep -q "error:" && same_complete "$W/t1.h5" "$W/old.h5" && [ "$(leftovers "$W/t1.h5")" -eq 0 ]; then
-  ok "full disk: exit 1, one error, the old trace intact, no temporary left ($(echo "$out" | grep error: | head -1 | cut -c1-110))"
-else
-  bad "full disk: rc=$rc, output: $(echo "$out" | tail -2)"
-fi
+# 1. full disk: RLIMIT_FSIZE (SIGXFSZ ignored, so writes fail with EFBIG) while the trace is written,
+#    at several sizes so the failure hits different writes (8 KiB once crashed HDF5's exit handler)
+for kib in 4 8 12; do
+  cp "$W/old.h5" "$W/t1.h5"
+  out=$( (trap '' XFSZ; ulimit -f $kib; exec "$BIN" "${RUN[@]}" --out "$W/t1.h5") 2>&1 )
+  rc=$?
+  if [ $rc -eq 1 ] && echo "$out" | grep -q "error:" && same_complete "$W/t1.h5" "$W/old.h5" && [ "$(leftovers "$W/t1.h5")" -eq 0 ]; then
+    ok "full disk at $kib KiB: exit 1, one error, the old trace intact, no temporary left ($(echo "$out" | grep error: | head -1 | cut -c1-90))"
+  else
+    bad "full disk at $kib KiB: rc=$rc, output: $(echo "$out" | tail -2)"
+  fi
+done
 
 # 2. unwritable output location
 out=$("$BIN" "${RUN[@]}" --out /proc/dsb-no/t.h5 2>&1)
