@@ -119,7 +119,8 @@ fuzz: $(BIN) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_BUILD)/corpus/$$t; echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
 	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t \
-	    2>&1 | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" || exit 1; done
+	    2>&1 | grep -v '^warning: ' | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" \
+	    || exit 1; done
 
 clean:
 	rm -rf build build-san build-fuzz
