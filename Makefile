@@ -116,11 +116,12 @@ fuzz: $(BIN) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 	@# a trace to start from: the quick gate's (at 200 draws its controls lack power and it says so; the file is written anyway)
 	@test -f $(FUZZ_BUILD)/seeds/trace/gate.h5 || $(BIN) lossless --quick --no-real --draws 200 \
 	  --out $(FUZZ_BUILD)/seeds/trace/gate.h5 > /dev/null 2>&1 || test -f $(FUZZ_BUILD)/seeds/trace/gate.h5
+	@# the fuzzer's own exit status decides (a pipeline's is its last command's)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_BUILD)/corpus/$$t; echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
-	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-	    -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t \
-	    2>&1 | grep -v '^warning: ' | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" \
-	    || exit 1; done
+	  (ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t; echo "fuzz exit $$?") \
+	    2>&1 | grep -v '^warning: ' | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|fuzz exit"; \
+	  grep -q '^fuzz exit 0$$' $(FUZZ_BUILD)/fuzz_$$t.log || exit 1; done
 
 clean:
 	rm -rf build build-san build-fuzz
