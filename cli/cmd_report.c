@@ -3,6 +3,7 @@
  * baseline, draft/verify time split; optional gnuplot PNGs. */
 #include <cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,12 @@ static void gnuplot(FILE *o, const char *base, const char *title, const char *pl
     else fprintf(o, "\n(gnuplot not available: plot script left at %s)\n", gp);
 }
 
+/* a number from the trace's recorded config, NAN when absent or not a number */
+static double cfg_num(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
 static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx) {
     trace_data d;
     if (trace_read(path, &d)) return -1;
@@ -48,11 +55,10 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx)
     if (cfg) {
         const cJSON *dr = cJSON_GetObjectItem(cfg, "drafter"), *sc = cJSON_GetObjectItem(cfg, "scheduler");
         char *drs = dr ? cJSON_PrintUnformatted(dr) : NULL, *scs = sc ? cJSON_PrintUnformatted(sc) : NULL;
-        fprintf(o, "drafter `%s`, scheduler `%s`, gamma %d, temperature %g, top-p %g, top-k %d, max new tokens %d, seed %.0f  \n",
-                drs ? drs : "null", scs ? scs : "?", cJSON_GetObjectItem(cfg, "gamma")->valueint,
-                cJSON_GetObjectItem(cfg, "temperature")->valuedouble, cJSON_GetObjectItem(cfg, "top_p")->valuedouble,
-                cJSON_GetObjectItem(cfg, "top_k")->valueint, cJSON_GetObjectItem(cfg, "max_new_tokens")->valueint,
-                cJSON_GetObjectItem(cfg, "seed")->valuedouble);
+        /* a trace of another command (lossless --out) or an older version lacks some of these */
+        fprintf(o, "drafter `%s`, scheduler `%s`, gamma %g, temperature %g, top-p %g, top-k %g, max new tokens %g, seed %.0f  \n",
+                drs ? drs : "null", scs ? scs : "?", cfg_num(cfg, "gamma"), cfg_num(cfg, "temperature"),
+                cfg_num(cfg, "top_p"), cfg_num(cfg, "top_k"), cfg_num(cfg, "max_new_tokens"), cfg_num(cfg, "seed"));
         free(drs);
         free(scs);
     }

@@ -163,16 +163,19 @@ int trace_add_position(trace *t, const trace_position *r) { return table_add(t, 
 int trace_add_conf(trace *t, const trace_conf *r) { return table_add(t, T_CONF, r); }
 int trace_add_lossless(trace *t, const trace_lossless *r) { return table_add(t, T_LOSSLESS, r); }
 
-static void close_handles(trace *t) {
+/* -1 when HDF5 could not close something (the file stays half-open inside the library) */
+static int close_handles(trace *t) {
+    int bad = 0;
     for (int i = 0; i < N_TABLES; i++) {
-        if (t->tab[i].dset > 0) H5Dclose(t->tab[i].dset);
-        if (t->tab[i].mtype > 0) H5Tclose(t->tab[i].mtype);
+        if (t->tab[i].dset > 0) bad |= H5Dclose(t->tab[i].dset) < 0;
+        if (t->tab[i].mtype > 0) bad |= H5Tclose(t->tab[i].mtype) < 0;
         free(t->tab[i].buf);
         t->tab[i].dset = t->tab[i].mtype = 0;
         t->tab[i].buf = NULL;
     }
-    if (t->file > 0) H5Fclose(t->file);
+    if (t->file > 0) bad |= H5Fclose(t->file) < 0;
     t->file = 0;
+    return bad ? -1 : 0;
 }
 
 static void trace_free(trace *t) {
@@ -184,13 +187,21 @@ static void trace_free(trace *t) {
 /* The trace is written to PATH.<pid>.tmp, a file this process created exclusively (O_EXCL), so two
  * runs on one PATH never write into or remove each other's file; trace_close marks it complete
  * and renames it over PATH atomically, so PATH is always a complete old or a complete new trace. */
-/* Before the first HDF5 call: errors come through ds_error, not HDF5's stack dump; and no HDF5
- * exit handler, because after a failed close (a full disk) the library's own cleanup at exit
- * closes that file again and crashes (found by the fault-injection suite). */
+/* Before the first HDF5 call: errors come through ds_error, not HDF5's stack dump. HDF5's own exit
+ * handler is replaced by ours: after a failed close (a full disk) the library's cleanup closes that
+ * file again and crashes (found by the fault-injection suite), so then teardown is skipped; every
+ * other process tears HDF5 down, so nothing it holds looks leaked. */
+static int h5_close_failed;
+
+static void h5_exit(void) {
+    if (!h5_close_failed) H5close();
+}
+
 static void h5_init(void) {
     static int done;
     if (done) return;
     H5dont_atexit();
+    atexit(h5_exit);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     done = 1;
 }
@@ -225,7 +236,7 @@ trace *trace_create(const char *path) {
         if (table_open(t, (table_id)i)) goto fail;
     return t;
 fail:
-    close_handles(t);
+    if (close_handles(t)) h5_close_failed = 1;
     if (t->owns_tmp) remove(t->tmp);
 fail_free:
     trace_free(t);
@@ -282,7 +293,7 @@ int trace_close(trace *t) {
         ds_error("%s: cannot write the trace: %s", t->tmp, err ? strerror(err) : "HDF5 flush failed");
         rc = -1;
     }
-    close_handles(t);
+    if (close_handles(t)) h5_close_failed = 1;
     if (rc) {
         /* incomplete: never leave it looking like a result */
         if (err) ds_error_prefix("%s (%s)", t->tmp, strerror(err));
@@ -298,7 +309,7 @@ int trace_close(trace *t) {
 
 void trace_abort(trace *t) {
     if (!t) return;
-    close_handles(t);
+    if (close_handles(t)) h5_close_failed = 1;
     if (t->owns_tmp) remove(t->tmp);
     trace_free(t);
 }

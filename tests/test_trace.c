@@ -192,6 +192,26 @@ static void test_incomplete_refused(void **state) {
     remove(path);
 }
 
+/* report on a trace whose recorded config is not a run's (lossless --out writes one): it read
+ * config fields without checking them and crashed (found by fuzz_trace) */
+static void test_report_other_config(void **state) {
+    (void)state;
+    const char *bin = getenv("DSPARK_BIN");
+    if (!bin || !*bin) skip();
+    const char *path = tmp_path("gate-trace.h5");
+    remove(path);
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    write_synthetic(t);
+    assert_int_equal(trace_attr(t, "config", "{\"command\": \"lossless\", \"draws\": 200}"), 0);
+    assert_int_equal(trace_close(t), 0);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s report %s > /dev/null 2>&1", bin, path);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    remove(path);
+}
+
 /* metric definitions on the synthetic trace, computed by hand */
 static void test_metrics(void **state) {
     (void)state;
@@ -245,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_abort_and_errors),
         cmocka_unit_test(test_ownership_and_failed_close),
         cmocka_unit_test(test_incomplete_refused),
+        cmocka_unit_test(test_report_other_config),
         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
