@@ -64,9 +64,9 @@ static void test_chain_edges(void **state) {
     /* accept test in log space: p/q = 1/2 accepts u < 1/2 only */
     assert_true(log(0.49) < verify_log_ratio(0.25f, 0.5f, 1.0, 1.0));
     assert_false(log(0.51) < verify_log_ratio(0.25f, 0.5f, 1.0, 1.0));
-    assert_float_equal(verify_accept_prob(0.25f, 0.5f, 1.0, 1.0), 0.5, 1e-15);
-    assert_float_equal(verify_accept_prob(0.0f, 0.5f, 1.0, 1.0), 0.0, 0);
-    assert_float_equal(verify_accept_prob(0.3f, 0.0f, 1.0, 1.0), 1.0, 0);
+    assert_float_equal(fmin(1, exp(verify_log_ratio(0.25f, 0.5f, 1.0, 1.0))), 0.5, 1e-15);
+    assert_float_equal(fmin(1, exp(verify_log_ratio(0.0f, 0.5f, 1.0, 1.0))), 0.0, 0);
+    assert_float_equal(fmin(1, exp(verify_log_ratio(0.3f, 0.0f, 1.0, 1.0))), 1.0, 0);
 }
 
 static void test_pvalues(void **state) {

@@ -42,15 +42,6 @@ void enum_law_free(enum_law *l);
 /* target law of the first N tokens */
 int enum_target(const gate_world *w, int N, long double *law /* [V^N] */);
 
-/* One speculative round from a prefix with the production sampler. */
-typedef struct {
-    int accepted, verified;
-    int bonus;
-    int emitted[16], n_emitted;
-} sim_round_out;
-int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, const int *prefix, int n,
-              rng_t *draft_rng, verify_rng *vr, verify_fault fault, sim_round_out *out);
-
 /* A hash-seeded toy world: random logits per prefix, some tokens masked, draft logits correlated
  * with the target's, processed by logits_process with the given sampling parameters. */
 typedef struct {
@@ -87,16 +78,7 @@ typedef struct {
     long draws;          /* N for sampling tests */
     int quick;           /* smaller matrix (unit tests) */
     double alpha;        /* family-wise level for the lossless statistical tests */
-    int extra_tests;     /* statistical tests the caller adds after gate_run (Bonferroni share) */
-    double alpha_each;   /* set by gate_run: the per-test level, for the caller's extra tests */
 } gate_report;
-
-/* Cases on any world:
- * exact TV of the first-N law under a scheduler, and KS + chi-square on the first emitted token. */
-int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, int N,
-                     verify_fault fault, const char *label, int control);
-int gate_ks_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, long N,
-                  uint64_t seed, double alpha_each, const char *label, int control);
 
 /* Run everything; returns 0 when every lossless case passes and every control is flagged, 1 when
  * not, -1 on an internal error. Progress goes to stderr when verbose. */

@@ -11,13 +11,6 @@ double row_sum(const float *x, int V) {
     return s;
 }
 
-double verify_accept_prob(float p_x, float q_x, double sp, double sq) {
-    if (!(p_x > 0)) return 0.0;
-    if (!(q_x > 0)) return 1.0;
-    double ratio = ((double)p_x / sp) / ((double)q_x / sq);
-    return ratio >= 1 ? 1.0 : ratio;
-}
-
 const char *const VERIFY_FAULT_NAMES[FAULT_COUNT] = {
     "none", "unnormalised-residual", "reused-uniform", "accept-bias-1%", "bonus-row", "shifted-q", "draft-no-top-p",
 };

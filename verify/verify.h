@@ -42,8 +42,6 @@ extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
  * rounding, and the chain is exactly lossless with respect to p / sum(p) only if the accept ratio
  * and the residual use the same normalisation as the draws. */
 double row_sum(const float *x, int V);
-/* min(1, (p/sp) / (q/sq)) as the accept test realises it (0 when p = 0; 1 when q = 0 < p). */
-double verify_accept_prob(float p_x, float q_x, double sp, double sq);
 /* log of the accept ratio (p/sp) / (q/sq): -inf when p = 0, +inf when q = 0 < p; x_k is accepted
  * iff log(u) < this, u uniform in (0, 1) */
 double verify_log_ratio(float p_x, float q_x, double sp, double sq);
