@@ -28,7 +28,9 @@ $(BUILD)/config.mk: scripts/deps.sh
 	@echo "PKG_LIBS := $$(pkg-config --libs openblas hdf5 libcjson) -lhdf5_hl" >> $@
 	@echo "CMOCKA_LIBS := $$(pkg-config --libs cmocka)" >> $@
 
-CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=native -fopenmp -ffp-contract=off \
+# One build runs on every x86-64 machine: the baseline is x86-64-v2 (SSE4.2), and the SIMD kernel
+# paths are compiled for their own ISA below and chosen at run time from cpuid (runtime/cpu_features.c).
+CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=x86-64-v2 -mtune=generic -fopenmp -ffp-contract=off \
           -Wall -Wextra -Wno-missing-field-initializers -MMD -MP $(PKG_CFLAGS)
 LDFLAGS := $(OPT) -fopenmp
 LDLIBS := $(PKG_LIBS) -lm
@@ -49,6 +51,12 @@ deps: $(BUILD)/config.mk
 $(BUILD)/%.o: %.c $(BUILD)/config.mk $(wildcard runtime/*.inc drafters/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+ISA_AVX2 := -mavx2 -mfma -mf16c
+ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+$(BUILD)/runtime/kernels_avx2.o: CFLAGS += $(ISA_AVX2)
+$(BUILD)/runtime/kernels_avx512.o: CFLAGS += $(ISA_AVX512)
+$(BUILD)/runtime/kernels_avx2.o $(BUILD)/runtime/kernels_avx512.o: runtime/kernels_x86.inc
 
 $(BUILD)/libdspark.a: $(LIB_OBJ)
 	@rm -f $@
@@ -103,11 +111,13 @@ FUZZ_BUILD := build-fuzz
 # fuzz_trace's memory grows ~180 KB per input across mutated HDF5 files (not reproduced by looping
 # HDF5 calls on one input; an open lead): it runs in fork mode, a child restarted after an OOM
 FUZZ_FLAGS_trace := -fork=1 -ignore_ooms=1
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -march=native -fopenmp -fsanitize=address,undefined \
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -march=x86-64-v2 -fopenmp -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(PKG_CFLAGS)
 FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_BUILD)/cli/train_config.o \
             $(FUZZ_BUILD)/cli/cmd_report.o $(FUZZ_BUILD)/cli/args.o
 .SECONDARY: $(FUZZ_OBJ)
+$(FUZZ_BUILD)/runtime/kernels_avx2.o: FUZZ_CFLAGS += $(ISA_AVX2)
+$(FUZZ_BUILD)/runtime/kernels_avx512.o: FUZZ_CFLAGS += $(ISA_AVX512)
 $(FUZZ_BUILD)/%.o: %.c $(BUILD)/config.mk
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

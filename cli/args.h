@@ -19,6 +19,13 @@ typedef struct {
 
 #define OPT_END {0}
 
+/* the backend options every command that runs a model takes (fills a backend_opts) */
+#define OPT_BACKEND(bo)                                                                                              \
+    {"backend", OPT_STR, &(bo).name, "NAME", "compute backend (default cpu)", 0, 0, 0},                             \
+    {"exact", OPT_FLAG, &(bo).exact, NULL, "fp32 activations in every matmul (the reference contract; default int8)", \
+     0, 0, 0},                                                                                                       \
+    {"isa", OPT_STR, &(bo).isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni", 0, 0, 0}
+
 /* Returns 0 on success, 1 if --help was printed (exit 0), -1 on error (message set).
  * Positional arguments are collected into pos (up to max_pos). */
 int args_parse(const char *cmd, const char *usage, const opt_def *opts, int argc, char **argv, const char **pos,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/cpu_features.h"
 #include "../runtime/quant.h"
 #include "../runtime/sampling.h"
 #include "../runtime/target.h"
@@ -68,6 +69,7 @@ static double decode_bytes(const model *m, int ctx) {
 int cmd_bench_target(int argc, char **argv) {
     const char *model_path = target_default_path(), *out_path = NULL;
     int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64;
+    backend_opts bo = {0};
     opt_def opts[] = {
         {"model", OPT_STR, &model_path, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores", 0, 256, 0},
@@ -76,13 +78,14 @@ int cmd_bench_target(int argc, char **argv) {
         {"decode-tokens", OPT_INT, &decode_n, "N", "tokens per decode measurement (default 128)", 1, 1 << 20, 0},
         {"max-B", OPT_INT, &max_b, "N", "largest batch in the SPS(B) curve (default 64)", 1, 4096, 0},
         {"out", OPT_STR, &out_path, "FILE", "write the results as JSON", 0, 0, 0},
+        OPT_BACKEND(bo),
         OPT_END};
     const char *pos[1];
     int npos, rc = args_parse("bench-target", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
 
     target t;
-    if (target_open(&t, model_path, threads)) return -1;
+    if (target_open(&t, model_path, &bo)) return -1;
     const model *m = &t.m;
     int V = m->cfg.vocab_size, nt = t.be->n_threads;
     int maxlen = DS_MAX(512, ctx + DS_MAX(max_b, decode_n)) + 8;
@@ -100,20 +103,10 @@ int cmd_bench_target(int argc, char **argv) {
     DS_TRYP(tm = ds_malloc(sizeof(double) * (size_t)reps, "timings"));
     for (int i = 0; i < maxlen; i++) toks[i] = 100 + (int)(rng_u64(&rng) % (uint64_t)(V - 100));
 
-    char cpu[256] = "unknown";
-    FILE *ci = fopen("/proc/cpuinfo", "r");
-    if (ci) {
-        char line[512];
-        while (fgets(line, sizeof line, ci))
-            if (strncmp(line, "model name", 10) == 0) {
-                char *p = strchr(line, ':');
-                if (p) snprintf(cpu, sizeof cpu, "%s", p + 2);
-                cpu[strcspn(cpu, "\n")] = 0;
-                break;
-            }
-        fclose(ci);
-    }
+    char cpu[256];
+    cpu_describe(cpu, sizeof cpu);
     fprintf(stderr, "bench-target: %s, %d threads, %s\n", model_path, nt, cpu);
+    printf("kernels: %s (backend %s, %d threads) on %s\n", t.be->kernels, t.be->name, nt, cpu);
 
     /* warm up both matmul paths (the GEMM path makes its fp32 weight copies here) */
     kv_cache_crop(kv, 0);
@@ -131,6 +124,8 @@ int cmd_bench_target(int argc, char **argv) {
     cJSON_AddStringToObject(root, "model", model_path);
     cJSON_AddStringToObject(root, "fingerprint", m->fingerprint);
     cJSON_AddStringToObject(root, "backend", t.be->name);
+    cJSON_AddStringToObject(root, "kernels", t.be->kernels);
+    cJSON_AddBoolToObject(root, "exact", t.be->exact);
     cJSON_AddNumberToObject(root, "gemm_min_T", t.be->gemm_min_T);
     cJSON_AddNumberToObject(root, "bandwidth_GBps", bw);
     cJSON_AddNumberToObject(root, "decode_bytes_per_token", bytes);

@@ -14,6 +14,7 @@
 int cmd_generate(int argc, char **argv) {
     const char *model_path = target_default_path(), *prompt = DEFAULT_PROMPT, *system = NULL;
     int raw = 0, top_k = 40, max_new = 256, threads = 0, show_prompt = 0;
+    backend_opts bo = {0};
     float temperature = 0.7f, top_p = 0.9f;
     uint64_t seed = 42;
     opt_def opts[] = {
@@ -28,6 +29,7 @@ int cmd_generate(int argc, char **argv) {
         {"max-new-tokens", OPT_INT, &max_new, "N", "stop after N generated tokens (default 256)", 1, 1 << 20, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores (default 0)", 0, 256, 0},
         {"show-prompt", OPT_FLAG, &show_prompt, NULL, "print the rendered prompt to stderr first", 0, 0, 0},
+        OPT_BACKEND(bo),
         OPT_END};
     const char *pos[1];
     int npos;
@@ -43,7 +45,8 @@ int cmd_generate(int argc, char **argv) {
     lp_scratch scr = {0};
     rng_t rng;
     rng_seed(&rng, seed);
-    if (target_open(&t, model_path, threads)) {
+    bo.n_threads = threads;
+    if (target_open(&t, model_path, &bo)) {
         if (strcmp(model_path, target_default_path()) == 0 && strstr(ds_errmsg(), "not found"))
             ds_error_prefix("the default model is fetched by `make model`");
         return -1;

@@ -16,7 +16,7 @@ int cmd_info(int argc, char **argv) {
     if (rc) return rc < 0 ? -1 : 0;
     const char *path = npos ? pos[0] : target_default_path();
     target t;
-    if (target_open(&t, path, 1)) return -1;
+    if (target_open(&t, path, &(backend_opts){.n_threads = 1})) return -1;
     const model *m = &t.m;
     const model_config *c = &m->cfg;
     printf("file:          %s\n", path);

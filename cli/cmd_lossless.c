@@ -35,6 +35,7 @@ fail:
 
 int cmd_lossless(int argc, char **argv) {
     int quick = 0, draws = 0, real = 0, two = 0, no_real = 0, real_tokens = 3, layers = 20, gamma = 3, top_k = 0;
+    int exact = 0, exact_too = 0;
     float temperature = 1.0f, top_p = 1.0f;
     const char *out = NULL, *model = NULL;
     opt_def opts[] = {
@@ -46,6 +47,8 @@ int cmd_lossless(int argc, char **argv) {
         {"real-tokens", OPT_INT, &real_tokens, "N", "--real: tokens after the prefill token whose law is compared (3)", 1, 4, 0},
         {"two-sample", OPT_FLAG, &two, NULL, "two-sample tests of speculative vs autoregressive sampling instead", 0, 0, 0},
         {"model", OPT_STR, &model, "PATH", "real target (default: embedded SmolLM2)", 0, 0, 0},
+        {"exact", OPT_FLAG, &exact, NULL, "targets on the fp32 matmul contract (default: int8, what runs by default)", 0, 0, 0},
+        {"both-contracts", OPT_FLAG, &exact_too, NULL, "the production round on the int8 and on the fp32 contract", 0, 0, 0},
         {"draft-layers", OPT_INT, &layers, "K", "--two-sample: vanilla self-draft depth (default 20)", 1, 1024, 0},
         {"gamma", OPT_INT, &gamma, "N", "--two-sample: drafts per round (default 3)", 1, 64, 0},
         {"temperature", OPT_FLOAT, &temperature, "T", "--two-sample: sampling temperature (default 1)", 0.01, 100, 0},
@@ -56,7 +59,7 @@ int cmd_lossless(int argc, char **argv) {
     int npos, rc = args_parse("lossless", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
     if (two) {
-        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1};
+        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1, exact};
         int r = lossless_real(&ro);
         if (r > 0) ds_error("losslessness gate (--two-sample) failed: speculative and autoregressive samples differ");
         return r ? -1 : 0;
@@ -68,12 +71,24 @@ int cmd_lossless(int argc, char **argv) {
     rep.alpha = 0.005; /* family-wise 0.01: half for the toy worlds, half for the production round */
     double t0 = ds_now();
     int res = 0;
-    if (!real) {
-        res = gate_run(&rep, 1);
-        if (res >= 0 && gate_round_cases(&rep, draws, 0.005, quick, 1)) res = -1;
+    /* the contracts the production round runs on: the chosen one, or both (int8 first) */
+    int contracts[2] = {exact, 1}, n_contracts = exact_too && !exact ? 2 : 1;
+    if (!real) res = gate_run(&rep, 1);
+    for (int k = 0; k < n_contracts && res >= 0; k++) {
+        rep.exact = contracts[k];
+        int n0 = rep.n;
+        if (!real) {
+            /* two contracts: each gets half the production round's alpha */
+            if (gate_round_cases(&rep, draws, 0.005 / n_contracts, quick, 1)) res = -1;
+        }
+        /* the real target: 2 tokens in the CI gate (every drafter x scheduler in about a minute), more with --real */
+        if (res >= 0 && !no_real && gate_round_real(&rep, model, real ? real_tokens : 2, 1)) res = -1;
+        for (int i = n0; i < rep.n; i++) { /* say which contract each production-round record ran on */
+            char *tst = rep.rec[i].test;
+            size_t len = strlen(tst);
+            snprintf(tst + len, sizeof rep.rec[i].test - len, " {%s}", rep.exact ? "fp32" : "int8");
+        }
     }
-    /* the real target: 2 tokens in the CI gate (every drafter x scheduler in about a minute), more with --real */
-    if (res >= 0 && !no_real && gate_round_real(&rep, model, real ? real_tokens : 2, 1)) res = -1;
     if (res < 0) {
         gate_report_free(&rep);
         return -1;

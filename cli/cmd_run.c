@@ -29,9 +29,9 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 /* Build a cJSON object from the command-line overrides. */
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
-               *target = NULL, *sps = NULL;
+               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL;
     int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, skip_bad = 0, no_baseline = 0,
-        concurrency = 0;
+        concurrency = 0, exact = 0;
     float temperature = -1, top_p = -1;
     uint64_t seed = 0;
     int seen_seed = 0;
@@ -53,6 +53,9 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"seed", OPT_U64, &seed, "N", "random seed (default 1)", 0, 0, &seen_seed},
         {"max-new-tokens", OPT_INT, &max_new, "N", "output budget per request (default 128)", 1, 1 << 20, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"backend", OPT_STR, &backend, "NAME", "compute backend (default cpu)", 0, 0, 0},
+        {"exact", OPT_FLAG, &exact, NULL, "fp32 activations in every matmul (the reference contract; default int8)", 0, 0, 0},
+        {"isa", OPT_STR, &isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni", 0, 0, 0},
         {"concurrency", OPT_INT, &concurrency, "N", "requests decoded together (default 1)", 1, 256, 0},
         {"sps", OPT_STR, &sps, "FILE.json", "SPS(B) table (default bench/bench-target.json)", 0, 0, 0},
         {"no-baseline", OPT_FLAG, &no_baseline, NULL, "skip the autoregressive baseline", 0, 0, 0},
@@ -91,6 +94,9 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (seen_seed) cJSON_AddNumberToObject(j, "seed", (double)seed);
     if (max_new) cJSON_AddNumberToObject(j, "max_new_tokens", max_new);
     if (threads >= 0) cJSON_AddNumberToObject(j, "threads", threads);
+    if (backend) cJSON_AddStringToObject(j, "backend", backend);
+    if (exact) cJSON_AddTrueToObject(j, "exact");
+    if (isa) cJSON_AddStringToObject(j, "isa", isa);
     if (concurrency) cJSON_AddNumberToObject(j, "concurrency", concurrency);
     if (sps) cJSON_AddStringToObject(j, "sps", sps);
     if (no_baseline) cJSON_AddFalseToObject(j, "baseline");
@@ -205,7 +211,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (rc.drafter[0] && !drafter_find(rc.drafter)) goto fail;
     if (!scheduler_find(rc.scheduler, 0)) goto fail;
-    DS_TRY(target_open(&t, rc.target[0] ? rc.target : target_default_path(), rc.threads));
+    DS_TRY(target_open(&t, rc.target[0] ? rc.target : target_default_path(), &(backend_opts){rc.backend, rc.threads, rc.exact, rc.isa}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; run needs a GGUF target");
     if (rc.drafter[0]) DS_TRY(drafter_open(&d, rc.drafter, rc.drafter_cfg, &t));
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
@@ -228,6 +234,7 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(trace_attr(tr, "drafter_fingerprint", rc.drafter[0] ? d.fingerprint : "none"));
     DS_TRY(trace_attr(tr, "drafter", rc.drafter[0] ? d.describe : "none"));
     DS_TRY(trace_attr(tr, "backend", t.be->name));
+    DS_TRY(trace_attr(tr, "kernels", t.be->kernels));
     DS_TRY(trace_attr(tr, "version", DSPARK_VERSION));
     DS_TRY(trace_attr_u64(tr, "seed", rc.seed));
     DS_TRY(trace_attr_u64(tr, "skipped_lines", (uint64_t)skipped)); /* malformed dataset lines skipped on request */

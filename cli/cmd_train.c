@@ -63,7 +63,7 @@ int cmd_train(int argc, char **argv) {
     if (warm) o.warm_start = 1;
     if (steps_flag) o.steps = steps_flag;
 
-    DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), threads));
+    DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
     cJSON *arch = cJSON_Duplicate(drafter, 1);
     cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");

@@ -19,6 +19,8 @@ void run_config_defaults(run_config *c) {
     c->max_new = 128;
     c->baseline = 1;
     c->concurrency = 1;
+    snprintf(c->backend, sizeof c->backend, "cpu");
+    snprintf(c->isa, sizeof c->isa, "auto");
 }
 
 void run_config_free(run_config *c) {
@@ -118,6 +120,8 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
         jcfg_double(&r, "temperature", 0, 100, &temp) || jcfg_double(&r, "top_p", 1e-6, 1, &top_p) ||
         jcfg_int(&r, "top_k", 0, 1 << 22, &c->sp.top_k) || jcfg_u64(&r, "seed", &c->seed) ||
         jcfg_int(&r, "max_new_tokens", 1, 1 << 20, &c->max_new) || jcfg_int(&r, "threads", 0, 256, &c->threads) ||
+        jcfg_strcpy(&r, "backend", c->backend, sizeof c->backend) || jcfg_bool(&r, "exact", &c->exact) ||
+        jcfg_strcpy(&r, "isa", c->isa, sizeof c->isa) ||
         jcfg_strcpy(&r, "out", c->out, sizeof c->out) || jcfg_bool(&r, "baseline", &c->baseline) ||
         jcfg_int(&r, "concurrency", 1, 256, &c->concurrency) || jcfg_strcpy(&r, "sps", c->sps, sizeof c->sps))
         return -1;
@@ -164,6 +168,9 @@ cJSON *run_config_json(const run_config *c) {
     cJSON_AddNumberToObject(j, "seed", (double)c->seed);
     cJSON_AddNumberToObject(j, "max_new_tokens", c->max_new);
     cJSON_AddNumberToObject(j, "threads", c->threads);
+    cJSON_AddStringToObject(j, "backend", c->backend);
+    cJSON_AddBoolToObject(j, "exact", c->exact);
+    cJSON_AddStringToObject(j, "isa", c->isa);
     cJSON_AddStringToObject(j, "out", c->out);
     cJSON_AddBoolToObject(j, "baseline", c->baseline);
     cJSON_AddNumberToObject(j, "concurrency", c->concurrency);

@@ -25,6 +25,9 @@ typedef struct {
     uint64_t seed;
     int max_new;
     int threads;
+    char backend[16];       /* "cpu" */
+    int exact;              /* fp32 activations in every matmul (default: int8 for quantized weights) */
+    char isa[16];           /* CPU kernel path, "auto" = the best the CPU runs */
     char out[1024];
     int baseline;           /* also run the autoregressive baseline on the same prompts */
     int concurrency;        /* requests decoded together */

@@ -11,6 +11,7 @@ typedef struct {
     int draws, draft_layers, gamma;
     sampling_params sp;
     uint64_t seed;
+    int exact;          /* the target's matmul contract */
 } real_opts;
 
 /* 0: every two-sample test passes; 1: some test rejects; -1: error */

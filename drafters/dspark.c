@@ -5,7 +5,12 @@
  * runs the block [anchor, mask x (B-1)] through the draft layers in one parallel pass, takes base
  * logits U from the target's own head, then drafts left to right: z_k = U_k (+ the Markov or RNN
  * correction from x_{k-1}), q_k = processed z_k, x_k ~ q_k, and the confidence c_k. The time of
- * that sequential loop is measured separately (share of a round). */
+ * that sequential loop is measured separately (share of a round).
+ *
+ * Every layer, the context K/V and the head's W2 run through the target's backend ops (one shared
+ * implementation per backend, the drafter's weights described as fp32 qmats); only the sequential
+ * head's per-step cell and the confidence dot (r- and d-sized vectors) and sampling stay on the
+ * host, where the logits come back to anyway. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,29 +24,24 @@
 
 typedef struct {
     bd_model m;
-    qmat W2q;            /* the head's W2 as an F32 matrix, for the backend's parallel matmul */
-    float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *hm, *h, *U, *rstd, *prob, *zrow, *bias, *qalt;
+    backend *be;         /* the target's: it runs the block pass and keeps the context K/V */
+    /* the drafter's matrices as fp32 qmats over its parameters (backend weight descriptors) */
+    qmat Eq, fcq, W2q;
+    struct dlayer { qmat wq, wk, wv, wo, w_gate, w_up, w_down; } *lq;
+    /* backend buffers for one block of B rows */
+    float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *h, *Ud, *w2in, *w2out;
+    /* host */
+    float *U, *hh, *zrow, *bias, *qalt, *cos, *sin;
     float *state, *state_new, *o, *cell_inp, *cell_pre, *cin; /* the sequential head's one-row scratch */
-    int *pos;
-    int cap_ctx;         /* prob scratch sized for this many context rows */
+    int *pos, *vis, *seq, *tok;
     lp_scratch scr;
 } dspark;
 
 typedef struct {
-    float **kc, **vc;    /* [layers] -> [cap][kv_dim], RoPE applied */
-    int n_ctx, cap;
+    kv_cache *kv;        /* per draft layer: K (RoPE applied) and V of the context rows, backend memory */
 } dstate;
 
-static int ensure_prob(dspark *s, int n_ctx) {
-    const bd_config *c = &s->m.cfg;
-    if (n_ctx <= s->cap_ctx) return 0;
-    int cap = DS_MAX(n_ctx, 2 * s->cap_ctx);
-    free(s->prob);
-    s->prob = ds_malloc(sizeof(float) * (size_t)bd_rows(c) * c->n_heads * (size_t)(cap + bd_rows(c)), "draft attention");
-    if (!s->prob) return -1;
-    s->cap_ctx = cap;
-    return 0;
-}
+#define F32Q(rows, cols, p) ((qmat){GGML_F32, (rows), (cols), sizeof(float) * (size_t)(cols), (p)})
 
 static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     dspark *s = ds_calloc(1, sizeof *s, "dspark drafter");
@@ -85,27 +85,40 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
-    if (c->head != HEAD_NONE) {
-        s->W2q = (qmat){GGML_F32, c->vocab, c->rank, sizeof(float) * (size_t)c->rank, s->m.W2, NULL};
-    }
+    if (c->head != HEAD_NONE) s->W2q = F32Q(c->vocab, c->rank, s->m.W2);
     int B = bd_rows(c), D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
-    DS_TRYP(s->x = ds_malloc(sizeof(float) * (size_t)B * D, "draft block"));
-    DS_TRYP(s->xn = ds_malloc(sizeof(float) * (size_t)B * D, "draft block"));
-    DS_TRYP(s->q = ds_malloc(sizeof(float) * (size_t)B * QD, "draft block"));
-    DS_TRYP(s->kb = ds_malloc(sizeof(float) * (size_t)B * KD, "draft block"));
-    DS_TRYP(s->vb = ds_malloc(sizeof(float) * (size_t)B * KD, "draft block"));
-    DS_TRYP(s->att = ds_malloc(sizeof(float) * (size_t)B * QD, "draft block"));
-    DS_TRYP(s->tmp = ds_malloc(sizeof(float) * (size_t)B * D, "draft block"));
-    DS_TRYP(s->g = ds_malloc(sizeof(float) * (size_t)B * HF, "draft block"));
-    DS_TRYP(s->u = ds_malloc(sizeof(float) * (size_t)B * HF, "draft block"));
-    DS_TRYP(s->hm = ds_malloc(sizeof(float) * (size_t)B * HF, "draft block"));
-    DS_TRYP(s->h = ds_malloc(sizeof(float) * (size_t)B * D, "draft block"));
-    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)B * c->vocab, "draft logits"));
-    DS_TRYP(s->rstd = ds_malloc(sizeof(float) * (size_t)B, "draft block"));
-    DS_TRYP(s->zrow = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
-    DS_TRYP(s->bias = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
-    DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)c->vocab, "draft logits"));
+    int V = c->vocab, L = c->n_layers;
+    backend *be = s->be = t->be;
+    s->Eq = F32Q(V, D, s->m.E);
+    s->fcq = F32Q(D, c->n_tap * D, s->m.fc);
+    DS_TRYP(s->lq = ds_calloc((size_t)L, sizeof *s->lq, "draft layers"));
+    for (int l = 0; l < L; l++) {
+        const struct bd_layer *w = &s->m.layer[l];
+        s->lq[l] = (struct dlayer){F32Q(QD, D, w->wq),     F32Q(KD, D, w->wk),   F32Q(KD, D, w->wv),    F32Q(D, QD, w->wo),
+                                   F32Q(HF, D, w->w_gate), F32Q(HF, D, w->w_up), F32Q(D, HF, w->w_down)};
+        const qmat *ws[7] = {&s->lq[l].wq, &s->lq[l].wk, &s->lq[l].wv, &s->lq[l].wo, &s->lq[l].w_gate, &s->lq[l].w_up, &s->lq[l].w_down};
+        DS_TRY(be->prepare_mats(be, ws, 7));
+    }
+    {
+        const qmat *ws[3] = {&s->Eq, &s->fcq, &s->W2q};
+        DS_TRY(be->prepare_mats(be, ws, c->head != HEAD_NONE ? 3 : 2));
+    }
+#define BALLOC(p, n) DS_TRYP((p) = be->alloc(be, sizeof(float) * (size_t)(n)))
+    BALLOC(s->x, B * D); BALLOC(s->xn, B * D); BALLOC(s->q, B * QD); BALLOC(s->kb, B * KD); BALLOC(s->vb, B * KD);
+    BALLOC(s->att, B * QD); BALLOC(s->tmp, B * D); BALLOC(s->g, B * HF); BALLOC(s->u, B * HF); BALLOC(s->h, B * D);
+    BALLOC(s->Ud, (size_t)B * V); BALLOC(s->w2in, DS_MAX(c->rank, 1)); BALLOC(s->w2out, V);
+#undef BALLOC
+    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)B * V, "draft logits"));
+    DS_TRYP(s->hh = ds_malloc(sizeof(float) * (size_t)B * D, "draft block"));
+    DS_TRYP(s->zrow = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
+    DS_TRYP(s->bias = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
+    DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
+    DS_TRYP(s->cos = ds_malloc(sizeof(float) * (size_t)B * (c->head_dim / 2), "draft rope"));
+    DS_TRYP(s->sin = ds_malloc(sizeof(float) * (size_t)B * (c->head_dim / 2), "draft rope"));
     DS_TRYP(s->pos = ds_malloc(sizeof(int) * (size_t)B, "draft block"));
+    DS_TRYP(s->vis = ds_malloc(sizeof(int) * (size_t)B, "draft block"));
+    DS_TRYP(s->seq = ds_calloc((size_t)B, sizeof(int), "draft block"));
+    DS_TRYP(s->tok = ds_malloc(sizeof(int) * (size_t)B, "draft block"));
     int rk = DS_MAX(c->rank, 1);
     DS_TRYP(s->state = ds_calloc((size_t)rk, sizeof(float), "draft head"));
     DS_TRYP(s->state_new = ds_calloc((size_t)rk, sizeof(float), "draft head"));
@@ -121,65 +134,70 @@ fail:
 static void state_free(drafter *d, dstate *st) {
     dspark *s = d->impl;
     if (!st) return;
-    for (int l = 0; l < s->m.cfg.n_layers; l++) {
-        if (st->kc) free(st->kc[l]);
-        if (st->vc) free(st->vc[l]);
-    }
-    free(st->kc);
-    free(st->vc);
+    kv_cache_free(s->be, st->kv);
     free(st);
 }
 
-/* add n context rows (the target's tapped states, [n_tap][n][dim]) at positions n_ctx.. */
+/* add n context rows (the target's tapped states, [n_tap][n][dim] host) at positions kv->len.. */
 static int append_context(drafter *d, dstate *st, const float *hidden, int n) {
     dspark *s = d->impl;
+    backend *be = s->be;
     const bd_config *c = &s->m.cfg;
-    int D = c->dim, TD = c->n_tap * D, KD = c->n_kv_heads * c->head_dim;
+    int D = c->dim, TD = c->n_tap * D, KD = c->n_kv_heads * c->head_dim, n_ctx = st->kv->len, rc = -1;
     if (n <= 0) return 0;
-    if (st->n_ctx + n > st->cap) {
-        int cap = DS_MAX(st->n_ctx + n, 2 * st->cap);
-        for (int l = 0; l < c->n_layers; l++) {
-            float *k = ds_realloc(st->kc[l], sizeof(float) * (size_t)cap * KD, "draft context");
-            if (!k) return -1;
-            st->kc[l] = k;
-            float *v = ds_realloc(st->vc[l], sizeof(float) * (size_t)cap * KD, "draft context");
-            if (!v) return -1;
-            st->vc[l] = v;
-        }
-        st->cap = cap;
-    }
-    float *taps = ds_malloc(sizeof(float) * (size_t)n * TD, "context rows"), *fc = ds_malloc(sizeof(float) * (size_t)n * D, "context rows");
-    float *C = ds_malloc(sizeof(float) * (size_t)n * D, "context rows"), *rs = ds_malloc(sizeof(float) * (size_t)n, "context rows");
-    int *pos = ds_malloc(sizeof(int) * (size_t)n, "context rows"), rc = -1;
-    if (!taps || !fc || !C || !rs || !pos) goto done;
+    float *taps = NULL, *cs = NULL, *sn = NULL, *dtaps = NULL, *fc = NULL, *C = NULL, *k = NULL, *v = NULL;
+    int *pos = NULL, *seq = NULL;
+    kv_cache *kvs[1] = {st->kv};
+    if (n_ctx + n + bd_rows(c) > st->kv->cap) /* room for the rows and the next block, grown geometrically */
+        DS_TRY(kv_cache_reserve(be, st->kv, DS_MAX(n_ctx + n + bd_rows(c), 2 * st->kv->cap)));
+    DS_TRYP(taps = ds_malloc(sizeof(float) * (size_t)n * TD, "context rows"));
+    DS_TRYP(cs = ds_malloc(sizeof(float) * (size_t)n * (c->head_dim / 2), "context rope"));
+    DS_TRYP(sn = ds_malloc(sizeof(float) * (size_t)n * (c->head_dim / 2), "context rope"));
+    DS_TRYP(pos = ds_malloc(sizeof(int) * (size_t)n, "context rows"));
+    DS_TRYP(seq = ds_calloc((size_t)n, sizeof(int), "context rows"));
+    DS_TRYP(dtaps = be->alloc(be, sizeof(float) * (size_t)n * TD));
+    DS_TRYP(fc = be->alloc(be, sizeof(float) * (size_t)n * D));
+    DS_TRYP(C = be->alloc(be, sizeof(float) * (size_t)n * D));
+    DS_TRYP(k = be->alloc(be, sizeof(float) * (size_t)n * KD));
+    DS_TRYP(v = be->alloc(be, sizeof(float) * (size_t)n * KD));
     for (int i = 0; i < n; i++) { /* engine layout [tap][row][dim] -> [row][tap*dim] as in training */
         for (int t = 0; t < c->n_tap; t++)
             memcpy(taps + (size_t)i * TD + (size_t)t * D, hidden + ((size_t)t * n + i) * D, sizeof(float) * D);
-        pos[i] = st->n_ctx + i;
+        pos[i] = n_ctx + i;
     }
-    linear_forward_f(fc, taps, s->m.fc, NULL, n, TD, D);
-    rmsnorm_forward_f(C, rs, fc, s->m.hidden_norm, n, D, c->eps);
+    rope_tables_fill(cs, sn, pos, n, c->head_dim, c->rope_theta, 1.0, NULL);
+    rope_tables rt = {c->head_dim, 0, cs, sn}; /* adjacent pairs, as the training op rotates */
+    attn_batch ab = {n, seq, pos, kvs, NULL};
+    DS_TRY(be->to_device(be, dtaps, taps, sizeof(float) * (size_t)n * TD));
+    {
+        float *o[1] = {fc};
+        const qmat *w[1] = {&s->fcq};
+        DS_TRY(be->matmul(be, 1, o, w, dtaps, n));
+    }
+    DS_TRY(be->rmsnorm(be, C, fc, s->m.hidden_norm, n, D, c->eps));
     for (int l = 0; l < c->n_layers; l++) {
-        float *k = st->kc[l] + (size_t)st->n_ctx * KD, *v = st->vc[l] + (size_t)st->n_ctx * KD;
-        linear_forward_f(k, C, s->m.layer[l].wk, NULL, n, D, KD);
-        linear_forward_f(v, C, s->m.layer[l].wv, NULL, n, D, KD);
-        rope_forward_f(k, pos, n, c->n_kv_heads, c->head_dim, c->rope_theta);
+        float *o[2] = {k, v};
+        const qmat *w[2] = {&s->lq[l].wk, &s->lq[l].wv};
+        DS_TRY(be->matmul(be, 2, o, w, C, n));
+        DS_TRY(be->rope(be, k, n, c->n_kv_heads, &rt));
+        DS_TRY(be->kv_write(be, &ab, l, k, v));
     }
-    st->n_ctx += n;
+    st->kv->len += n;
     rc = 0;
-done:
-    free(taps), free(fc), free(C), free(rs), free(pos);
+fail:
+    free(taps), free(cs), free(sn), free(pos), free(seq);
+    be->release(be, dtaps), be->release(be, fc), be->release(be, C), be->release(be, k), be->release(be, v);
     return rc;
 }
 
 static int dspark_begin(drafter *d, request *r, const float *prompt_hidden) {
     dspark *s = d->impl;
+    const bd_config *c = &s->m.cfg;
     dstate *st = ds_calloc(1, sizeof *st, "draft state");
     if (!st) return -1;
-    st->kc = ds_calloc((size_t)s->m.cfg.n_layers, sizeof(float *), "draft state");
-    st->vc = ds_calloc((size_t)s->m.cfg.n_layers, sizeof(float *), "draft state");
     r->dstate = st;
-    if (!st->kc || !st->vc) return -1;
+    if (!(st->kv = kv_cache_new_dims(s->be, c->n_layers, c->n_kv_heads * c->head_dim, r->n_prompt + bd_rows(c) + 64)))
+        return -1;
     if (!prompt_hidden) {
         ds_error("%s needs the target's hidden states of the prompt", d->ops->name);
         return -1;
@@ -188,51 +206,76 @@ static int dspark_begin(drafter *d, request *r, const float *prompt_hidden) {
 }
 
 /* The parallel pass: the block [anchor, mask x (B-1)] through the draft layers over the context,
- * then the target's head on the prediction rows -> s->U [gamma][V], s->h. */
+ * then the target's head on the prediction rows -> s->U [gamma][V], s->hh (host). Block row j sits
+ * at position n_ctx + j; its K/V go into the cache's slots past the context (len is not advanced,
+ * so the next pass overwrites them) and every block row sees the whole context and the whole block. */
 static int block_pass(drafter *d, request *r, int gamma) {
     dspark *s = d->impl;
+    backend *be = s->be;
     dstate *st = r->dstate;
     const bd_config *c = &s->m.cfg;
     const bd_model *m = &s->m;
-    int B = bd_rows(c), D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
-    int anchor = request_anchor(r);
-    if (st->n_ctx != r->toks.n - 1) {
-        ds_error("%s: context holds %d rows but %d tokens are committed", d->ops->name, st->n_ctx, r->toks.n - 1);
+    int B = bd_rows(c), D = c->dim, V = c->vocab, n_ctx = st->kv->len;
+    if (n_ctx != r->toks.n - 1) {
+        ds_error("%s: context holds %d rows but %d tokens are committed", d->ops->name, n_ctx, r->toks.n - 1);
         return -1;
     }
-    if (ensure_prob(s, st->n_ctx)) return -1;
+    DS_TRY(kv_cache_reserve(be, st->kv, n_ctx + B));
     for (int j = 0; j < B; j++) {
-        memcpy(s->x + (size_t)j * D, m->E + (size_t)(j == 0 ? anchor : c->mask_token) * D, sizeof(float) * D);
-        s->pos[j] = st->n_ctx + j;
+        s->tok[j] = j == 0 ? request_anchor(r) : c->mask_token;
+        s->pos[j] = n_ctx + j;
+        s->vis[j] = n_ctx + B; /* bidirectional inside the block */
     }
-    int ctx_len[32], lo[32], hi[32]; /* B <= 17 */
-    for (int j = 0; j < B; j++) ctx_len[j] = st->n_ctx, lo[j] = 0, hi[j] = B;
-    int Lmax = st->n_ctx + B;
+    rope_tables_fill(s->cos, s->sin, s->pos, B, c->head_dim, c->rope_theta, 1.0, NULL);
+    rope_tables rt = {c->head_dim, 0, s->cos, s->sin};
+    kv_cache *kvs[1] = {st->kv};
+    attn_batch ab = {B, s->seq, s->pos, kvs, s->vis};
+    DS_TRY(be->embed(be, s->x, &s->Eq, s->tok, B));
     for (int l = 0; l < c->n_layers; l++) {
         const struct bd_layer *w = &m->layer[l];
-        rmsnorm_forward_f(s->xn, s->rstd, s->x, w->attn_norm, B, D, c->eps);
-        linear_forward_f(s->q, s->xn, w->wq, NULL, B, D, QD);
-        linear_forward_f(s->kb, s->xn, w->wk, NULL, B, D, KD);
-        linear_forward_f(s->vb, s->xn, w->wv, NULL, B, D, KD);
-        rope_forward_f(s->q, s->pos, B, c->n_heads, c->head_dim, c->rope_theta);
-        rope_forward_f(s->kb, s->pos, B, c->n_kv_heads, c->head_dim, c->rope_theta);
-        attn_forward_f(s->att, s->prob, s->q, st->kc[l], st->vc[l], s->kb, s->vb, ctx_len, lo, hi, B, c->n_heads,
-                       c->n_kv_heads, c->head_dim, Lmax);
-        linear_forward_f(s->tmp, s->att, w->wo, NULL, B, QD, D);
-        for (size_t i = 0; i < (size_t)B * D; i++) s->x[i] += s->tmp[i];
-        rmsnorm_forward_f(s->xn, s->rstd, s->x, w->ffn_norm, B, D, c->eps);
-        linear_forward_f(s->g, s->xn, w->w_gate, NULL, B, D, HF);
-        linear_forward_f(s->u, s->xn, w->w_up, NULL, B, D, HF);
-        swiglu_forward_f(s->hm, s->g, s->u, (long)B * HF);
-        linear_forward_f(s->tmp, s->hm, w->w_down, NULL, B, HF, D);
-        for (size_t i = 0; i < (size_t)B * D; i++) s->x[i] += s->tmp[i];
+        const struct dlayer *wq = &s->lq[l];
+        DS_TRY(be->rmsnorm(be, s->xn, s->x, w->attn_norm, B, D, c->eps));
+        {
+            float *o[3] = {s->q, s->kb, s->vb};
+            const qmat *ws[3] = {&wq->wq, &wq->wk, &wq->wv};
+            DS_TRY(be->matmul(be, 3, o, ws, s->xn, B));
+        }
+        DS_TRY(be->rope(be, s->q, B, c->n_heads, &rt));
+        DS_TRY(be->rope(be, s->kb, B, c->n_kv_heads, &rt));
+        DS_TRY(be->kv_write(be, &ab, l, s->kb, s->vb));
+        DS_TRY(be->attention(be, s->att, s->q, &ab, l, c->n_heads, c->n_kv_heads, c->head_dim));
+        {
+            float *o[1] = {s->tmp};
+            const qmat *ws[1] = {&wq->wo};
+            DS_TRY(be->matmul(be, 1, o, ws, s->att, B));
+        }
+        DS_TRY(be->add(be, s->x, s->tmp, (size_t)B * D));
+        DS_TRY(be->rmsnorm(be, s->xn, s->x, w->ffn_norm, B, D, c->eps));
+        {
+            float *o[2] = {s->g, s->u};
+            const qmat *ws[2] = {&wq->w_gate, &wq->w_up};
+            DS_TRY(be->matmul(be, 2, o, ws, s->xn, B));
+        }
+        DS_TRY(be->swiglu(be, s->g, s->g, s->u, (size_t)B * c->hidden_dim));
+        {
+            float *o[1] = {s->tmp};
+            const qmat *ws[1] = {&wq->w_down};
+            DS_TRY(be->matmul(be, 1, o, ws, s->g, B));
+        }
+        DS_TRY(be->add(be, s->x, s->tmp, (size_t)B * D));
     }
-    rmsnorm_forward_f(s->h, s->rstd, s->x, m->final_norm, B, D, c->eps);
+    DS_TRY(be->rmsnorm(be, s->h, s->x, m->final_norm, B, D, c->eps));
     /* base logits of the prediction rows through the target's own (quantized) head */
-    backend *be = d->t->be;
-    float *outs[1] = {s->U};
-    const qmat *ws[1] = {&d->t->m.output};
-    return be->matmul(be, 1, outs, ws, s->h + (size_t)(c->anchor_first ? 0 : 1) * D, gamma);
+    {
+        float *o[1] = {s->Ud};
+        const qmat *ws[1] = {&d->t->m.output};
+        DS_TRY(be->matmul(be, 1, o, ws, s->h + (size_t)(c->anchor_first ? 0 : 1) * D, gamma));
+    }
+    DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)gamma * V));
+    DS_TRY(be->to_host(be, s->hh, s->h, sizeof(float) * (size_t)B * D));
+    return 0;
+fail:
+    return -1;
 }
 
 /* Position k (0-based) of the left-to-right loop: z_k = U_k + correction(x_{k-1}), q_k, c_k.
@@ -242,7 +285,7 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
     const bd_config *c = &s->m.cfg;
     const bd_model *m = &s->m;
     int V = c->vocab, D = c->dim, r_ = c->rank;
-    float *z = s->zrow, *hk = s->h + (size_t)(k + (c->anchor_first ? 0 : 1)) * D;
+    float *z = s->zrow, *hk = s->hh + (size_t)(k + (c->anchor_first ? 0 : 1)) * D;
     memcpy(z, s->U + (size_t)k * V, sizeof(float) * (size_t)V);
     const float *e = c->head != HEAD_NONE ? m->W1 + (size_t)prev * r_ : NULL;
     if (c->head != HEAD_NONE) {
@@ -252,10 +295,12 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
             memcpy(s->state, s->state_new, sizeof(float) * (size_t)r_);
             in = s->o;
         }
-        backend *be = d->t->be;
-        float *bo[1] = {s->bias};
+        backend *be = s->be;
+        float *bo[1] = {s->w2out};
         const qmat *bw[1] = {&s->W2q};
-        if (be->matmul(be, 1, bo, bw, in, 1)) return -1;
+        if (be->to_device(be, s->w2in, in, sizeof(float) * (size_t)r_) || be->matmul(be, 1, bo, bw, s->w2in, 1) ||
+            be->to_host(be, s->bias, s->w2out, sizeof(float) * (size_t)V))
+            return -1;
         for (int i = 0; i < V; i++) z[i] += s->bias[i];
     }
     if (logits_process(z, V, sp, q, &s->scr)) return -1;
@@ -309,7 +354,7 @@ static int dspark_commit(drafter *d, request *r, int n_accepted, int next_token,
 static int dspark_rewind(drafter *d, request *r) {
     DS_UNUSED(d);
     dstate *st = r->dstate;
-    if (st->n_ctx > r->n_prompt) st->n_ctx = r->n_prompt;
+    kv_cache_crop(st->kv, r->n_prompt);
     return 0;
 }
 
@@ -323,9 +368,14 @@ static int dspark_save(const drafter *d, const char *dir) { return bd_save(&((ds
 static void dspark_close(drafter *d) {
     dspark *s = d->impl;
     if (!s) return;
+    if (s->be) {
+        float *bufs[] = {s->x, s->xn, s->q, s->kb, s->vb, s->att, s->tmp, s->g, s->u, s->h, s->Ud, s->w2in, s->w2out};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) s->be->release(s->be, bufs[i]);
+    }
     bd_model_free(&s->m);
-    free(s->x), free(s->xn), free(s->q), free(s->kb), free(s->vb), free(s->att), free(s->tmp), free(s->g), free(s->u);
-    free(s->hm), free(s->h), free(s->U), free(s->rstd), free(s->prob), free(s->zrow), free(s->bias), free(s->qalt), free(s->pos);
+    free(s->lq);
+    free(s->U), free(s->hh), free(s->zrow), free(s->bias), free(s->qalt), free(s->cos), free(s->sin);
+    free(s->pos), free(s->vis), free(s->seq), free(s->tok);
     free(s->state), free(s->state_new), free(s->o), free(s->cell_inp), free(s->cell_pre), free(s->cin);
     lp_scratch_free(&s->scr);
     free(s);

@@ -15,6 +15,7 @@ typedef struct {
     const model *m;
     tokenizer tk;
     int has_tk, self;
+    backend *prepared;   /* the backend holding copies of own's weights (forgotten at close) */
     fwd_state fs;
     float *logits;   /* [V] */
     lp_scratch scr;
@@ -45,6 +46,8 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
             v->has_tk = 1;
         }
         DS_TRY(vocab_compatible(t, &v->own, v->has_tk ? &v->tk : NULL, path));
+        DS_TRY(t->be->prepare(t->be, &v->own)); /* the backend's copies of the draft model's weights */
+        v->prepared = t->be;
         v->m = &v->own;
         snprintf(d->describe, sizeof d->describe, "vanilla: separate LM %s (%d layers, dim %d)", path,
                  v->own.cfg.n_layers, v->own.cfg.dim);
@@ -132,6 +135,7 @@ static void vanilla_close(drafter *d) {
     free(v->logits);
     lp_scratch_free(&v->scr);
     if (v->has_tk) tokenizer_free(&v->tk);
+    if (v->prepared) v->prepared->forget(v->prepared, &v->own);
     if (!v->self) model_free(&v->own);
     free(v);
     d->impl = NULL;

@@ -193,6 +193,9 @@ static int rw_tune(rworld *w, int retro) {
     return sps_from_arrays(&w->sps, B, S, 4);
 }
 
+/* the matmul contract of the targets the worlds open (gate_report.exact), set by the entry points */
+static int g_exact;
+
 /* A world: the tiny random target (real == NULL, its own GGUF file, random prompt) or a shared
  * real target (a chat prompt); the drafter opened with its gate_config; n_req prefilled requests
  * with one seed, so all share the first token. */
@@ -211,8 +214,9 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
         ivec_free(&ids);
     } else {
         snprintf(w->path, sizeof w->path, "/tmp/dsb-gate-%d-%llu.gguf", (int)getpid(), (unsigned long long)seed);
-        tiny_spec ts = {32, 2, 4, 2, 64, RV, GGML_F32, GGML_F32, 0, 10000, 0.15f}; /* flat enough to branch */
-        if (tiny_model_write(w->path, &ts, seed) || target_open(&w->own, w->path, 1)) goto fail;
+        /* Q8_0 layers and head: the fused kernels of the contract under test compute it; flat enough to branch */
+        tiny_spec ts = {32, 2, 4, 2, 64, RV, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0.15f};
+        if (tiny_model_write(w->path, &ts, seed) || target_open(&w->own, w->path, &(backend_opts){.n_threads = 1, .exact = g_exact})) goto fail;
         w->t = &w->own;
         w->has_own = 1;
         rng_t pr;
@@ -621,6 +625,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
     uint64_t seed = 300;
     const int exact_settings[] = {S_TOPK, S_TOPP, S_GREEDY, S_FULL};
     int n_exact = quick ? 3 : 4; /* T = 0 (one path) stays in quick: verify_greedy must be exercised */
+    g_exact = rep->exact;
     for (int di = 0; drafter_nth(di); di++) {
         const drafter_ops *dops = drafter_nth(di);
         if (verbose) fprintf(stderr, "lossless: production round, drafter %s\n", dops->name);
@@ -668,7 +673,8 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose) {
     target t;
     int rc = -1, n0 = rep->n;
     DS_CHECK(N >= 1 && N <= RNMAX, "gate: --real-tokens must be in 1..%d", RNMAX);
-    if (target_open(&t, model ? model : target_default_path(), 0)) return -1;
+    g_exact = rep->exact;
+    if (target_open(&t, model ? model : target_default_path(), &(backend_opts){.exact = g_exact})) return -1;
     DS_CHECK(t.has_tokenizer, "gate: %s has no tokenizer (the real-model cases encode a chat prompt)", t.m.path);
     double t0 = ds_now();
     /* every registered drafter and lossless scheduler, and the bonus-row mutant as a control (a 1 %

@@ -1,9 +1,12 @@
 /* backend.h — the ops table every compute backend implements (CPU now; CUDA mirrors it).
  *
- * All float pointers handed to an op live in that backend's memory (host memory for the CPU
- * backend, device memory for CUDA); index arrays (tokens, positions, sequence ids) are host arrays
- * the backend copies as it needs. The transformer forward in forward.c is written once against this
- * table. Shapes are given in comments as [rows][cols], row-major. */
+ * A backend owns everything it computes with: its copies of the weights (repacked for its kernels,
+ * or uploaded), its scratch, and the buffers it hands out with alloc. Callers describe weights by
+ * the host qmat / float pointers of the model; the backend maps each to its own copy (`prepare`
+ * makes them up front for a whole model, `prepare_mats` for a drafter's matrices). Float pointers
+ * handed to an op live in backend memory (alloc); index arrays (tokens, positions, visibility) are
+ * host arrays. Every op returns 0 or -1 with a message. forward.c and the drafters are written
+ * once against this table. Shapes are [rows][cols], row-major. */
 #ifndef DS_BACKEND_H
 #define DS_BACKEND_H
 
@@ -18,62 +21,86 @@ typedef struct kv_cache {
     float **k, **v; /* [n_layers] -> [cap][kv_dim], backend memory */
 } kv_cache;
 
-/* Where each token of a flattened varlen batch goes: its request and its absolute position. A token
- * attends to positions 0..pos of its own request's cache (causal inside the new tokens too). */
+/* Where each token of a flattened varlen batch goes: its request, its absolute position (its K/V
+ * slot) and what it sees: positions 0..pos of its own request's cache (causal), or, when n_vis is
+ * given, positions 0..n_vis[t]-1 (a drafter's bidirectional block sees the rows after it too). */
 typedef struct {
     int T;
     const int *seq;      /* [T] */
     const int *pos;      /* [T] */
     kv_cache *const *kv; /* [n_seq] */
+    const int *n_vis;    /* [T] or NULL */
 } attn_batch;
 
 typedef struct {
     int head_dim;
-    int neox;            /* rotate halves instead of adjacent pairs */
-    const float *cos, *sin; /* [T][head_dim/2] host tables computed by the forward */
+    int neox;               /* rotate halves instead of adjacent pairs */
+    const float *cos, *sin; /* [T][head_dim/2] host tables (rope_tables_fill) */
 } rope_tables;
+
+/* cos/sin of pos[t] * freq_i, freq_i = theta^(-2i/hd) / scale (/ freqs[i] when given), in double */
+void rope_tables_fill(float *cos, float *sin, const int *pos, int T, int head_dim, double theta, double scale,
+                      const float *freqs);
+
+/* How to make a backend: which one, its threads, and the numerical contract of its matmuls. */
+typedef struct {
+    const char *name;  /* "cpu" (default) */
+    int n_threads;     /* <= 0: all cores */
+    int exact;         /* 1: fp32 activations everywhere (the reference); 0: int8 activations for quantized weights */
+    const char *isa;   /* CPU kernel path: NULL/"auto" = the best this CPU runs, or "scalar", "avx2", "avx512-vnni" */
+} backend_opts;
 
 typedef struct backend backend;
 struct backend {
     const char *name;
+    char kernels[48];    /* the kernel path and contract in use, e.g. "avx2 int8" */
     int n_threads;
-    int gemm_min_T;      /* batches of at least this many rows use BLAS GEMM on fp32 weights */
+    int exact;
+    int gemm_min_T;      /* exact contract: batches of at least this many rows use BLAS GEMM on fp32 weights */
     void *ctx;
 
-    /* make the model's weights ready for this backend's kernels (repacking, uploads) */
-    int (*prepare)(backend *, model *);
+    /* make the backend's copies of a model's weights (repacking, uploads) */
+    int (*prepare)(backend *, const model *);
+    /* the same for n loose matrices (a drafter's) */
+    int (*prepare_mats)(backend *, const qmat *const *W, int n);
+    /* drop the copies of a model's weights (before the model is freed while the backend lives on) */
+    void (*forget)(backend *, const model *);
     void *(*alloc)(backend *, size_t bytes);                 /* NULL + message on failure */
     void (*release)(backend *, void *p);
-    void (*to_host)(backend *, void *dst, const void *src, size_t bytes);
-    void (*to_device)(backend *, void *dst, const void *src, size_t bytes);
-    void (*copy)(backend *, void *dst, const void *src, size_t bytes);
+    int (*to_host)(backend *, void *dst, const void *src, size_t bytes);
+    int (*to_device)(backend *, void *dst, const void *src, size_t bytes);
+    int (*copy)(backend *, void *dst, const void *src, size_t bytes);
 
     /* out[T][dim] = rows tok[t] of the embedding table */
-    void (*embed)(backend *, float *out, const qmat *emb, const int *tok, int T);
+    int (*embed)(backend *, float *out, const qmat *emb, const int *tok, int T);
     /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows r < n_rows of width C */
-    void (*rmsnorm)(backend *, float *out, const float *x, const float *w, int n_rows, int C, float eps);
+    int (*rmsnorm)(backend *, float *out, const float *x, const float *w, int n_rows, int C, float eps);
     /* out[i][T][W[i].rows] = x[T][cols] . W[i]^T for n matrices sharing the input */
     int (*matmul)(backend *, int n, float *const *out, const qmat *const *W, const float *x, int T);
     /* rotate x[T][n_heads][head_dim] in place */
-    void (*rope)(backend *, float *x, int T, int n_heads, const rope_tables *);
+    int (*rope)(backend *, float *x, int T, int n_heads, const rope_tables *);
     /* write k, v [T][kv_dim] of one layer into each token's cache slot */
-    void (*kv_write)(backend *, const attn_batch *, int layer, const float *k, const float *v);
+    int (*kv_write)(backend *, const attn_batch *, int layer, const float *k, const float *v);
     /* out[T][n_heads*hd] = softmax(q k^T / sqrt(hd)) v over each token's visible cache */
-    void (*attention)(backend *, float *out, const float *q, const attn_batch *, int layer, int n_heads,
-                      int n_kv_heads, int head_dim);
+    int (*attention)(backend *, float *out, const float *q, const attn_batch *, int layer, int n_heads, int n_kv_heads,
+                     int head_dim);
     /* out[i] = silu(gate[i]) * up[i] */
-    void (*swiglu)(backend *, float *out, const float *gate, const float *up, size_t n);
+    int (*swiglu)(backend *, float *out, const float *gate, const float *up, size_t n);
     /* x[i] += y[i] */
-    void (*add)(backend *, float *x, const float *y, size_t n);
+    int (*add)(backend *, float *x, const float *y, size_t n);
     void (*destroy)(backend *);
 };
 
-/* CPU backend: OpenMP threads over rows; n_threads <= 0 means all cores. */
-backend *backend_cpu_new(int n_threads);
+/* The backend named in o (NULL: the CPU with all cores, int8 contract); NULL + message if unknown. */
+backend *backend_new(const backend_opts *o);
+backend *backend_cpu_new(const backend_opts *o);
 void backend_free(backend *be);
+/* the registered backend names, comma-separated, for messages and --help */
+const char *backend_names(void);
 
 /* KV caches live in backend memory; reserve grows capacity (keeping contents). */
 kv_cache *kv_cache_new(backend *be, const model_config *c, int cap);
+kv_cache *kv_cache_new_dims(backend *be, int n_layers, int kv_dim, int cap);
 int kv_cache_reserve(backend *be, kv_cache *kv, int cap);
 void kv_cache_crop(kv_cache *kv, int len); /* rollback: positions >= len are forgotten */
 void kv_cache_free(backend *be, kv_cache *kv);

@@ -1,19 +1,20 @@
-/* backend_cpu.c — the reference backend: OpenMP over rows, OpenBLAS sgemm for large batches.
+/* backend_cpu.c — the CPU backend: OpenMP over rows, the run-time selected kernel path
+ * (kernels_cpu.h) for quantized weights, OpenBLAS sgemm for large batches.
  *
- * Matmul has two paths with one contract. Below gemm_min_T rows the weights stay in their file
- * format: each thread dequantizes up to 4 weight rows into an L1-resident fp32 buffer and dots them
- * with every token of the batch, so the cost of decoding the weights is shared by the whole batch
- * (what makes verifying several draft tokens nearly as cheap as one), and each output element is
- * computed in the same order whatever T is — a token's logits do not depend on what else is in its
- * batch. From gemm_min_T rows on (prefill) each thread decodes 64 weight rows at a time into L2
- * and hands them to OpenBLAS sgemm; the two paths agree to float rounding. */
+ * A Q4_1 / Q8_0 matrix is read in the backend's repacked copy by the fused kernels: each weight
+ * block is unpacked once for a tile of 4 tokens, so verifying several draft tokens costs little more
+ * than one, and every output is computed in the same order whatever T is. The activations are
+ * quantized to int8 per block of 32 (the default contract, at every batch size, so a token's logits
+ * never depend on what else is in its batch) or fp32 (exact; see kernels_cpu.h for both). On the
+ * exact contract, from gemm_min_T rows on (prefill), and for other weight types at any size (fp32
+ * drafter weights, F16, ...) rows are decoded to fp32 instead: 4 at a time into an L1 buffer and
+ * dotted with every token for small batches, 64 at a time into L2 and handed to OpenBLAS sgemm for
+ * large ones; the exact contract's two regimes agree to float rounding. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 
 #include "backend.h"
 #include "common.h"
@@ -26,73 +27,128 @@ void openblas_set_num_threads(int); /* OpenBLAS extension; our threads split the
 #define ROWS_PER_GROUP 4 /* weight rows dequantized together by the generic small-batch path */
 #define GEMM_ROWS 64     /* weight rows dequantized per sgemm call by the large-batch path */
 
+/* the backend's repacked copy of a matrix, found by the address of the file's data */
 typedef struct {
+    const void *key;
+    qk_mat m;
+} packed_slot;
+
+typedef struct {
+    const qk_kernels *k;
+    packed_slot *slots;         /* open addressing, power-of-two capacity */
+    size_t n_slots, n_used;
     float *wbuf[MAX_THREADS];   /* [GEMM_ROWS][max_cols] dequantized weight rows */
     size_t wbuf_cols;
     float *sbuf[MAX_THREADS];   /* attention scores */
     size_t sbuf_len;
-    float *xsum;                /* [T][cols/32] block sums of the activations (Q4_1 kernel) */
+    float *xsum;                /* [T][cols/32] block sums of the activations (exact Q4_1 kernel) */
     size_t xsum_len;
+    qk_act act;                 /* int8 activations */
+    size_t act_len;
+    int attn_gemm_min_T;        /* requests adding this many tokens attend through two GEMMs */
 } cpu_ctx;
 
-/* --------------------------------------------------------------------------------- dot products */
+/* ------------------------------------------------------------------------- packed weights */
 
-#if defined(__AVX2__) && defined(__FMA__)
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+static size_t slot_of(const packed_slot *s, size_t cap, const void *key) {
+    size_t h = (size_t)(((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+    while (s[h].key && s[h].key != key) h = (h + 1) & (cap - 1);
+    return h;
 }
-#endif
 
-/* res[j] = w[j] . x for nr (1..4) rows of length n, stride ldw. Every row is accumulated the same
- * way (two 8-lane partial sums over alternating chunks of 8, then a fixed reduction, then the
- * scalar tail), so the value of a dot does not depend on nr. */
-static void dot_rows(const float *w, size_t ldw, int nr, const float *x, int n, float *res) {
-    int k = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    int n16 = n & ~15;
-    if (nr == 4) {
-        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
-        const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-        for (; k < n16; k += 16) {
-            __m256 xa = _mm256_loadu_ps(x + k), xb = _mm256_loadu_ps(x + k + 8);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xa, a0);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k + 8), xb, b0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xa, a1);
-            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k + 8), xb, b1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xa, a2);
-            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k + 8), xb, b2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xa, a3);
-            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k + 8), xb, b3);
+static const qk_mat *packed_find(const cpu_ctx *c, const qmat *w) {
+    if (!c->n_slots) return NULL;
+    const packed_slot *s = &c->slots[slot_of(c->slots, c->n_slots, w->data)];
+    return s->key ? &s->m : NULL;
+}
+
+/* the packed copy of w, made on first sight (qk_supported types only) */
+static const qk_mat *packed_get(cpu_ctx *c, const qmat *w) {
+    const qk_mat *p = packed_find(c, w);
+    if (p) {
+        if (p->rows != w->rows || p->cols != w->cols || p->type != w->type) {
+            ds_error("matmul: a %dx%d %s matrix shares its data with a packed %dx%d one", w->rows, w->cols,
+                     ggml_type_name(w->type), p->rows, p->cols);
+            return NULL;
         }
-        res[0] = hsum8(_mm256_add_ps(a0, b0));
-        res[1] = hsum8(_mm256_add_ps(a1, b1));
-        res[2] = hsum8(_mm256_add_ps(a2, b2));
-        res[3] = hsum8(_mm256_add_ps(a3, b3));
-    } else {
-        for (int j = 0; j < nr; j++) {
-            const float *wj = w + (size_t)j * ldw;
-            __m256 a = _mm256_setzero_ps(), b = a;
-            for (int kk = 0; kk < n16; kk += 16) {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(wj + kk), _mm256_loadu_ps(x + kk), a);
-                b = _mm256_fmadd_ps(_mm256_loadu_ps(wj + kk + 8), _mm256_loadu_ps(x + kk + 8), b);
+        return p;
+    }
+    if (2 * (c->n_used + 1) > c->n_slots) { /* grow, keeping the load under 1/2 */
+        size_t cap = c->n_slots ? 2 * c->n_slots : 256;
+        packed_slot *ns = ds_calloc(cap, sizeof *ns, "packed weight table");
+        if (!ns) return NULL;
+        for (size_t i = 0; i < c->n_slots; i++)
+            if (c->slots[i].key) ns[slot_of(ns, cap, c->slots[i].key)] = c->slots[i];
+        free(c->slots);
+        c->slots = ns;
+        c->n_slots = cap;
+    }
+    packed_slot *s = &c->slots[slot_of(c->slots, c->n_slots, w->data)];
+    if (qk_pack(w, &s->m)) return NULL;
+    s->key = w->data;
+    c->n_used++;
+    return &s->m;
+}
+
+static int cpu_prepare_mats(backend *be, const qmat *const *W, int n) {
+    for (int i = 0; i < n; i++)
+        if (qk_supported(W[i]) && !packed_get(be->ctx, W[i])) return -1;
+    return 0;
+}
+
+/* Repack every matrix the fused kernels read, up front (views of the model that share its layers,
+ * like a self-draft, find the same copies: the table is keyed by the weights' address). */
+static int model_mats(const model *m, const qmat **out);
+static int cpu_prepare(backend *be, const model *m) {
+    const qmat **ws = ds_malloc(sizeof *ws * (size_t)(1 + 7 * m->cfg.n_layers), "weight list");
+    if (!ws) return -1;
+    int rc = cpu_prepare_mats(be, ws, model_mats(m, ws));
+    free(ws);
+    return rc;
+}
+
+/* every matrix of a model, for prepare and forget */
+static int model_mats(const model *m, const qmat **out) {
+    int n = 0;
+    out[n++] = &m->output;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const qmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) out[n++] = ws[i];
+    }
+    return n;
+}
+
+static void cpu_forget(backend *be, const model *m) {
+    cpu_ctx *c = be->ctx;
+    const qmat **ws = ds_malloc(sizeof *ws * (size_t)(1 + 7 * m->cfg.n_layers), "weight list");
+    if (!ws || !c->n_slots) {
+        free(ws);
+        return;
+    }
+    int n = model_mats(m, ws);
+    /* free the matching copies, then rebuild the table from the survivors (open addressing) */
+    packed_slot *old = c->slots;
+    size_t cap = c->n_slots;
+    for (size_t i = 0; i < cap; i++)
+        for (int j = 0; j < n && old[i].key; j++)
+            if (old[i].key == ws[j]->data) {
+                qk_mat_free(&old[i].m);
+                old[i].key = NULL;
+                c->n_used--;
             }
-            res[j] = hsum8(_mm256_add_ps(a, b));
-        }
-        k = n16;
+    packed_slot *ns = ds_calloc(cap, sizeof *ns, "packed weight table");
+    if (ns) {
+        for (size_t i = 0; i < cap; i++)
+            if (old[i].key) ns[slot_of(ns, cap, old[i].key)] = old[i];
+        c->slots = ns;
+        free(old);
+    } else { /* keep the table usable: no deletion marks needed if nothing else is ever looked up */
+        c->n_used = 0;
+        for (size_t i = 0; i < cap; i++)
+            if (old[i].key) qk_mat_free(&old[i].m), old[i].key = NULL;
     }
-    k = n16;
-#else
-    for (int j = 0; j < nr; j++) res[j] = 0.0f;
-#endif
-    for (int j = 0; j < nr; j++) {
-        const float *wj = w + (size_t)j * ldw;
-        float t = 0.0f;
-        for (int kk = k; kk < n; kk++) t += wj[kk] * x[kk];
-        res[j] += t;
-    }
+    free(ws);
 }
 
 /* ------------------------------------------------------------------------------------- memory */
@@ -105,9 +161,10 @@ static void cpu_release(backend *be, void *p) {
     DS_UNUSED(be);
     free(p);
 }
-static void cpu_memcpy(backend *be, void *dst, const void *src, size_t n) {
+static int cpu_memcpy(backend *be, void *dst, const void *src, size_t n) {
     DS_UNUSED(be);
-    if (n) memcpy(dst, src, n);
+    if (n && dst != src) memmove(dst, src, n);
+    return 0;
 }
 
 /* Per-thread scratch, grown outside parallel regions. */
@@ -117,7 +174,10 @@ static int ensure_wbuf(backend *be, size_t cols) {
     for (int t = 0; t < be->n_threads; t++) {
         free(c->wbuf[t]);
         c->wbuf[t] = ds_aligned_alloc(sizeof(float) * GEMM_ROWS * cols, "matmul scratch");
-        if (!c->wbuf[t]) return -1;
+        if (!c->wbuf[t]) {
+            c->wbuf_cols = 0;
+            return -1;
+        }
     }
     c->wbuf_cols = cols;
     return 0;
@@ -130,20 +190,37 @@ static int ensure_sbuf(backend *be, size_t len) {
     for (int t = 0; t < be->n_threads; t++) {
         free(c->sbuf[t]);
         c->sbuf[t] = ds_aligned_alloc(sizeof(float) * n, "attention scratch");
-        if (!c->sbuf[t]) return -1;
+        if (!c->sbuf[t]) {
+            c->sbuf_len = 0;
+            return -1;
+        }
     }
     c->sbuf_len = n;
     return 0;
 }
 
-/* ----------------------------------------------------------------------------------------- ops */
-
-static void cpu_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
-    DS_UNUSED(be);
-    for (int t = 0; t < T; t++) qmat_row_f32(emb, tok[t], out + (size_t)t * emb->cols);
+static int ensure_act(cpu_ctx *c, int T, int cols) {
+    size_t n = (size_t)T * (size_t)cols;
+    if (c->act_len >= n) return 0;
+    free(c->act.q), free(c->act.e), free(c->act.s);
+    c->act_len = 0;
+    c->act.q = ds_aligned_alloc(n, "int8 activations");
+    c->act.e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
+    c->act.s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
+    if (!c->act.q || !c->act.e || !c->act.s) return -1;
+    c->act_len = n;
+    return 0;
 }
 
-static void cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+/* ----------------------------------------------------------------------------------------- ops */
+
+static int cpu_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
+    DS_UNUSED(be);
+    for (int t = 0; t < T; t++) qmat_row_f32(emb, tok[t], out + (size_t)t * emb->cols);
+    return 0;
+}
+
+static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
 #pragma omp parallel for num_threads(be->n_threads) if (n_rows >= 64)
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (size_t)r * C;
@@ -153,48 +230,28 @@ static void cpu_rmsnorm(backend *be, float *out, const float *x, const float *w,
         float s = (float)(1.0 / sqrt(ss / C + eps));
         for (int i = 0; i < C; i++) o[i] = xr[i] * s * w[i];
     }
+    return 0;
 }
 
 static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
-    int cols = W[0]->cols;
-    for (int i = 1; i < n; i++)
-        if (W[i]->cols != cols) {
-            ds_error("matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols, cols);
-            return -1;
-        }
-    if (ensure_wbuf(be, (size_t)cols)) return -1;
     cpu_ctx *c = be->ctx;
-    if (T >= be->gemm_min_T) {
-        /* each thread decodes GEMM_ROWS rows of its slice into L2 and runs sgemm on them: the
-         * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
-#pragma omp parallel num_threads(be->n_threads)
-        {
-            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-            float *buf = c->wbuf[tid];
-            for (int i = 0; i < n; i++) {
-                const qmat *w = W[i];
-                to_float_fn deq = ggml_type_get(w->type)->to_float;
-                int rows = w->rows, r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
-                for (int r = r0; r < r1; r += GEMM_ROWS) {
-                    int nr = DS_MIN(GEMM_ROWS, r1 - r);
-                    const float *wr = (const float *)w->data + (size_t)r * cols;
-                    if (w->type != GGML_F32) {
-                        for (int j = 0; j < nr; j++)
-                            deq((const uint8_t *)w->data + (size_t)(r + j) * w->row_bytes, buf + (size_t)j * cols, cols);
-                        wr = buf;
-                    }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nr, cols, 1.0f, x, cols, wr, cols, 0.0f,
-                                out[i] + r, rows);
-                }
-            }
-        }
-        return 0;
-    }
-    int need_sums = 0;
+    int cols = W[0]->cols;
+    const qk_mat *pk[8];
+    DS_CHECK(n >= 1 && n <= 8, "matmul: %d matrices in one call (1..8)", n);
+    for (int i = 1; i < n; i++)
+        DS_CHECK(W[i]->cols == cols, "matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols,
+                 cols);
+    if (T <= 0) return 0;
+    DS_TRY(ensure_wbuf(be, (size_t)cols));
+    /* which matrices the fused kernels take: all quantized ones on the int8 contract (at every T,
+     * so a token's result never depends on its batch), only small batches on the exact one */
+    int gemm = T >= be->gemm_min_T, need_sums = 0, need_act = 0;
     for (int i = 0; i < n; i++) {
-        if (!qk_supported(W[i]->type)) continue;
-        if (!W[i]->packed && !(((qmat *)W[i])->packed = qk_pack(W[i]))) return -1;
-        need_sums |= W[i]->type == GGML_Q4_1;
+        pk[i] = NULL;
+        if (!qk_supported(W[i]) || (gemm && be->exact)) continue;
+        DS_TRYP(pk[i] = packed_get(c, W[i]));
+        if (be->exact) need_sums |= W[i]->type == GGML_Q4_1;
+        else need_act = 1;
     }
     if (need_sums) {
         size_t len = (size_t)T * (size_t)(cols / 32);
@@ -206,34 +263,56 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         }
         qk_block_sums(x, T, cols, c->xsum);
     }
+    if (need_act) {
+        DS_TRY(ensure_act(c, T, cols));
+        qk_quantize(x, T, cols, &c->act);
+    }
+    const qk_kernels *k = c->k;
 #pragma omp parallel num_threads(be->n_threads)
     {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
         for (int i = 0; i < n; i++) {
             const qmat *w = W[i];
-            if (w->packed) { /* fused kernel on this thread's slice of rows */
-                int r0 = (int)((long)w->rows * tid / nth), r1 = (int)((long)w->rows * (tid + 1) / nth);
-                qk_rows(w, r0, r1, x, c->xsum, T, out[i], (size_t)w->rows);
-                continue;
-            }
+            int rows = w->rows;
             to_float_fn deq = ggml_type_get(w->type)->to_float;
-            int rows = w->rows, groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
-            int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
-            for (int g = g0; g < g1; g++) {
-                int r0 = g * ROWS_PER_GROUP, nr = DS_MIN(ROWS_PER_GROUP, rows - r0);
-                const float *wr;
-                if (w->type == GGML_F32) {
-                    wr = (const float *)w->data + (size_t)r0 * cols;
-                } else {
-                    for (int j = 0; j < nr; j++)
-                        deq((const uint8_t *)w->data + (size_t)(r0 + j) * w->row_bytes, buf + (size_t)j * cols, cols);
-                    wr = buf;
+            if (pk[i]) { /* fused kernel on this thread's slice of rows */
+                int r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
+                if (be->exact) k->rows_f32(pk[i], r0, r1, x, c->xsum, T, out[i], (size_t)rows);
+                else k->rows_i8(pk[i], r0, r1, &c->act, out[i], (size_t)rows);
+            } else if (gemm) {
+                /* decode GEMM_ROWS rows of this thread's slice into L2 and run sgemm on them: the
+                 * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
+                int r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
+                for (int r = r0; r < r1; r += GEMM_ROWS) {
+                    int nr = DS_MIN(GEMM_ROWS, r1 - r);
+                    const float *wr = (const float *)w->data + (size_t)r * cols;
+                    if (w->type != GGML_F32) {
+                        for (int j = 0; j < nr; j++)
+                            deq((const uint8_t *)w->data + (size_t)(r + j) * w->row_bytes, buf + (size_t)j * cols, cols);
+                        wr = buf;
+                    }
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nr, cols, 1.0f, x, cols, wr, cols, 0.0f,
+                                out[i] + r, rows);
                 }
-                for (int t = 0; t < T; t++) {
-                    dot_rows(wr, (size_t)cols, nr, x + (size_t)t * cols, cols, res);
-                    float *o = out[i] + (size_t)t * rows + r0;
-                    for (int j = 0; j < nr; j++) o[j] = res[j];
+            } else {
+                int groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
+                int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
+                for (int g = g0; g < g1; g++) {
+                    int r0 = g * ROWS_PER_GROUP, nr = DS_MIN(ROWS_PER_GROUP, rows - r0);
+                    const float *wr;
+                    if (w->type == GGML_F32) {
+                        wr = (const float *)w->data + (size_t)r0 * cols;
+                    } else {
+                        for (int j = 0; j < nr; j++)
+                            deq((const uint8_t *)w->data + (size_t)(r0 + j) * w->row_bytes, buf + (size_t)j * cols, cols);
+                        wr = buf;
+                    }
+                    for (int t = 0; t < T; t++) {
+                        k->dot_rows(wr, (size_t)cols, nr, x + (size_t)t * cols, cols, res);
+                        float *o = out[i] + (size_t)t * rows + r0;
+                        for (int j = 0; j < nr; j++) o[j] = res[j];
+                    }
                 }
             }
         }
@@ -243,7 +322,7 @@ fail:
     return -1;
 }
 
-static void cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
+static int cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
     int hd = rt->head_dim, half = hd / 2;
 #pragma omp parallel for num_threads(be->n_threads) if (T >= 64)
     for (int t = 0; t < T; t++) {
@@ -258,26 +337,22 @@ static void cpu_rope(backend *be, float *x, int T, int n_heads, const rope_table
             }
         }
     }
+    return 0;
 }
 
-static void cpu_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
+static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
     DS_UNUSED(be);
     for (int t = 0; t < ab->T; t++) {
         kv_cache *kv = ab->kv[ab->seq[t]];
         size_t d = (size_t)kv->kv_dim;
+        if (ab->pos[t] < 0 || ab->pos[t] >= kv->cap) {
+            ds_error("kv_write: position %d outside the cache (capacity %d)", ab->pos[t], kv->cap);
+            return -1;
+        }
         memcpy(kv->k[layer] + (size_t)ab->pos[t] * d, k + (size_t)t * d, d * sizeof(float));
         memcpy(kv->v[layer] + (size_t)ab->pos[t] * d, v + (size_t)t * d, d * sizeof(float));
     }
-}
-
-/* o[i] += a * v[i] */
-static inline void axpy(float *o, float a, const float *v, int n) {
-    int i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 av = _mm256_set1_ps(a);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
-#endif
-    for (; i < n; i++) o[i] += a * v[i];
+    return 0;
 }
 
 /* softmax of s[0..n) in place */
@@ -289,53 +364,63 @@ static void softmax_row(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-/* Attention of one query row against positions 0..pos of one KV head. */
-static void attend_row(float *o, const float *q, const float *K, const float *V, size_t ld, int pos, int hd,
-                       float scale, float *s) {
-    int n = pos + 1;
+/* Attention of one query row against positions 0..n-1 of one KV head. */
+static void attend_row(const qk_kernels *k, float *o, const float *q, const float *K, const float *V, size_t ld, int n,
+                       int hd, float scale, float *s) {
     for (int j = 0; j < n; j++) {
         float d;
-        dot_rows(K + (size_t)j * ld, 0, 1, q, hd, &d);
+        k->dot_rows(K + (size_t)j * ld, 0, 1, q, hd, &d);
         s[j] = d * scale;
     }
     softmax_row(s, n);
     for (int i = 0; i < hd; i++) o[i] = 0;
-    for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
+    for (int j = 0; j < n; j++) k->axpy(o, s[j], V + (size_t)j * ld, hd);
 }
 
-/* A request with many new tokens (prefill) runs each head as two GEMMs: S = Q K^T over all its
- * visible positions, causal mask per row, softmax, O = P V. Few new tokens (decode, verification)
- * take the per-row path, whose result for a row does not depend on what else is in the batch. */
-static void cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
-                          int n_kv_heads, int hd) {
+static int n_visible(const attn_batch *ab, int t) { return ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1; }
+
+/* On the exact contract a request with many new tokens (prefill) runs each head as two GEMMs:
+ * S = Q K^T over all its visible positions, mask per row, softmax, O = P V. Otherwise every row
+ * takes the per-row path, whose result does not depend on the rest of the batch. */
+static int cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
+                         int n_kv_heads, int hd) {
     cpu_ctx *c = be->ctx;
     int group = n_heads / n_kv_heads, T = ab->T;
     size_t qld = (size_t)n_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
     /* requests are contiguous runs of the batch: find each run and its widest context */
-    int n_runs = 0, run_start[T + 1];
+    int n_runs = 0, *run_start = ds_malloc(sizeof(int) * (size_t)(T + 1), "attention runs");
+    if (!run_start) return -1;
     for (int t = 0; t < T; t++)
         if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
     run_start[n_runs] = T;
     size_t need = 0;
     for (int r = 0; r < n_runs; r++) {
-        int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxpos = 0;
-        for (int t = t0; t < t1; t++) maxpos = DS_MAX(maxpos, ab->pos[t]);
-        size_t n = len >= be->gemm_min_T ? (size_t)len * (size_t)(maxpos + 1) : (size_t)(maxpos + 1);
-        need = DS_MAX(need, n);
+        int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxn = 0;
+        const kv_cache *kv = ab->kv[ab->seq[t0]];
+        for (int t = t0; t < t1; t++) {
+            int nv = n_visible(ab, t);
+            if (nv < 1 || nv > kv->cap) {
+                ds_error("attention: token %d would see %d positions of a cache of %d", t, nv, kv->cap);
+                free(run_start);
+                return -1;
+            }
+            maxn = DS_MAX(maxn, nv);
+        }
+        need = DS_MAX(need, len >= c->attn_gemm_min_T ? (size_t)len * (size_t)maxn : (size_t)maxn);
     }
     if (ensure_sbuf(be, need)) {
-        memset(out, 0, sizeof(float) * (size_t)T * qld); /* cannot happen after the forward reserved scratch */
-        return;
+        free(run_start);
+        return -1;
     }
+    const qk_kernels *k = c->k;
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
         size_t ld = (size_t)kv->kv_dim;
-        if (len >= be->gemm_min_T) {
-            int maxpos = 0;
-            for (int t = t0; t < t1; t++) maxpos = DS_MAX(maxpos, ab->pos[t]);
-            int n_ctx = maxpos + 1;
+        if (len >= c->attn_gemm_min_T) {
+            int n_ctx = 0;
+            for (int t = t0; t < t1; t++) n_ctx = DS_MAX(n_ctx, n_visible(ab, t));
 #pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1)
             for (int h = 0; h < n_heads; h++) {
                 float *S = c->sbuf[omp_get_thread_num()];
@@ -344,8 +429,7 @@ static void cpu_attention(backend *be, float *out, const float *q, const attn_ba
                             (int)qld, K, (int)ld, 0.0f, S, n_ctx);
                 for (int i = 0; i < len; i++) {
                     float *row = S + (size_t)i * n_ctx;
-                    int p = ab->pos[t0 + i];
-                    for (int j = p + 1; j < n_ctx; j++) row[j] = -INFINITY;
+                    for (int j = n_visible(ab, t0 + i); j < n_ctx; j++) row[j] = -INFINITY;
                     softmax_row(row, n_ctx);
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
@@ -355,59 +439,54 @@ static void cpu_attention(backend *be, float *out, const float *q, const attn_ba
 #pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (len * n_heads >= 4)
             for (int th = 0; th < len * n_heads; th++) {
                 int t = t0 + th / n_heads, h = th % n_heads, kvh = h / group;
-                attend_row(out + (size_t)t * qld + (size_t)h * hd, q + (size_t)t * qld + (size_t)h * hd,
-                           kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd, ld, ab->pos[t], hd, scale,
-                           c->sbuf[omp_get_thread_num()]);
+                attend_row(k, out + (size_t)t * qld + (size_t)h * hd, q + (size_t)t * qld + (size_t)h * hd,
+                           kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd, ld, n_visible(ab, t), hd,
+                           scale, c->sbuf[omp_get_thread_num()]);
             }
         }
     }
+    free(run_start);
+    return 0;
 }
 
-static void cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
+static int cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
 #pragma omp parallel for num_threads(be->n_threads) if (n >= 65536)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
+    return 0;
 }
 
-static void cpu_add(backend *be, float *x, const float *y, size_t n) {
+static int cpu_add(backend *be, float *x, const float *y, size_t n) {
 #pragma omp parallel for num_threads(be->n_threads) if (n >= 65536)
     for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
-
-static int pack(qmat *w) {
-    if (!qk_supported(w->type) || w->packed) return 0;
-    return (w->packed = qk_pack(w)) ? 0 : -1;
-}
-
-/* Repack every matrix the fused kernels read, up front (so views of the model that share its
- * layers, like a self-draft, share the packed copies too). */
-static int cpu_prepare(backend *be, model *m) {
-    DS_UNUSED(be);
-    if (pack(&m->output)) return -1;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        layer_weights *L = &m->layers[l];
-        qmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            if (pack(ws[i])) return -1;
-    }
     return 0;
 }
 
 static void cpu_destroy(backend *be) {
     cpu_ctx *c = be->ctx;
-    for (int t = 0; t < MAX_THREADS; t++) {
-        free(c->wbuf[t]);
-        free(c->sbuf[t]);
+    if (c) {
+        for (int t = 0; t < MAX_THREADS; t++) {
+            free(c->wbuf[t]);
+            free(c->sbuf[t]);
+        }
+        for (size_t i = 0; i < c->n_slots; i++)
+            if (c->slots[i].key) qk_mat_free(&c->slots[i].m);
+        free(c->slots);
+        free(c->xsum);
+        free(c->act.q), free(c->act.e), free(c->act.s);
+        free(c);
     }
-    free(c->xsum);
-    free(c);
     free(be);
 }
 
-backend *backend_cpu_new(int n_threads) {
-    if (n_threads <= 0) n_threads = omp_get_num_procs();
+backend *backend_cpu_new(const backend_opts *o) {
+    backend_opts def = {0};
+    if (!o) o = &def;
+    cpu_isa isa;
+    if (cpu_isa_parse(o->isa, &isa)) return NULL;
+    int n_threads = o->n_threads <= 0 ? omp_get_num_procs() : o->n_threads;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
     backend *be = ds_calloc(1, sizeof *be, "backend");
     cpu_ctx *c = ds_calloc(1, sizeof *c, "backend context");
@@ -416,12 +495,20 @@ backend *backend_cpu_new(int n_threads) {
         free(c);
         return NULL;
     }
+    c->k = qk_kernels_for(isa);
     openblas_set_num_threads(1);
     be->name = "cpu";
+    snprintf(be->kernels, sizeof be->kernels, "%s %s", c->k->name, o->exact ? "fp32 (exact)" : "int8");
     be->n_threads = n_threads;
+    be->exact = o->exact;
     be->gemm_min_T = 32;
+    /* the int8 contract is batch-invariant at every size: attention stays per row (a GEMM's other
+     * summation order would move activations across int8 rounding boundaries) */
+    c->attn_gemm_min_T = o->exact ? 32 : 1 << 30;
     be->ctx = c;
     be->prepare = cpu_prepare;
+    be->prepare_mats = cpu_prepare_mats;
+    be->forget = cpu_forget;
     be->alloc = cpu_alloc;
     be->release = cpu_release;
     be->to_host = cpu_memcpy;
@@ -437,64 +524,4 @@ backend *backend_cpu_new(int n_threads) {
     be->add = cpu_add;
     be->destroy = cpu_destroy;
     return be;
-}
-
-void backend_free(backend *be) {
-    if (be) be->destroy(be);
-}
-
-/* -------------------------------------------------------------------------------- KV caches */
-
-kv_cache *kv_cache_new(backend *be, const model_config *c, int cap) {
-    kv_cache *kv = ds_calloc(1, sizeof *kv, "kv cache");
-    if (!kv) return NULL;
-    kv->n_layers = c->n_layers;
-    kv->kv_dim = c->n_kv_heads * c->head_dim;
-    kv->k = ds_calloc((size_t)c->n_layers, sizeof(float *), "kv cache");
-    kv->v = ds_calloc((size_t)c->n_layers, sizeof(float *), "kv cache");
-    if (!kv->k || !kv->v || kv_cache_reserve(be, kv, cap > 0 ? cap : 64)) {
-        kv_cache_free(be, kv);
-        return NULL;
-    }
-    return kv;
-}
-
-int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
-    if (cap <= kv->cap) return 0;
-    size_t row = sizeof(float) * (size_t)kv->kv_dim;
-    for (int l = 0; l < kv->n_layers; l++) {
-        float *nk = be->alloc(be, row * (size_t)cap), *nv = be->alloc(be, row * (size_t)cap);
-        if (!nk || !nv) {
-            be->release(be, nk);
-            be->release(be, nv);
-            ds_error("out of memory growing a KV cache to %d positions", cap);
-            return -1;
-        }
-        if (kv->k[l]) {
-            be->copy(be, nk, kv->k[l], row * (size_t)kv->len);
-            be->copy(be, nv, kv->v[l], row * (size_t)kv->len);
-            be->release(be, kv->k[l]);
-            be->release(be, kv->v[l]);
-        }
-        kv->k[l] = nk;
-        kv->v[l] = nv;
-    }
-    kv->cap = cap;
-    return 0;
-}
-
-void kv_cache_crop(kv_cache *kv, int len) {
-    if (len < 0) len = 0;
-    if (len < kv->len) kv->len = len;
-}
-
-void kv_cache_free(backend *be, kv_cache *kv) {
-    if (!kv) return;
-    for (int l = 0; l < kv->n_layers; l++) {
-        if (kv->k) be->release(be, kv->k[l]);
-        if (kv->v) be->release(be, kv->v[l]);
-    }
-    free(kv->k);
-    free(kv->v);
-    free(kv);
 }

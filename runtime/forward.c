@@ -71,24 +71,6 @@ static int reserve_logits(fwd_state *st, const model_config *c, int rows) {
     return st->logits ? 0 : -1;
 }
 
-/* cos/sin of every (token, rotary pair), in double for accuracy at long positions */
-static void rope_fill(const model *m, fwd_state *st, int T) {
-    const model_config *c = &m->cfg;
-    int half = c->head_dim / 2;
-    double inv[512];
-    for (int i = 0; i < half; i++) {
-        inv[i] = pow((double)c->rope_theta, -2.0 * i / c->head_dim);
-        if (m->rope_freqs) inv[i] /= m->rope_freqs[i];
-    }
-    for (int t = 0; t < T; t++) {
-        double p = (double)st->pos[t] / c->rope_scale;
-        for (int i = 0; i < half; i++) {
-            st->cos[(size_t)t * half + i] = (float)cos(p * inv[i]);
-            st->sin[(size_t)t * half + i] = (float)sin(p * inv[i]);
-        }
-    }
-}
-
 int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
     const model_config *c = &m->cfg;
     backend *be = st->be;
@@ -118,7 +100,7 @@ int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
             st->seq[t] = s;
             st->pos[t] = b->kv[s]->len + j;
         }
-    rope_fill(m, st, T);
+    rope_tables_fill(st->cos, st->sin, st->pos, T, c->head_dim, c->rope_theta, c->rope_scale, m->rope_freqs);
 
     int dim = c->dim, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     attn_batch ab = {T, st->seq, st->pos, b->kv};
@@ -127,47 +109,48 @@ int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
 
 #define CAPTURE(layer_id)                                                                                    \
     for (int ci = 0; ci < b->n_capture; ci++)                                                                \
-        if (b->capture_layers[ci] == (layer_id)) be->to_host(be, b->capture + ci * cap_stride, st->x, cap_stride * sizeof(float));
+        if (b->capture_layers[ci] == (layer_id))                                                             \
+            DS_TRY(be->to_host(be, b->capture + ci * cap_stride, st->x, cap_stride * sizeof(float)));
 
-    be->embed(be, st->x, &m->tok_embd, b->tokens, T);
+    DS_TRY(be->embed(be, st->x, &m->tok_embd, b->tokens, T));
     CAPTURE(-1);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
         /* attention block */
-        be->rmsnorm(be, st->xb, st->x, L->attn_norm, T, dim, c->norm_eps);
+        DS_TRY(be->rmsnorm(be, st->xb, st->x, L->attn_norm, T, dim, c->norm_eps));
         {
             float *outs[3] = {st->q, st->k, st->v};
             const qmat *ws[3] = {&L->wq, &L->wk, &L->wv};
             DS_TRY(be->matmul(be, 3, outs, ws, st->xb, T));
         }
         if (L->q_norm) {
-            be->rmsnorm(be, st->q, st->q, L->q_norm, T * nh, hd, c->norm_eps);
-            be->rmsnorm(be, st->k, st->k, L->k_norm, T * nkv, hd, c->norm_eps);
+            DS_TRY(be->rmsnorm(be, st->q, st->q, L->q_norm, T * nh, hd, c->norm_eps));
+            DS_TRY(be->rmsnorm(be, st->k, st->k, L->k_norm, T * nkv, hd, c->norm_eps));
         }
-        be->rope(be, st->q, T, nh, &rt);
-        be->rope(be, st->k, T, nkv, &rt);
-        be->kv_write(be, &ab, l, st->k, st->v);
-        be->attention(be, st->att, st->q, &ab, l, nh, nkv, hd);
+        DS_TRY(be->rope(be, st->q, T, nh, &rt));
+        DS_TRY(be->rope(be, st->k, T, nkv, &rt));
+        DS_TRY(be->kv_write(be, &ab, l, st->k, st->v));
+        DS_TRY(be->attention(be, st->att, st->q, &ab, l, nh, nkv, hd));
         {
             float *outs[1] = {st->xb};
             const qmat *ws[1] = {&L->wo};
             DS_TRY(be->matmul(be, 1, outs, ws, st->att, T));
         }
-        be->add(be, st->x, st->xb, (size_t)T * dim);
+        DS_TRY(be->add(be, st->x, st->xb, (size_t)T * dim));
         /* feed-forward block */
-        be->rmsnorm(be, st->xb, st->x, L->ffn_norm, T, dim, c->norm_eps);
+        DS_TRY(be->rmsnorm(be, st->xb, st->x, L->ffn_norm, T, dim, c->norm_eps));
         {
             float *outs[2] = {st->h1, st->h2};
             const qmat *ws[2] = {&L->w_gate, &L->w_up};
             DS_TRY(be->matmul(be, 2, outs, ws, st->xb, T));
         }
-        be->swiglu(be, st->h1, st->h1, st->h2, (size_t)T * c->hidden_dim);
+        DS_TRY(be->swiglu(be, st->h1, st->h1, st->h2, (size_t)T * c->hidden_dim));
         {
             float *outs[1] = {st->xb};
             const qmat *ws[1] = {&L->w_down};
             DS_TRY(be->matmul(be, 1, outs, ws, st->h1, T));
         }
-        be->add(be, st->x, st->xb, (size_t)T * dim);
+        DS_TRY(be->add(be, st->x, st->xb, (size_t)T * dim));
         CAPTURE(l);
     }
 #undef CAPTURE
@@ -181,23 +164,23 @@ int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
             if (b->n_new[s] > 0) st->rows[n_rows++] = off + b->n_new[s] - 1;
     }
     if (b->final_hidden) {
-        be->rmsnorm(be, st->hid, st->x, m->out_norm, T, dim, c->norm_eps);
-        be->to_host(be, b->final_hidden, st->hid, sizeof(float) * (size_t)T * dim);
+        DS_TRY(be->rmsnorm(be, st->hid, st->x, m->out_norm, T, dim, c->norm_eps));
+        DS_TRY(be->to_host(be, b->final_hidden, st->hid, sizeof(float) * (size_t)T * dim));
         if (!b->all_logits) /* gather the rows the head needs */
             for (int r = 0; r < n_rows; r++)
-                be->copy(be, st->xb + (size_t)r * dim, st->hid + (size_t)st->rows[r] * dim, sizeof(float) * dim);
-        else be->copy(be, st->xb, st->hid, sizeof(float) * (size_t)T * dim);
+                DS_TRY(be->copy(be, st->xb + (size_t)r * dim, st->hid + (size_t)st->rows[r] * dim, sizeof(float) * dim));
+        else DS_TRY(be->copy(be, st->xb, st->hid, sizeof(float) * (size_t)T * dim));
     } else if (b->logits) {
         for (int r = 0; r < n_rows; r++)
-            be->copy(be, st->hid + (size_t)r * dim, st->x + (size_t)st->rows[r] * dim, sizeof(float) * dim);
-        be->rmsnorm(be, st->xb, st->hid, m->out_norm, n_rows, dim, c->norm_eps);
+            DS_TRY(be->copy(be, st->hid + (size_t)r * dim, st->x + (size_t)st->rows[r] * dim, sizeof(float) * dim));
+        DS_TRY(be->rmsnorm(be, st->xb, st->hid, m->out_norm, n_rows, dim, c->norm_eps));
     }
     if (b->logits) {
         DS_TRY(reserve_logits(st, c, n_rows));
         float *outs[1] = {st->logits};
         const qmat *ws[1] = {&m->output};
         DS_TRY(be->matmul(be, 1, outs, ws, st->xb, n_rows));
-        be->to_host(be, b->logits, st->logits, sizeof(float) * (size_t)n_rows * c->vocab_size);
+        DS_TRY(be->to_host(be, b->logits, st->logits, sizeof(float) * (size_t)n_rows * c->vocab_size));
     }
     for (int s = 0; s < b->n_seq; s++) b->kv[s]->len += b->n_new[s];
     return 0;

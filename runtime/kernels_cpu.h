@@ -1,27 +1,69 @@
-/* kernels_cpu.h — fused quantized matrix x activations kernels for the CPU backend.
+/* kernels_cpu.h — quantized matrix x activation kernels for the CPU backend, one table per SIMD
+ * path (scalar, AVX2, AVX-512 VNNI), chosen at run time from the CPU's features.
  *
- * Q4_1 and Q8_0 matrices are repacked once (on first use) so that a row's quant bytes are
- * contiguous and its block scales are fp32 arrays:
- *   Q4_1 row: qs[nb][16] | d[nb] | m[nb]        Q8_0 row: qs[nb][32] | d[nb]
- * The kernels then dot the integer codes with fp32 activations directly, without writing
- * dequantized weights anywhere:
- *   Q4_1: y = sum_b sum_j (d_b q_bj) x_bj + sum_b m_b (sum_j x_bj)     Q8_0: y = sum_b d_b (sum_j q_bj x_bj)
- * A block's codes are converted once and reused for every token of the batch, and every
- * (row, token) result is accumulated in the same order whatever the batch size. */
+ * Q4_1 and Q8_0 matrices are repacked once so that a row's quant bytes are contiguous and its block
+ * scales are fp32 arrays:    Q4_1 row: qs[nb][16] | d[nb] | m[nb]      Q8_0 row: qs[nb][32] | d[nb]
+ *
+ * Two numerical contracts:
+ *  - exact (rows_f32): the integer codes dotted with fp32 activations, y = sum_b d_b (q_b . x_b)
+ *    (+ sum_b m_b sum(x_b) for Q4_1). Closest to the float64 reference; the summation order is the
+ *    path's own, so paths agree only to float rounding.
+ *  - int8 (rows_i8): activations quantized per token and block of 32 to x ~ e_b * p_b with p_b int8,
+ *    e_b = max|x_b| / 127 (error <= e_b / 2 per element), integer dot i_b = q_b . p_b, then
+ *        Q8_0: s_b = float(i_b) * (d_b * e_b)        Q4_1: s_b = float(i_b) * (d_b * e_b) + m_b * (e_b * sum(p_b))
+ *    accumulated in four lanes, lane[b mod 4] += s_b in order of b, y = (l0 + l1) + (l2 + l3).
+ *    Every path performs exactly these float operations (i_b is an exact integer), so the scalar,
+ *    AVX2 and AVX-512 results are bit-identical: a trace does not depend on the machine's SIMD.
+ * In both, a block's codes are unpacked once per tile of 4 tokens and every (row, token) result is
+ * computed in the same order whatever the batch, so a token's logits do not depend on its batch. */
 #ifndef DS_KERNELS_CPU_H
 #define DS_KERNELS_CPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "cpu_features.h"
 #include "model.h"
 
-/* 1 when this build has a fused kernel for the type (AVX2+FMA or AVX-512). */
-int qk_supported(uint32_t type);
-/* The repacked copy of w (caller frees), or NULL with a message. */
-void *qk_pack(const qmat *w);
-/* Per-token block sums of x[T][cols] into xsum[T][cols/32] (Q4_1 needs them). */
+typedef struct {
+    uint32_t type;      /* GGML_Q4_1 or GGML_Q8_0 */
+    int rows, cols, nb; /* nb = cols / 32 */
+    size_t rb;          /* bytes per packed row */
+    uint8_t *data;
+} qk_mat;
+
+/* activations of T tokens quantized per block of 32 (the int8 contract) */
+typedef struct {
+    int T, cols, nb;
+    int8_t *q;          /* [T][cols] */
+    float *e;           /* [T][nb] scale */
+    float *s;           /* [T][nb] e * sum(p): the block sum of the quantized activations */
+} qk_act;
+
+typedef struct {
+    const char *name;
+    cpu_isa isa;
+    /* out[t*ld + r] = W[r] . x[t] for r0 <= r < r1, t < T; xsum = qk_block_sums(x) (Q4_1) */
+    void (*rows_f32)(const qk_mat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld);
+    void (*rows_i8)(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld);
+    /* res[j] = w[j] . x for nr (1..4) fp32 rows of length n, stride ldw; res[j] does not depend on nr */
+    void (*dot_rows)(const float *w, size_t ldw, int nr, const float *x, int n, float *res);
+    /* o[i] += a * v[i] */
+    void (*axpy)(float *o, float a, const float *v, int n);
+} qk_kernels;
+
+/* The table of a path (NULL if this CPU cannot run it). */
+const qk_kernels *qk_kernels_for(cpu_isa isa);
+/* 1 for the weight types with fused kernels (Q4_1, Q8_0, with cols a multiple of 32) */
+int qk_supported(const qmat *w);
+/* repack w into out (out->data freed with qk_mat_free); -1 with a message */
+int qk_pack(const qmat *w, qk_mat *out);
+void qk_mat_free(qk_mat *m);
+/* Per-token block sums of x[T][cols] into xsum[T][cols/32] (the exact Q4_1 kernel needs them). */
 void qk_block_sums(const float *x, int T, int cols, float *xsum);
-/* out[t*ld + r] = W[r] . x[t] for rows r0 <= r < r1 and all T tokens. */
-void qk_rows(const qmat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld);
+/* quantize x[T][cols] into a (buffers sized by the caller: q T*cols, e and s T*cols/32) */
+void qk_quantize(const float *x, int T, int cols, qk_act *a);
+
+extern const qk_kernels qk_scalar, qk_avx2, qk_avx512;
 
 #endif

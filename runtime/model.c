@@ -488,22 +488,7 @@ static int model_load_any(model *m, const char *path) {
     return model_load_gguf(m, path);
 }
 
-static void qmat_free_caches(qmat *w, const qmat *shares_with) {
-    if (w->packed && !(shares_with && w->packed == shares_with->packed)) free(w->packed);
-    w->packed = NULL;
-}
-
 void model_free(model *m) {
-    /* repacked blocks made by the backend; a tied head may share the embedding's */
-    qmat_free_caches(&m->output, &m->tok_embd);
-    qmat_free_caches(&m->tok_embd, NULL);
-    if (m->layers) {
-        for (int l = 0; l < m->cfg.n_layers; l++) {
-            qmat *ws[] = {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv, &m->layers[l].wo,
-                          &m->layers[l].w_gate, &m->layers[l].w_up, &m->layers[l].w_down};
-            for (int i = 0; i < 7; i++) qmat_free_caches(ws[i], NULL);
-        }
-    }
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);

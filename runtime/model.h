@@ -1,8 +1,8 @@
 /* model.h — transformer configuration and weights (Llama family and Qwen3), loaded from GGUF or
  * from safetensors + HF config.json.
  *
- * Weight matrices stay in their file format (a GGUF Q4_1 matrix is used as Q4_1: the CPU kernels
- * dequantize rows on the fly into fp32); norms are always fp32. */
+ * Weight matrices stay in their file format (a GGUF Q4_1 matrix is used as Q4_1: the backend
+ * repacks it for its kernels); norms are always fp32. */
 #ifndef DS_MODEL_H
 #define DS_MODEL_H
 
@@ -34,8 +34,7 @@ typedef struct {
     uint32_t type;
     int rows, cols;
     size_t row_bytes;
-    const void *data;
-    void *packed;     /* kernel-friendly repacking made on first use by the CPU backend */
+    const void *data; /* the file's bytes (backends keep their own copies, keyed by this address) */
 } qmat;
 
 typedef struct {

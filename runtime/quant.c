@@ -2,8 +2,11 @@
 
 #include <math.h>
 #include <string.h>
-#if defined(__AVX2__)
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define QUANT_X86 1
+#else
+#define QUANT_X86 0
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -125,8 +128,9 @@ void dequant_q8_0_ref(const void *src, float *dst, int64_t n) {
     }
 }
 
-#if defined(__AVX2__) && defined(__F16C__)
-static void dequant_q4_1_avx2(const void *src, float *dst, int64_t n) {
+#if QUANT_X86
+/* built for AVX2 whatever the baseline; the table entry below calls it only on CPUs that have it */
+__attribute__((target("avx2,f16c"))) static void dequant_q4_1_avx2(const void *src, float *dst, int64_t n) {
     const block_q4_1 *b = src;
     const __m128i lomask = _mm_set1_epi8(0xf);
     for (int64_t i = 0; i < n / QK4_1; i++) {
@@ -145,7 +149,7 @@ static void dequant_q4_1_avx2(const void *src, float *dst, int64_t n) {
     }
 }
 
-static void dequant_q8_0_avx2(const void *src, float *dst, int64_t n) {
+__attribute__((target("avx2,f16c"))) static void dequant_q8_0_avx2(const void *src, float *dst, int64_t n) {
     const block_q8_0 *b = src;
     for (int64_t i = 0; i < n / QK8_0; i++) {
         __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
@@ -156,8 +160,22 @@ static void dequant_q8_0_avx2(const void *src, float *dst, int64_t n) {
         }
     }
 }
-#define DEQUANT_Q4_1 dequant_q4_1_avx2
-#define DEQUANT_Q8_0 dequant_q8_0_avx2
+static int have_avx2(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    }
+    return v;
+}
+static void dequant_q4_1_any(const void *src, float *dst, int64_t n) {
+    (have_avx2() ? dequant_q4_1_avx2 : dequant_q4_1_ref)(src, dst, n);
+}
+static void dequant_q8_0_any(const void *src, float *dst, int64_t n) {
+    (have_avx2() ? dequant_q8_0_avx2 : dequant_q8_0_ref)(src, dst, n);
+}
+#define DEQUANT_Q4_1 dequant_q4_1_any
+#define DEQUANT_Q8_0 dequant_q8_0_any
 #else
 #define DEQUANT_Q4_1 dequant_q4_1_ref
 #define DEQUANT_Q8_0 dequant_q8_0_ref

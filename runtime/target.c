@@ -16,7 +16,7 @@ const char *target_default_path(void) {
     return buf;
 }
 
-int target_open(target *t, const char *path, int n_threads) {
+int target_open(target *t, const char *path, const backend_opts *bo) {
     memset(t, 0, sizeof *t);
     DS_TRY(model_load(&t->m, path));
     if (t->m.format == 0 && gguf_get(&t->m.gguf, "tokenizer.ggml.model")) {
@@ -26,7 +26,7 @@ int target_open(target *t, const char *path, int n_threads) {
                  t->tk.n_vocab, t->m.cfg.vocab_size);
         DS_TRY(chat_template_init(&t->ct, &t->tk));
     }
-    DS_TRYP(t->be = backend_cpu_new(n_threads));
+    DS_TRYP(t->be = backend_new(bo));
     DS_TRY(t->be->prepare(t->be, &t->m));
     DS_TRY(fwd_state_init(&t->fs, t->be));
     return 0;

@@ -21,8 +21,9 @@ typedef struct target {
  * with <cache> = $XDG_CACHE_HOME or ~/.cache (where `make model` puts it). */
 const char *target_default_path(void);
 
-/* Load the model at path (GGUF or safetensors dir) on a CPU backend with n_threads (<= 0: all). */
-int target_open(target *t, const char *path, int n_threads);
+/* Load the model at path (GGUF or safetensors dir) onto the backend bo names (NULL: the CPU backend
+ * on all cores, int8 contract). */
+int target_open(target *t, const char *path, const backend_opts *bo);
 void target_close(target *t);
 
 #endif

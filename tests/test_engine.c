@@ -13,7 +13,7 @@ typedef struct {
 static int setup(void **state) {
     if (!need_real_model()) return -1;
     ctx *c = calloc(1, sizeof *c);
-    if (target_open(&c->t, real_model_path(), 0)) {
+    if (target_open(&c->t, real_model_path(), NULL)) {
         fprintf(stderr, "%s\n", ds_errmsg());
         return -1;
     }

@@ -4,6 +4,8 @@
  * Qwen3 q/k norms, and clear errors for malformed models. */
 #include "testutil.h"
 
+#include "../runtime/cpu_features.h"
+
 #include "../runtime/backend.h"
 #include "../runtime/forward.h"
 #include "../runtime/model.h"
@@ -23,7 +25,7 @@ static const tiny_spec SPEC_Q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0
 static const tiny_spec SPEC_F32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
 static const tiny_spec SPEC_QWEN = {64, 2, 4, 1, 96, 300, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
 
-static fixture *open_tiny(const tiny_spec *s, uint64_t seed, const char *name) {
+static fixture *open_tiny_c(const tiny_spec *s, uint64_t seed, const char *name, int exact) {
     fixture *f = calloc(1, sizeof *f);
     size_t n;
     uint8_t *img = tiny_model_gguf(s, seed, &n);
@@ -31,10 +33,13 @@ static fixture *open_tiny(const tiny_spec *s, uint64_t seed, const char *name) {
     write_file(f->path, img, n);
     free(img);
     if (model_load(&f->m, f->path)) fail_msg("tiny model rejected: %s", ds_errmsg());
-    f->be = backend_cpu_new(2);
+    f->be = backend_cpu_new(&(backend_opts){.n_threads = 2, .exact = exact});
     fwd_state_init(&f->fs, f->be);
     return f;
 }
+
+/* the exact (fp32) contract, whose forward is compared with the naive double one */
+static fixture *open_tiny(const tiny_spec *s, uint64_t seed, const char *name) { return open_tiny_c(s, seed, name, 1); }
 
 static void close_tiny(fixture *f) {
     fwd_state_free(&f->fs);
@@ -171,9 +176,10 @@ static void test_naive_reference_qwen3(void **state) { (void)state; check_agains
 
 /* ------------------------------------------------------------------------------- invariants */
 
-static void test_batch_equals_single(void **state) {
-    (void)state;
-    fixture *f = open_tiny(&SPEC_Q41, 5, "batch.gguf");
+/* exact: bit-identical below the GEMM threshold, float rounding above; int8: bit-identical at
+ * every size (the contract is batch-invariant) */
+static void batch_equals_single(int exact) {
+    fixture *f = open_tiny_c(&SPEC_Q41, 5, "batch.gguf", exact);
     int V = f->m.cfg.vocab_size, sizes[2] = {20, 45}; /* below and above the GEMM threshold */
     for (int k = 0; k < 2; k++) {
         int n = sizes[k], tk[64];
@@ -187,11 +193,45 @@ static void test_batch_equals_single(void **state) {
         size_t w;
         float d = max_abs_diff(a, b, (size_t)n * V, &w);
         if (d > 1e-4f) fail_msg("n=%d: max |delta logit| %g at token %zu", n, d, w / (size_t)V);
-        if (n < f->be->gemm_min_T && d != 0.0f) fail_msg("n=%d below the GEMM threshold should be bit-identical, got %g", n, d);
+        if ((!exact || n < f->be->gemm_min_T) && d != 0.0f)
+            fail_msg("n=%d (%s) should be bit-identical, got %g", n, f->be->kernels, d);
         kv_cache_free(f->be, kv);
         free(a);
         free(b);
     }
+    close_tiny(f);
+}
+
+static void test_batch_equals_single(void **state) {
+    (void)state;
+    batch_equals_single(1);
+    batch_equals_single(0);
+}
+
+/* the int8 contract gives the same logits, bit for bit, on every kernel path this CPU runs */
+static void test_int8_same_on_every_path(void **state) {
+    (void)state;
+    fixture *f = open_tiny_c(&SPEC_Q41, 8, "paths.gguf", 0);
+    int V = f->m.cfg.vocab_size, n = 37, tk[37];
+    tokens(tk, n, V, 21);
+    float *ref = malloc(sizeof(float) * (size_t)n * V), *got = malloc(sizeof(float) * (size_t)n * V);
+    for (int isa = 0; isa < ISA_COUNT; isa++) {
+        if (!cpu_isa_supported((cpu_isa)isa)) continue;
+        backend *be = backend_cpu_new(&(backend_opts){.n_threads = 2, .isa = cpu_isa_name((cpu_isa)isa)});
+        assert_non_null(be);
+        fwd_state fs;
+        fwd_state_init(&fs, be);
+        kv_cache *kv = kv_cache_new(be, &f->m.cfg, 4);
+        assert_int_equal(model_forward_one(&f->m, &fs, kv, tk, n - 3, 1, got), 0); /* prefill + a 3-token batch */
+        assert_int_equal(model_forward_one(&f->m, &fs, kv, tk + n - 3, 3, 1, got + (size_t)(n - 3) * V), 0);
+        if (isa == 0) memcpy(ref, got, sizeof(float) * (size_t)n * V);
+        else if (memcmp(ref, got, sizeof(float) * (size_t)n * V) != 0) fail_msg("%s: logits differ from the scalar path", be->kernels);
+        kv_cache_free(be, kv);
+        fwd_state_free(&fs);
+        backend_free(be);
+    }
+    free(ref);
+    free(got);
     close_tiny(f);
 }
 
@@ -416,6 +456,7 @@ int main(void) {
         cmocka_unit_test(test_naive_reference_q41),
         cmocka_unit_test(test_naive_reference_qwen3),
         cmocka_unit_test(test_batch_equals_single),
+        cmocka_unit_test(test_int8_same_on_every_path),
         cmocka_unit_test(test_crop_then_refeed),
         cmocka_unit_test(test_varlen_batch),
         cmocka_unit_test(test_capture_and_head),

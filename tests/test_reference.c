@@ -1,9 +1,13 @@
 /* test_reference — the runtime on the real SmolLM2-135M against an independent implementation:
  * the float64 numpy forward of tests/ref/ref_forward.py (GGUF read and dequantized by gguf-py),
- * fixtures from tests/ref/make_fixtures.py. For every prompt the 64-token greedy continuation must
- * equal the reference token for token, and over all teacher-forced positions (>= 512) the top-1
- * next token must agree >= 99.5 %. The max |logit difference| is printed and bounded. llama.cpp's
- * top-1 (which quantizes activations to 8 bits) is printed for comparison only. */
+ * fixtures from tests/ref/make_fixtures.py.
+ *  - exact (fp32) contract: for every prompt the 64-token greedy continuation equals the reference
+ *    token for token, and over all teacher-forced positions (>= 512) the top-1 next token agrees
+ *    >= 99.5 %, max |logit difference| < 2e-3 (rounding only);
+ *  - int8 contract (the default): the teacher-forced top-1 agreement with float64 is at least
+ *    llama.cpp's (which also quantizes activations to 8 bits; its top-1 is in the fixture) less
+ *    one position in 200; max and mean |logit difference| are printed (and bounded loosely: a
+ *    wrong kernel moves logits by whole units on every position). */
 #include "testutil.h"
 
 #include <cJSON.h>
@@ -11,14 +15,15 @@
 #include "../runtime/target.h"
 
 typedef struct {
-    target t;
+    target t, ti8; /* exact and int8 contracts */
     cJSON *ref;
 } ctx;
 
 static int setup(void **state) {
     if (!need_real_model()) return -1;
     ctx *c = calloc(1, sizeof *c);
-    if (target_open(&c->t, real_model_path(), 0)) {
+    if (target_open(&c->t, real_model_path(), &(backend_opts){.exact = 1}) ||
+        target_open(&c->ti8, real_model_path(), &(backend_opts){.exact = 0})) {
         fprintf(stderr, "%s\n", ds_errmsg());
         return -1;
     }
@@ -35,6 +40,7 @@ static int teardown(void **state) {
     ctx *c = *state;
     cJSON_Delete(c->ref);
     target_close(&c->t);
+    target_close(&c->ti8);
     free(c);
     return 0;
 }
@@ -72,10 +78,8 @@ static void test_greedy_continuations(void **state) {
     free(logits);
 }
 
-static void test_teacher_forced(void **state) {
-    ctx *c = *state;
-    target *t = &c->t;
-    int V = t->m.cfg.vocab_size, positions = 0, agree = 0, agree_llama = 0, k = 0;
+static void teacher_forced(ctx *c, target *t) {
+    int V = t->m.cfg.vocab_size, positions = 0, agree = 0, agree_llama = 0, llama_ref = 0, k = 0;
     double max_d = 0, sum_d = 0;
     long n_d = 0;
     for (const cJSON *p = cJSON_GetObjectItem(c->ref, "prompts")->child; p; p = p->next, k++) {
@@ -99,6 +103,7 @@ static void test_teacher_forced(void **state) {
             positions++;
             agree += mine == cJSON_GetArrayItem(top1, i)->valueint;
             agree_llama += mine == cJSON_GetArrayItem(top1l, i)->valueint;
+            llama_ref += cJSON_GetArrayItem(top1l, i)->valueint == cJSON_GetArrayItem(top1, i)->valueint;
             const cJSON *ids = cJSON_GetArrayItem(tki, i), *vals = cJSON_GetArrayItem(tkl, i);
             for (int j = 0; j < cJSON_GetArraySize(ids); j++) {
                 double d = fabs(row[cJSON_GetArrayItem(ids, j)->valueint] - cJSON_GetArrayItem(vals, j)->valuedouble);
@@ -111,19 +116,29 @@ static void test_teacher_forced(void **state) {
         free(lg), free(seq), free(prompt), free(gen);
     }
     double rate = (double)agree / positions;
-    printf("teacher-forced positions %d: top-1 agreement with the float64 reference %.4f (%d/%d), "
-           "with llama.cpp %.4f; |delta logit| over the reference top-8: max %.5f, mean %.6f\n",
-           positions, rate, agree, positions, (double)agree_llama / positions, max_d, sum_d / (double)n_d);
+    printf("%s: teacher-forced positions %d: top-1 agreement with the float64 reference %.4f (%d/%d) "
+           "[llama.cpp's: %.4f (%d/%d)], with llama.cpp %.4f; |delta logit| over the reference top-8: max %.5f, mean %.6f\n",
+           t->be->kernels, positions, rate, agree, positions, (double)llama_ref / positions, llama_ref, positions,
+           (double)agree_llama / positions, max_d, sum_d / (double)n_d);
     assert_true(positions >= 512);
-    assert_true(rate >= 0.995);
-    /* fp32 activations against a float64 reference: rounding only (logits are O(10..40)) */
-    assert_true(max_d < 2e-3); /* measured 7e-5 on x86-64 AVX2 */
+    if (t->be->exact) {
+        assert_true(rate >= 0.995);
+        /* fp32 activations against a float64 reference: rounding only (logits are O(10..40)) */
+        assert_true(max_d < 2e-3); /* measured 7e-5 on x86-64 AVX2 */
+    } else {
+        assert_true(rate >= (double)llama_ref / positions - 0.005); /* measured: 840/856, llama.cpp's 840/856 */
+        assert_true(sum_d / (double)n_d < 0.5);                     /* measured 0.23 */
+    }
 }
+
+static void test_teacher_forced(void **state) { teacher_forced(*state, &((ctx *)*state)->t); }
+static void test_teacher_forced_int8(void **state) { teacher_forced(*state, &((ctx *)*state)->ti8); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_continuations),
         cmocka_unit_test(test_teacher_forced),
+        cmocka_unit_test(test_teacher_forced_int8),
     };
     return cmocka_run_group_tests_name("reference (SmolLM2 vs float64 numpy)", tests, setup, teardown);
 }

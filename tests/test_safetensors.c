@@ -166,7 +166,7 @@ static void permute_rows(const float *hf, float *gg, int n_heads, int hd, int co
 static void logits_of(const char *path, const int *tk, int T, float *out) {
     model m;
     if (model_load(&m, path)) fail_msg("%s", ds_errmsg());
-    backend *be = backend_cpu_new(2);
+    backend *be = backend_cpu_new(&(backend_opts){.n_threads = 2});
     fwd_state fs;
     fwd_state_init(&fs, be);
     kv_cache *kv = kv_cache_new(be, &m.cfg, T);

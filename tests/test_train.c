@@ -22,7 +22,7 @@ static tiny_target *tiny_open(void) {
     snprintf(tt->path, sizeof tt->path, "%s", tmp_path("tiny-target.gguf"));
     write_file(tt->path, img, n);
     free(img);
-    if (target_open(&tt->t, tt->path, 2)) fail_msg("%s", ds_errmsg());
+    if (target_open(&tt->t, tt->path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
     return tt;
 }
 

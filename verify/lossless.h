@@ -78,6 +78,7 @@ typedef struct {
     long draws;          /* N for sampling tests */
     int quick;           /* smaller matrix (unit tests) */
     double alpha;        /* family-wise level for the lossless statistical tests */
+    int exact;           /* production-round targets on the fp32 (1) or int8 (0) matmul contract */
 } gate_report;
 
 /* Run everything; returns 0 when every lossless case passes and every control is flagged, 1 when

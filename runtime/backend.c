@@ -1,0 +1,120 @@
+/* backend.c — the backend registry, KV caches and RoPE tables, written once against the ops table. */
+#include "backend.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+
+typedef struct {
+    const char *name;
+    backend *(*create)(const backend_opts *);
+} backend_entry;
+
+/* a new backend is one file plus one line here */
+static const backend_entry BACKENDS[] = {
+    {"cpu", backend_cpu_new},
+};
+#define N_BACKENDS (sizeof BACKENDS / sizeof *BACKENDS)
+
+const char *backend_names(void) {
+    static char buf[128];
+    buf[0] = 0;
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "", BACKENDS[i].name);
+    return buf;
+}
+
+backend *backend_new(const backend_opts *o) {
+    backend_opts def = {0};
+    if (!o) o = &def;
+    const char *name = o->name && *o->name ? o->name : "cpu";
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(BACKENDS[i].name, name) == 0) return BACKENDS[i].create(o);
+    ds_error("unknown backend '%s' (this build has: %s)", name, backend_names());
+    return NULL;
+}
+
+void backend_free(backend *be) {
+    if (be) be->destroy(be);
+}
+
+void rope_tables_fill(float *cos_t, float *sin_t, const int *pos, int T, int head_dim, double theta, double scale,
+                      const float *freqs) {
+    int half = head_dim / 2;
+    double inv[512];
+    for (int i = 0; i < half && i < 512; i++) {
+        inv[i] = pow(theta, -2.0 * i / head_dim);
+        if (freqs) inv[i] /= freqs[i];
+    }
+    for (int t = 0; t < T; t++) {
+        double p = (double)pos[t] / scale;
+        for (int i = 0; i < half; i++) {
+            cos_t[(size_t)t * half + i] = (float)cos(p * inv[i]);
+            sin_t[(size_t)t * half + i] = (float)sin(p * inv[i]);
+        }
+    }
+}
+
+/* -------------------------------------------------------------------------------- KV caches */
+
+kv_cache *kv_cache_new_dims(backend *be, int n_layers, int kv_dim, int cap) {
+    kv_cache *kv = ds_calloc(1, sizeof *kv, "kv cache");
+    if (!kv) return NULL;
+    kv->n_layers = n_layers;
+    kv->kv_dim = kv_dim;
+    kv->k = ds_calloc((size_t)n_layers, sizeof(float *), "kv cache");
+    kv->v = ds_calloc((size_t)n_layers, sizeof(float *), "kv cache");
+    if (!kv->k || !kv->v || kv_cache_reserve(be, kv, cap > 0 ? cap : 64)) {
+        kv_cache_free(be, kv);
+        return NULL;
+    }
+    return kv;
+}
+
+kv_cache *kv_cache_new(backend *be, const model_config *c, int cap) {
+    return kv_cache_new_dims(be, c->n_layers, c->n_kv_heads * c->head_dim, cap);
+}
+
+int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
+    if (cap <= kv->cap) return 0;
+    size_t row = sizeof(float) * (size_t)kv->kv_dim;
+    for (int l = 0; l < kv->n_layers; l++) {
+        float *nk = be->alloc(be, row * (size_t)cap), *nv = be->alloc(be, row * (size_t)cap);
+        if (!nk || !nv) {
+            be->release(be, nk);
+            be->release(be, nv);
+            ds_error("out of memory growing a KV cache to %d positions", cap);
+            return -1;
+        }
+        if (kv->k[l]) {
+            if (be->copy(be, nk, kv->k[l], row * (size_t)kv->len) || be->copy(be, nv, kv->v[l], row * (size_t)kv->len)) {
+                be->release(be, nk);
+                be->release(be, nv);
+                return -1;
+            }
+            be->release(be, kv->k[l]);
+            be->release(be, kv->v[l]);
+        }
+        kv->k[l] = nk;
+        kv->v[l] = nv;
+    }
+    kv->cap = cap;
+    return 0;
+}
+
+void kv_cache_crop(kv_cache *kv, int len) {
+    if (len < 0) len = 0;
+    if (len < kv->len) kv->len = len;
+}
+
+void kv_cache_free(backend *be, kv_cache *kv) {
+    if (!kv) return;
+    for (int l = 0; l < kv->n_layers; l++) {
+        if (kv->k) be->release(be, kv->k[l]);
+        if (kv->v) be->release(be, kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}

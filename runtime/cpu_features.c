@@ -1,0 +1,81 @@
+#include "cpu_features.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+
+int cpu_isa_supported(cpu_isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    switch (isa) {
+    case ISA_SCALAR: return 1;
+    case ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case ISA_AVX512:
+        return cpu_isa_supported(ISA_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    default: return 0;
+    }
+#else
+    return isa == ISA_SCALAR;
+#endif
+}
+
+cpu_isa cpu_isa_best(void) {
+    for (int i = ISA_COUNT - 1; i > 0; i--)
+        if (cpu_isa_supported((cpu_isa)i)) return (cpu_isa)i;
+    return ISA_SCALAR;
+}
+
+static const char *const NAMES[ISA_COUNT] = {"scalar", "avx2", "avx512-vnni"};
+
+const char *cpu_isa_name(cpu_isa isa) { return isa >= 0 && isa < ISA_COUNT ? NAMES[isa] : "?"; }
+
+int cpu_isa_parse(const char *name, cpu_isa *out) {
+    if (!name || !*name || strcmp(name, "auto") == 0) {
+        *out = cpu_isa_best();
+        return 0;
+    }
+    for (int i = 0; i < ISA_COUNT; i++)
+        if (strcmp(name, NAMES[i]) == 0) {
+            if (!cpu_isa_supported((cpu_isa)i)) {
+                ds_error("kernel path '%s': this CPU does not support it (best here: %s)", name, NAMES[cpu_isa_best()]);
+                return -1;
+            }
+            *out = (cpu_isa)i;
+            return 0;
+        }
+    ds_error("unknown kernel path '%s' (known: auto, scalar, avx2, avx512-vnni)", name);
+    return -1;
+}
+
+void cpu_describe(char *buf, size_t n) {
+    char model[128] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "model name", 10) == 0) {
+                const char *p = strchr(line, ':');
+                if (p) {
+                    p++;
+                    while (*p == ' ' || *p == '\t') p++;
+                    snprintf(model, sizeof model, "%.*s", (int)strcspn(p, "\n"), p);
+                }
+                break;
+            }
+        fclose(f);
+    }
+    char flags[160] = "";
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni"};
+    int has[] = {__builtin_cpu_supports("avx2"),    __builtin_cpu_supports("fma"),      __builtin_cpu_supports("f16c"),
+                 __builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bw"), __builtin_cpu_supports("avx512vl"),
+                 __builtin_cpu_supports("avx512vnni")};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (has[i]) snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", *flags ? " " : "", names[i]);
+#endif
+    snprintf(buf, n, "%s (%s)", model, *flags ? flags : "no SIMD extensions used");
+}

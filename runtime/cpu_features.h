@@ -1,0 +1,24 @@
+/* cpu_features.h — which SIMD kernel paths this CPU can run, read at run time (cpuid through
+ * libgcc, which also checks that the OS saves the wider registers), so one build runs on every
+ * x86-64 machine and picks the fastest path it supports. */
+#ifndef DS_CPU_FEATURES_H
+#define DS_CPU_FEATURES_H
+
+#include <stddef.h>
+
+typedef enum {
+    ISA_SCALAR = 0,  /* portable C, the reference every other path must match */
+    ISA_AVX2 = 1,    /* AVX2 + FMA + F16C: int8 dots with maddubs/madd */
+    ISA_AVX512 = 2,  /* AVX-512 F/BW/VL + VNNI: int8 dots with vpdpbusd */
+    ISA_COUNT
+} cpu_isa;
+
+int cpu_isa_supported(cpu_isa isa);
+cpu_isa cpu_isa_best(void);
+const char *cpu_isa_name(cpu_isa isa);
+/* "auto" -> the best supported; a path name -> that path if this CPU runs it; else -1 + message */
+int cpu_isa_parse(const char *name, cpu_isa *out);
+/* "AMD EPYC 7B13 (avx2 fma f16c)" — the CPU model from /proc/cpuinfo and the flags that matter */
+void cpu_describe(char *buf, size_t n);
+
+#endif

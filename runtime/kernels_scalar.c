@@ -1,0 +1,92 @@
+/* kernels_scalar.c — the portable path: plain C loops, the reference the SIMD paths are tested
+ * against (bit for bit on the int8 contract). */
+#include "common.h"
+#include "kernels_cpu.h"
+#include "quant.h"
+
+static const uint8_t *row_ptr(const qk_mat *w, int r) { return w->data + (size_t)r * w->rb; }
+
+static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld) {
+    int nb = w->nb, q4 = w->type == GGML_Q4_1, qb = q4 ? 16 : 32;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = row_ptr(w, r);
+        const float *d = (const float *)(row + (size_t)nb * qb), *m = d + nb;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * w->cols;
+            float y = 0;
+            for (int b = 0; b < nb; b++) {
+                const float *xb = xt + 32 * b;
+                float p = 0;
+                if (q4) {
+                    const uint8_t *qs = row + 16 * (size_t)b;
+                    for (int j = 0; j < 16; j++) p += (float)(qs[j] & 15) * xb[j] + (float)(qs[j] >> 4) * xb[j + 16];
+                } else {
+                    const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
+                    for (int j = 0; j < 32; j++) p += (float)qs[j] * xb[j];
+                }
+                y += d[b] * p;
+                if (q4) y += m[b] * xsum[(size_t)t * nb + b];
+            }
+            out[(size_t)t * ld + r] = y;
+        }
+    }
+}
+
+/* the int8 contract of kernels_cpu.h, operation for operation */
+static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld) {
+    int nb = w->nb, q4 = w->type == GGML_Q4_1, qb = q4 ? 16 : 32;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = row_ptr(w, r);
+        const float *d = (const float *)(row + (size_t)nb * qb), *m = d + nb;
+        for (int t = 0; t < a->T; t++) {
+            const int8_t *p = a->q + (size_t)t * a->cols;
+            const float *e = a->e + (size_t)t * nb, *xs = a->s + (size_t)t * nb;
+            float lane[4] = {0, 0, 0, 0};
+            for (int b = 0; b < nb; b++) {
+                const int8_t *pb = p + 32 * b;
+                int32_t i = 0;
+                if (q4) {
+                    const uint8_t *qs = row + 16 * (size_t)b;
+                    for (int j = 0; j < 16; j++) i += (qs[j] & 15) * pb[j] + (qs[j] >> 4) * pb[j + 16];
+                } else {
+                    const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
+                    for (int j = 0; j < 32; j++) i += qs[j] * pb[j];
+                }
+                float de = d[b] * e[b], sb = (float)i * de;
+                if (q4) {
+                    float mo = m[b] * xs[b];
+                    sb = sb + mo;
+                }
+                lane[b & 3] = lane[b & 3] + sb;
+            }
+            out[(size_t)t * ld + r] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+        }
+    }
+}
+
+/* the canonical fp32 dot of kernels_x86.inc, operation for operation: lanes l of two 8-lane sums
+ * over alternating chunks of 8, v = a + b, q_i = v_i + v_{i+4}, (q0 + q2) + (q1 + q3), + the tail */
+static void dot_rows(const float *w, size_t ldw, int nr, const float *x, int n, float *res) {
+    int n16 = n & ~15;
+    for (int j = 0; j < nr; j++) {
+        const float *wj = w + (size_t)j * ldw;
+        float a[8] = {0}, b[8] = {0}, v[8], q[4], t = 0;
+        for (int k = 0; k < n16; k += 16)
+            for (int l = 0; l < 8; l++) {
+                float pa = wj[k + l] * x[k + l], pb = wj[k + 8 + l] * x[k + 8 + l];
+                a[l] = a[l] + pa;
+                b[l] = b[l] + pb;
+            }
+        for (int l = 0; l < 8; l++) v[l] = a[l] + b[l];
+        for (int i = 0; i < 4; i++) q[i] = v[i] + v[i + 4];
+        float s = (q[0] + q[2]) + (q[1] + q[3]);
+        for (int k = n16; k < n; k++) t += wj[k] * x[k];
+        res[j] = s + t;
+    }
+}
+
+static void axpy(float *o, float a, const float *v, int n) {
+    for (int i = 0; i < n; i++) o[i] += a * v[i];
+}
+
+const qk_kernels qk_scalar = {"scalar", ISA_SCALAR, rows_f32, rows_i8, dot_rows, axpy};

@@ -1,0 +1,301 @@
+/* test_kernels — the fused quantized matmul kernels, on every path this CPU runs (scalar always,
+ * AVX2 and AVX-512 VNNI where present), against float64 computations written here independently:
+ *  - int8 contract: bit-identical to the scalar path; within a derived rounding bound of the same
+ *    quantized formula in double; within a derived quantization bound of the exact product;
+ *  - exact contract: within the fp32 summation bound of the exact product;
+ *  - both: a token's result does not depend on the batch it is in.
+ * Bounds (u = 2^-24, g(k) = k u / (1 - k u), the standard bound on k float operations in sequence):
+ *  activation quantization: p = round(fl(x * fl(127/amax))), e = fl(amax/127), so
+ *    |e p - x| <= e/2 + 3.01 u |x|;  the kernels add d*e*i and m*fl(e*sum p) per block, which is
+ *    sum_j (d q_j + m) e p_j up to rounding, so
+ *    |y_int - y| <= sum_bj |d_b q_bj + m_b| (e_b/2 + 3.01 u |x_bj|)                             (quantization)
+ *                 + g(nb/4 + 6) sum_b (|i_b d_b e_b| + |m_b e_b sum p_b|)                          (rounding)
+ *  exact: |y_f32 - y| <= g(cols + 2 nb + 8) (sum_j |w_j x_j| + sum_b |m_b| sum_j |x_bj|). */
+#include "testutil.h"
+
+#include "../runtime/kernels_cpu.h"
+
+static double gam(double k) { return k * 0x1p-24 / (1 - k * 0x1p-24); }
+
+typedef struct {
+    uint32_t type;
+    int rows, cols;
+    void *blocks;  /* the GGUF blocks */
+    qmat w;
+    qk_mat pk;
+} tmat;
+
+static void tmat_make(tmat *m, uint32_t type, int rows, int cols, rng_t *r) {
+    m->type = type, m->rows = rows, m->cols = cols;
+    size_t n = (size_t)rows * cols;
+    float *f = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) f[i] = (float)(rng_uniform(r) * 2 - 1) * (i % 97 == 0 ? 4.0f : 0.3f);
+    size_t rb = (size_t)cols / 32 * (type == GGML_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0));
+    m->blocks = malloc(rb * rows);
+    if (type == GGML_Q4_1) quantize_q4_1(f, m->blocks, (int64_t)n);
+    else quantize_q8_0(f, m->blocks, (int64_t)n);
+    free(f);
+    m->w = (qmat){type, rows, cols, rb, m->blocks};
+    if (qk_pack(&m->w, &m->pk)) fail_msg("%s", ds_errmsg());
+}
+
+static void tmat_free(tmat *m) {
+    qk_mat_free(&m->pk);
+    free(m->blocks);
+}
+
+/* code j of block b of row r and the block's d, m (from the GGUF blocks, not the packed copy) */
+static void block_of(const tmat *m, int r, int b, int *q, double *d, double *mn) {
+    const uint8_t *row = (const uint8_t *)m->blocks + (size_t)r * m->w.row_bytes;
+    if (m->type == GGML_Q4_1) {
+        const block_q4_1 *bl = (const block_q4_1 *)row + b;
+        for (int j = 0; j < 16; j++) q[j] = bl->qs[j] & 15, q[j + 16] = bl->qs[j] >> 4;
+        *d = ds_f16_to_f32(bl->d), *mn = ds_f16_to_f32(bl->m);
+    } else {
+        const block_q8_0 *bl = (const block_q8_0 *)row + b;
+        for (int j = 0; j < 32; j++) q[j] = bl->qs[j];
+        *d = ds_f16_to_f32(bl->d), *mn = 0;
+    }
+}
+
+/* activations with a spread of scales, an all-zero block and an outlier */
+static float *make_x(int T, int cols, rng_t *r) {
+    float *x = malloc(sizeof(float) * (size_t)T * cols);
+    for (int i = 0; i < T * cols; i++) x[i] = (float)((rng_uniform(r) * 2 - 1) * (1 + 10 * (i % 7 == 0)));
+    for (int j = 0; j < 32 && cols >= 64; j++) x[32 + j] = 0; /* token 0, block 1 */
+    x[5] = 60.0f;
+    return x;
+}
+
+static void alloc_act(qk_act *a, int T, int cols) {
+    a->q = malloc((size_t)T * cols);
+    a->e = malloc(sizeof(float) * (size_t)T * cols / 32);
+    a->s = malloc(sizeof(float) * (size_t)T * cols / 32);
+}
+static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s); }
+
+static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed) {
+    rng_t r;
+    rng_seed(&r, seed);
+    tmat m;
+    tmat_make(&m, type, rows, cols, &r);
+    int nb = cols / 32;
+    float *x = make_x(T, cols, &r), *xsum = malloc(sizeof(float) * (size_t)T * nb);
+    qk_block_sums(x, T, cols, xsum);
+    qk_act a;
+    alloc_act(&a, T, cols);
+    qk_quantize(x, T, cols, &a);
+    float *ref_i8 = malloc(sizeof(float) * (size_t)T * rows), *out = malloc(sizeof(float) * (size_t)T * rows);
+    float *one = malloc(sizeof(float) * (size_t)rows);
+    qk_scalar.rows_i8(&m.pk, 0, rows, &a, ref_i8, (size_t)rows);
+    for (int isa = 0; isa < ISA_COUNT; isa++) {
+        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+        if (!k) continue;
+        /* int8: bit-identical to the scalar path, in two row slices (as two threads would) */
+        k->rows_i8(&m.pk, 0, rows / 3, &a, out, (size_t)rows);
+        k->rows_i8(&m.pk, rows / 3, rows, &a, out, (size_t)rows);
+        for (int i = 0; i < T * rows; i++)
+            if (memcmp(&out[i], &ref_i8[i], 4) != 0)
+                fail_msg("%s int8 %s %dx%d T=%d: out[%d] = %.9g, scalar %.9g", k->name, ggml_type_name(type), rows, cols, T,
+                         i, (double)out[i], (double)ref_i8[i]);
+        /* batch invariance: each token alone gives the same bits */
+        for (int t = 0; t < T; t++) {
+            qk_act a1 = {1, cols, nb, a.q + (size_t)t * cols, a.e + (size_t)t * nb, a.s + (size_t)t * nb};
+            k->rows_i8(&m.pk, 0, rows, &a1, one, 1);
+            assert_memory_equal(one, out + (size_t)t * rows, sizeof(float) * (size_t)rows);
+        }
+        /* exact contract against the float64 product */
+        k->rows_f32(&m.pk, 0, rows, x, xsum, T, out, (size_t)rows);
+        double worst = 0;
+        for (int t = 0; t < T; t++)
+            for (int row = 0; row < rows; row++) {
+                double y = 0, mag = 0;
+                for (int b = 0; b < nb; b++) {
+                    int q[32];
+                    double d, mn, sx = 0;
+                    block_of(&m, row, b, q, &d, &mn);
+                    for (int j = 0; j < 32; j++) {
+                        double xv = x[(size_t)t * cols + 32 * b + j];
+                        y += (d * q[j] + mn) * xv;
+                        mag += fabs(d * q[j] * xv);
+                        sx += fabs(xv);
+                    }
+                    mag += fabs(mn) * sx;
+                }
+                double err = fabs(out[(size_t)t * rows + row] - y), bound = gam(cols + 2 * nb + 8) * mag;
+                if (!(err <= bound))
+                    fail_msg("%s exact %s T=%d row %d: |y - y64| = %.3g > bound %.3g", k->name, ggml_type_name(type), t,
+                             row, err, bound);
+                worst = fmax(worst, err / bound);
+            }
+        /* the same batch again: one token at a time gives the same bits */
+        for (int t = 0; t < T; t++) {
+            k->rows_f32(&m.pk, 0, rows, x + (size_t)t * cols, xsum + (size_t)t * nb, 1, one, 1);
+            assert_memory_equal(one, out + (size_t)t * rows, sizeof(float) * (size_t)rows);
+        }
+    }
+    /* int8 contract (the scalar result, which every path equals) against float64 */
+    for (int t = 0; t < T; t++)
+        for (int row = 0; row < rows; row++) {
+            double yq = 0, ytrue = 0, round_mag = 0, qbound = 0;
+            for (int b = 0; b < nb; b++) {
+                int q[32];
+                double d, mn;
+                block_of(&m, row, b, q, &d, &mn);
+                const int8_t *p = a.q + (size_t)t * cols + 32 * b;
+                double e = a.e[(size_t)t * nb + b];
+                long i = 0, sp = 0;
+                for (int j = 0; j < 32; j++) {
+                    double xv = x[(size_t)t * cols + 32 * b + j];
+                    i += (long)q[j] * p[j];
+                    sp += p[j];
+                    ytrue += (d * q[j] + mn) * xv;
+                    qbound += fabs(d * q[j] + mn) * (e / 2 + 3.01 * 0x1p-24 * fabs(xv));
+                }
+                yq += (double)i * d * e + mn * e * (double)sp;
+                round_mag += fabs((double)i * d * e) + fabs(mn * e * (double)sp);
+            }
+            double y = ref_i8[(size_t)t * rows + row], rb = gam(nb / 4 + 6) * round_mag;
+            if (!(fabs(y - yq) <= rb))
+                fail_msg("int8 %s T=%d row %d: |y - yq64| = %.3g > rounding bound %.3g", ggml_type_name(type), t, row,
+                         fabs(y - yq), rb);
+            if (!(fabs(y - ytrue) <= qbound + rb))
+                fail_msg("int8 %s T=%d row %d: |y - y64| = %.3g > quantization bound %.3g", ggml_type_name(type), t, row,
+                         fabs(y - ytrue), qbound + rb);
+        }
+    free(x), free(xsum), free(ref_i8), free(out), free(one);
+    free_act(&a);
+    tmat_free(&m);
+}
+
+static void test_q4_1(void **state) {
+    (void)state;
+    check_matrix(GGML_Q4_1, 37, 576, 9, 1);  /* nb = 18: a partial last step of 2 blocks */
+    check_matrix(GGML_Q4_1, 21, 1536, 5, 2); /* nb = 48 */
+    check_matrix(GGML_Q4_1, 8, 96, 3, 3);    /* nb = 3: only the partial step */
+}
+
+static void test_q8_0(void **state) {
+    (void)state;
+    check_matrix(GGML_Q8_0, 37, 576, 9, 4);
+    check_matrix(GGML_Q8_0, 21, 1536, 5, 5);
+    check_matrix(GGML_Q8_0, 8, 32, 4, 6);
+}
+
+/* codes at the extremes: Q8_0 -128 and 127 against activations at +-127 (the int16 pair sums of
+ * the AVX2 path are at their largest, 2 * 128 * 127, and must not saturate) */
+static void test_q8_0_extremes(void **state) {
+    (void)state;
+    enum { ROWS = 4, COLS = 64 };
+    block_q8_0 bl[ROWS * COLS / 32];
+    for (int i = 0; i < ROWS * COLS / 32; i++) {
+        bl[i].d = ds_f32_to_f16(0.5f);
+        for (int j = 0; j < 32; j++) bl[i].qs[j] = (int8_t)((i + j) % 3 == 0 ? -128 : 127);
+    }
+    qmat w = {GGML_Q8_0, ROWS, COLS, sizeof(block_q8_0) * 2, bl};
+    qk_mat pk;
+    assert_int_equal(qk_pack(&w, &pk), 0);
+    float x[COLS], out[ROWS], ref[ROWS];
+    for (int j = 0; j < COLS; j++) x[j] = j % 2 ? -1.0f : 1.0f; /* quantizes to exactly +-127 */
+    qk_act a;
+    alloc_act(&a, 1, COLS);
+    qk_quantize(x, 1, COLS, &a);
+    for (int j = 0; j < COLS; j++) assert_int_equal(abs(a.q[j]), 127);
+    qk_scalar.rows_i8(&pk, 0, ROWS, &a, ref, ROWS);
+    for (int r = 0; r < ROWS; r++) { /* exact here: every product and sum is representable */
+        double y = 0;
+        for (int j = 0; j < COLS; j++) y += 0.5 * bl[r * 2 + j / 32].qs[j % 32] * x[j];
+        assert_true(fabs(ref[r] - y) <= 1e-3 * fabs(y) + 1e-3);
+    }
+    for (int isa = 1; isa < ISA_COUNT; isa++) {
+        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+        if (!k) continue;
+        k->rows_i8(&pk, 0, ROWS, &a, out, ROWS);
+        assert_memory_equal(out, ref, sizeof ref);
+    }
+    free_act(&a);
+    qk_mat_free(&pk);
+}
+
+/* a NaN activation reaches the output on the int8 path (it must not be quantized to a number) */
+static void test_nan_propagates(void **state) {
+    (void)state;
+    rng_t r;
+    rng_seed(&r, 9);
+    tmat m;
+    tmat_make(&m, GGML_Q4_1, 4, 64, &r);
+    float x[64] = {0}, out[4];
+    x[3] = NAN;
+    qk_act a;
+    alloc_act(&a, 1, 64);
+    qk_quantize(x, 1, 64, &a);
+    for (int isa = 0; isa < ISA_COUNT; isa++) {
+        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+        if (!k) continue;
+        k->rows_i8(&m.pk, 0, 4, &a, out, 4);
+        for (int i = 0; i < 4; i++) assert_true(isnan(out[i]));
+    }
+    free_act(&a);
+    tmat_free(&m);
+}
+
+/* the fp32 helpers (drafter weights, attention) are canonical too: bit-identical on every path */
+static void test_fp32_helpers(void **state) {
+    (void)state;
+    rng_t r;
+    rng_seed(&r, 11);
+    enum { N = 200, LD = 203 };
+    float w[4 * LD], x[N], ref[4], got[4], o_ref[N], o[N];
+    for (int i = 0; i < 4 * LD; i++) w[i] = (float)(rng_uniform(&r) - 0.5);
+    for (int i = 0; i < N; i++) x[i] = (float)(rng_uniform(&r) - 0.5) * 3;
+    int lens[] = {N, 64, 15, 1};
+    for (int li = 0; li < 4; li++) {
+        int n = lens[li];
+        qk_scalar.dot_rows(w, LD, 4, x, n, ref);
+        double worst = 0;
+        for (int j = 0; j < 4; j++) { /* and against float64: the fp32 summation bound */
+            double y = 0, mag = 0;
+            for (int k = 0; k < n; k++) y += (double)w[j * LD + k] * x[k], mag += fabs((double)w[j * LD + k] * x[k]);
+            assert_true(fabs(ref[j] - y) <= gam(n + 4) * mag);
+            worst = fmax(worst, fabs(ref[j] - y));
+        }
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+            if (!k) continue;
+            for (int nr = 1; nr <= 4; nr++) {
+                k->dot_rows(w, LD, nr, x, n, got);
+                assert_memory_equal(got, ref, sizeof(float) * (size_t)nr);
+            }
+            for (int i = 0; i < n; i++) o_ref[i] = o[i] = x[i];
+            qk_scalar.axpy(o_ref, 0.37f, w, n);
+            k->axpy(o, 0.37f, w, n);
+            assert_memory_equal(o, o_ref, sizeof(float) * (size_t)n);
+        }
+    }
+}
+
+/* which paths ran: a machine without AVX2 must still run the scalar one; say what was covered */
+static void test_paths_present(void **state) {
+    (void)state;
+    char cpu[256];
+    cpu_describe(cpu, sizeof cpu);
+    int n = 0;
+    for (int isa = 0; isa < ISA_COUNT; isa++)
+        if (qk_kernels_for((cpu_isa)isa)) n++;
+    fprintf(stderr, "kernel paths tested on %s: %d of %d (best: %s)\n", cpu, n, ISA_COUNT, cpu_isa_name(cpu_isa_best()));
+    assert_non_null(qk_kernels_for(ISA_SCALAR));
+    assert_non_null(qk_kernels_for(cpu_isa_best()));
+    cpu_isa got;
+    assert_int_equal(cpu_isa_parse("auto", &got), 0);
+    assert_int_equal(got, cpu_isa_best());
+    assert_int_equal(cpu_isa_parse("sse9", &got), -1);
+    assert_non_null(strstr(ds_errmsg(), "sse9"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
