@@ -83,15 +83,19 @@ void qk_quantize(const float *x, int T, int cols, qk_act *a) {
             const float *v = x + (size_t)t * cols + 32 * b;
             int8_t *q = a->q + (size_t)t * cols + 32 * b;
             float amax = 0, fin = 0;
-            for (int j = 0; j < 32; j++) {
-                amax = fmaxf(amax, fabsf(v[j]));
+            for (int j = 0; j < 32; j++) { /* plain compares vectorise (fmaxf is a libm call here) */
+                float av = fabsf(v[j]);
+                amax = av > amax ? av : amax;
                 fin += v[j] - v[j]; /* NaN if any v[j] is NaN or infinite */
             }
             float inv = amax > 0 ? 127.0f / amax : 0.0f, e = amax / 127.0f;
             int sum = 0;
             for (int j = 0; j < 32; j++) {
-                long r = lrintf(v[j] * inv); /* nearest, ties to even */
-                q[j] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+                /* round to nearest, ties to even: adding and removing 1.5 * 2^23 leaves the integer
+                 * part (|v * inv| <= 127.0001); the same result as lrintf, without the call */
+                float r = (v[j] * inv + 12582912.0f) - 12582912.0f;
+                int qi = (int)r;
+                q[j] = (int8_t)(qi > 127 ? 127 : qi < -127 ? -127 : qi);
                 sum += q[j];
             }
             /* a NaN or Inf activation must reach the logits (where it is an error), not become 127 */
