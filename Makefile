@@ -91,11 +91,12 @@ bench: $(BIN) model
 	@mkdir -p bench
 	$(BIN) bench-target --out bench/bench-target.json
 
-# The losslessness gate: toy worlds, the production round on a tiny target and on SmolLM2 (so it
+# The losslessness gate: toy worlds, the production round on a tiny target and on SmolLM2 on both
+# matmul contracts (int8, the default, and fp32 --exact) (so it
 # needs the model); exits non-zero if a lossless case is rejected or a control is not flagged.
 lossless: $(BIN) model
 	@mkdir -p $(BUILD)/gate
-	$(BIN) lossless --out $(BUILD)/gate/lossless.h5 > $(BUILD)/gate/lossless.md
+	$(BIN) lossless --both-contracts --out $(BUILD)/gate/lossless.h5 > $(BUILD)/gate/lossless.md
 	@tail -1 $(BUILD)/gate/lossless.md
 
 # Fault injection on the real binary: every case ends with the complete old or new result.

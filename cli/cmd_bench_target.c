@@ -161,8 +161,8 @@ int cmd_bench_target(int argc, char **argv) {
         tm[r] = ds_now() - t0;
     }
     double dmed = median(tm, reps);
-    printf("decode (context %d, %d tokens): %.1f tok/s  (%.2f ms/token)\n", ctx, decode_n, decode_n / dmed,
-           1e3 * dmed / decode_n);
+    printf("decode (context %d, %d tokens): %.1f tok/s  (%.2f ms/token, %.2fx the bandwidth floor)\n", ctx, decode_n,
+           decode_n / dmed, 1e3 * dmed / decode_n, (dmed / decode_n) / (bytes / (bw * 1e9)));
     cJSON_AddNumberToObject(root, "decode_tok_s", decode_n / dmed);
     cJSON_AddNumberToObject(root, "decode_context", ctx);
 
@@ -173,7 +173,9 @@ int cmd_bench_target(int argc, char **argv) {
           *jr = cJSON_AddArrayToObject(sps, "steps_per_s");
     kv_cache_crop(kv, 0);
     DS_TRY(model_forward_one(m, &t.fs, kv, toks, ctx, 0, logits));
-    printf("\n%6s %10s %12s %12s\n", "B", "ms", "steps/s", "tokens/s");
+    printf("\nSPS(B): one forward of B tokens after %d of context (what verifying B-1 drafts + the bonus costs)\n", ctx);
+    printf("%6s %10s %12s %12s %14s\n", "B", "ms", "steps/s", "tokens/s", "cost(B)/cost(1)");
+    double cost1 = 0;
     for (int B = 1; B <= max_b; B *= 2) {
         for (int r = 0; r < reps; r++) {
             double t0 = ds_now();
@@ -182,7 +184,8 @@ int cmd_bench_target(int argc, char **argv) {
             kv_cache_crop(kv, ctx);
         }
         double med = median(tm, reps);
-        printf("%6d %10.2f %12.1f %12.1f\n", B, 1e3 * med, 1 / med, B / med);
+        if (B == 1) cost1 = med;
+        printf("%6d %10.2f %12.1f %12.1f %14.2f\n", B, 1e3 * med, 1 / med, B / med, med / cost1);
         cJSON_AddItemToArray(jb, cJSON_CreateNumber(B));
         cJSON_AddItemToArray(js, cJSON_CreateNumber(med));
         cJSON_AddItemToArray(jr, cJSON_CreateNumber(1 / med));

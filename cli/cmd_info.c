@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/cpu_features.h"
 #include "../runtime/quant.h"
 #include "../runtime/target.h"
 #include "args.h"
@@ -32,6 +33,9 @@ int cmd_info(int argc, char **argv) {
     printf("rope:          base %g, %s pairs, linear scale %g%s\n", (double)c->rope_theta,
            c->rope_neox ? "rotate-half" : "adjacent", (double)c->rope_scale, m->rope_freqs ? ", frequency factors" : "");
     printf("head:          %s\n", c->tied ? "tied to the token embedding" : "separate output matrix");
+    char cpu[256];
+    cpu_describe(cpu, sizeof cpu);
+    printf("kernels:       %s on %s (backends: %s)\n", t.be->kernels, cpu, backend_names());
     if (m->format == 0) {
         int count[GGML_TYPE_LIMIT] = {0};
         uint64_t bytes[GGML_TYPE_LIMIT] = {0};

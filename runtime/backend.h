@@ -1,12 +1,13 @@
 /* backend.h — the ops table every compute backend implements (CPU now; CUDA mirrors it).
  *
  * A backend owns everything it computes with: its copies of the weights (repacked for its kernels,
- * or uploaded), its scratch, and the buffers it hands out with alloc. Callers describe weights by
- * the host qmat / float pointers of the model; the backend maps each to its own copy (`prepare`
- * makes them up front for a whole model, `prepare_mats` for a drafter's matrices). Float pointers
- * handed to an op live in backend memory (alloc); index arrays (tokens, positions, visibility) are
- * host arrays. Every op returns 0 or -1 with a message. forward.c and the drafters are written
- * once against this table. Shapes are [rows][cols], row-major. */
+ * or uploaded), its scratch, and the buffers it hands out with alloc. Callers name weights by the
+ * model's host descriptors (a qmat, a norm's float vector); the backend maps each to its own copy
+ * (`prepare` makes them up front for a whole model, `prepare_mats` for a drafter's matrices,
+ * `forget` drops them). Activations handed to an op live in backend memory (alloc; to_device /
+ * to_host move them); index arrays (tokens, positions, visibility) are host arrays. Every op
+ * returns 0 or -1 with a message. forward.c and the drafters are written once against this table;
+ * a new backend is one file and one line in backend.c's registry. Shapes are [rows][cols]. */
 #ifndef DS_BACKEND_H
 #define DS_BACKEND_H
 
