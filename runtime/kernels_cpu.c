@@ -27,30 +27,37 @@ int qk_pack(const qmat *w, qk_mat *out) {
         ds_error("no fused kernel for a %s matrix of %d columns", ggml_type_name(w->type), w->cols);
         return -1;
     }
-    size_t nb = (size_t)w->cols / 32, rb = w->type == GGML_Q4_1 ? nb * (16 + 8) : nb * (32 + 4);
+    size_t nb = (size_t)w->cols / 32, qoff = w->type == GGML_Q4_1 ? (nb + 1) / 2 * 32 : nb * 32;
+    size_t rb = qoff + (w->type == GGML_Q4_1 ? 8 : 4) * nb;
     uint8_t *p = ds_aligned_alloc(rb * (size_t)w->rows, "repacked weights");
     if (!p) return -1;
+    memset(p, 0, rb * (size_t)w->rows); /* an odd block count leaves the last pair's high nibbles 0 */
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         uint8_t *row = p + (size_t)r * rb;
+        float *d = (float *)(row + qoff);
         if (w->type == GGML_Q4_1) {
             const block_q4_1 *b = (const block_q4_1 *)src;
-            float *d = (float *)(row + nb * 16), *m = d + nb;
+            float *m = d + nb;
             for (size_t i = 0; i < nb; i++) {
-                memcpy(row + 16 * i, b[i].qs, 16);
+                uint8_t *pair = row + 32 * (i / 2);
+                int shift = 4 * (int)(i % 2);
+                for (int j = 0; j < 16; j++) { /* ggml: low nibbles are elements 0..15, high 16..31 */
+                    pair[j] |= (uint8_t)((b[i].qs[j] & 15) << shift);
+                    pair[j + 16] |= (uint8_t)((b[i].qs[j] >> 4) << shift);
+                }
                 d[i] = ds_f16_to_f32(b[i].d);
                 m[i] = ds_f16_to_f32(b[i].m);
             }
         } else {
             const block_q8_0 *b = (const block_q8_0 *)src;
-            float *d = (float *)(row + nb * 32);
             for (size_t i = 0; i < nb; i++) {
                 memcpy(row + 32 * i, b[i].qs, 32);
                 d[i] = ds_f16_to_f32(b[i].d);
             }
         }
     }
-    *out = (qk_mat){w->type, w->rows, w->cols, (int)nb, rb, p};
+    *out = (qk_mat){w->type, w->rows, w->cols, (int)nb, rb, qoff, p};
     return 0;
 }
 

@@ -1,8 +1,11 @@
 /* kernels_cpu.h — quantized matrix x activation kernels for the CPU backend, one table per SIMD
  * path (scalar, AVX2, AVX-512 VNNI), chosen at run time from the CPU's features.
  *
- * Q4_1 and Q8_0 matrices are repacked once so that a row's quant bytes are contiguous and its block
- * scales are fp32 arrays:    Q4_1 row: qs[nb][16] | d[nb] | m[nb]      Q8_0 row: qs[nb][32] | d[nb]
+ * Q4_1 and Q8_0 matrices are repacked once so that a row's codes are contiguous and its block
+ * scales are fp32 arrays:
+ *   Q4_1 row: pair[(nb+1)/2][32] | d[nb] | m[nb]   byte j of pair p = code j of block 2p | code j of block 2p+1 << 4
+ *   Q8_0 row: qs[nb][32] | d[nb]
+ * (codes in element order; a block pair unpacks with one load, two ANDs and a shift).
  *
  * Two numerical contracts:
  *  - exact (rows_f32): the integer codes dotted with fp32 activations, y = sum_b d_b (q_b . x_b)
@@ -29,6 +32,7 @@ typedef struct {
     uint32_t type;      /* GGML_Q4_1 or GGML_Q8_0 */
     int rows, cols, nb; /* nb = cols / 32 */
     size_t rb;          /* bytes per packed row */
+    size_t qoff;        /* bytes of codes before the row's d[] */
     uint8_t *data;
 } qk_mat;
 

@@ -6,11 +6,14 @@
 
 static const uint8_t *row_ptr(const qk_mat *w, int r) { return w->data + (size_t)r * w->rb; }
 
+/* code j of Q4_1 block b of a packed row (kernels_cpu.h: blocks come in nibble-interleaved pairs) */
+static int q4_code(const uint8_t *row, int b, int j) { return (row[32 * (b >> 1) + j] >> (4 * (b & 1))) & 15; }
+
 static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld) {
-    int nb = w->nb, q4 = w->type == GGML_Q4_1, qb = q4 ? 16 : 32;
+    int nb = w->nb, q4 = w->type == GGML_Q4_1;
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = row_ptr(w, r);
-        const float *d = (const float *)(row + (size_t)nb * qb), *m = d + nb;
+        const float *d = (const float *)(row + w->qoff), *m = d + nb;
         for (int t = 0; t < T; t++) {
             const float *xt = x + (size_t)t * w->cols;
             float y = 0;
@@ -18,8 +21,7 @@ static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const floa
                 const float *xb = xt + 32 * b;
                 float p = 0;
                 if (q4) {
-                    const uint8_t *qs = row + 16 * (size_t)b;
-                    for (int j = 0; j < 16; j++) p += (float)(qs[j] & 15) * xb[j] + (float)(qs[j] >> 4) * xb[j + 16];
+                    for (int j = 0; j < 32; j++) p += (float)q4_code(row, b, j) * xb[j];
                 } else {
                     const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
                     for (int j = 0; j < 32; j++) p += (float)qs[j] * xb[j];
@@ -34,10 +36,10 @@ static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const floa
 
 /* the int8 contract of kernels_cpu.h, operation for operation */
 static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld) {
-    int nb = w->nb, q4 = w->type == GGML_Q4_1, qb = q4 ? 16 : 32;
+    int nb = w->nb, q4 = w->type == GGML_Q4_1;
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = row_ptr(w, r);
-        const float *d = (const float *)(row + (size_t)nb * qb), *m = d + nb;
+        const float *d = (const float *)(row + w->qoff), *m = d + nb;
         for (int t = 0; t < a->T; t++) {
             const int8_t *p = a->q + (size_t)t * a->cols;
             const float *e = a->e + (size_t)t * nb, *xs = a->s + (size_t)t * nb;
@@ -46,8 +48,7 @@ static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out
                 const int8_t *pb = p + 32 * b;
                 int32_t i = 0;
                 if (q4) {
-                    const uint8_t *qs = row + 16 * (size_t)b;
-                    for (int j = 0; j < 16; j++) i += (qs[j] & 15) * pb[j] + (qs[j] >> 4) * pb[j + 16];
+                    for (int j = 0; j < 32; j++) i += q4_code(row, b, j) * pb[j];
                 } else {
                     const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
                     for (int j = 0; j < 32; j++) i += qs[j] * pb[j];
