@@ -355,28 +355,6 @@ static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const floa
     return 0;
 }
 
-/* softmax of s[0..n) in place */
-static void softmax_row(float *s, int n) {
-    float mx = -INFINITY, sum = 0;
-    for (int j = 0; j < n; j++) mx = fmaxf(mx, s[j]);
-    for (int j = 0; j < n; j++) sum += (s[j] = expf(s[j] - mx));
-    float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++) s[j] *= inv;
-}
-
-/* Attention of one query row against positions 0..n-1 of one KV head. */
-static void attend_row(const qk_kernels *k, float *o, const float *q, const float *K, const float *V, size_t ld, int n,
-                       int hd, float scale, float *s) {
-    for (int j = 0; j < n; j++) {
-        float d;
-        k->dot_rows(K + (size_t)j * ld, 0, 1, q, hd, &d);
-        s[j] = d * scale;
-    }
-    softmax_row(s, n);
-    for (int i = 0; i < hd; i++) o[i] = 0;
-    for (int j = 0; j < n; j++) k->axpy(o, s[j], V + (size_t)j * ld, hd);
-}
-
 static int n_visible(const attn_batch *ab, int t) { return ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1; }
 
 /* On the exact contract a request with many new tokens (prefill) runs each head as two GEMMs:
@@ -430,7 +408,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
                 for (int i = 0; i < len; i++) {
                     float *row = S + (size_t)i * n_ctx;
                     for (int j = n_visible(ab, t0 + i); j < n_ctx; j++) row[j] = -INFINITY;
-                    softmax_row(row, n_ctx);
+                    qk_softmax(row, n_ctx);
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
                             out + (size_t)t0 * qld + (size_t)h * hd, (int)qld);
@@ -439,9 +417,9 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
 #pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (len * n_heads >= 4)
             for (int th = 0; th < len * n_heads; th++) {
                 int t = t0 + th / n_heads, h = th % n_heads, kvh = h / group;
-                attend_row(k, out + (size_t)t * qld + (size_t)h * hd, q + (size_t)t * qld + (size_t)h * hd,
-                           kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd, ld, n_visible(ab, t), hd,
-                           scale, c->sbuf[omp_get_thread_num()]);
+                k->attend(out + (size_t)t * qld + (size_t)h * hd, q + (size_t)t * qld + (size_t)h * hd,
+                          kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd, ld, n_visible(ab, t), hd, scale,
+                          c->sbuf[omp_get_thread_num()]);
             }
         }
     }

@@ -61,6 +61,14 @@ int qk_pack(const qmat *w, qk_mat *out) {
     return 0;
 }
 
+void qk_softmax(float *s, int n) {
+    float mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx; /* a compare, not a libm call */
+    for (int j = 0; j < n; j++) sum += (s[j] = expf(s[j] - mx));
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
 void qk_mat_free(qk_mat *m) {
     free(m->data);
     m->data = NULL;

@@ -54,7 +54,14 @@ typedef struct {
     void (*dot_rows)(const float *w, size_t ldw, int nr, const float *x, int n, float *res);
     /* o[i] += a * v[i] */
     void (*axpy)(float *o, float a, const float *v, int n);
+    /* one attention row over n positions of one KV head (rows ld floats apart): s[j] = scale * q.K[j]
+     * (the canonical dot), qk_softmax(s), o = sum_j s[j] V[j] (axpy in order of j); s has n floats */
+    void (*attend)(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
+                   float *s);
 } qk_kernels;
+
+/* softmax of s[0..n) in place: max, exp(s - max) summed in order, times 1/sum (shared by every path) */
+void qk_softmax(float *s, int n);
 
 /* The table of a path (NULL if this CPU cannot run it). */
 const qk_kernels *qk_kernels_for(cpu_isa isa);

@@ -90,4 +90,16 @@ static void axpy(float *o, float a, const float *v, int n) {
     for (int i = 0; i < n; i++) o[i] += a * v[i];
 }
 
-const qk_kernels qk_scalar = {"scalar", ISA_SCALAR, rows_f32, rows_i8, dot_rows, axpy};
+static void attend(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
+                   float *s) {
+    for (int j = 0; j < n; j++) {
+        float d;
+        dot_rows(K + (size_t)j * ld, 0, 1, q, hd, &d);
+        s[j] = d * scale;
+    }
+    qk_softmax(s, n);
+    for (int i = 0; i < hd; i++) o[i] = 0;
+    for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
+}
+
+const qk_kernels qk_scalar = {"scalar", ISA_SCALAR, rows_f32, rows_i8, dot_rows, axpy, attend};
