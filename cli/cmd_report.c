@@ -62,8 +62,9 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx)
         free(drs);
         free(scs);
     }
-    fprintf(o, "target %s, drafter %s, dspark-bench %s\n\n", d.target_fingerprint ? d.target_fingerprint : "?",
-            d.drafter_fingerprint ? d.drafter_fingerprint : "?", d.version ? d.version : "?");
+    fprintf(o, "target %s, drafter %s, dspark-bench %s, kernels %s\n\n", d.target_fingerprint ? d.target_fingerprint : "?",
+            d.drafter_fingerprint ? d.drafter_fingerprint : "?", d.version ? d.version : "?",
+            d.kernels ? d.kernels : "not recorded");
     fprintf(o, "| group | prompts | tau | tau (per-request mean) | acceptance rate | AR tok/s | spec tok/s | wall "
                "speedup over AR | draft / verify time |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     /* groups: every dataset, every domain, all */

@@ -393,6 +393,7 @@ int trace_read(const char *path, trace_data *d) {
     d->target_fingerprint = read_str_attr(file, "target_fingerprint");
     d->drafter_fingerprint = read_str_attr(file, "drafter_fingerprint");
     d->version = read_str_attr(file, "version");
+    d->kernels = read_str_attr(file, "kernels");
     d->draft_seq_loop_s = read_f64_attr(file, "draft_seq_loop_s");
     int rc = read_table(file, T_ROUND, (void **)&d->rounds, &d->n_rounds, path) ||
              read_table(file, T_REQUEST, (void **)&d->requests, &d->n_requests, path) ||
@@ -408,7 +409,7 @@ int trace_read(const char *path, trace_data *d) {
 }
 
 void trace_data_free(trace_data *d) {
-    free(d->config), free(d->target_fingerprint), free(d->drafter_fingerprint), free(d->version);
+    free(d->config), free(d->target_fingerprint), free(d->drafter_fingerprint), free(d->version), free(d->kernels);
     free(d->rounds), free(d->requests), free(d->positions), free(d->conf), free(d->lossless);
     memset(d, 0, sizeof *d);
 }

@@ -62,7 +62,7 @@ void trace_abort(trace *t);  /* close and remove PATH.tmp */
 
 /* Reading a finished trace back (report, tests). */
 typedef struct {
-    char *config, *target_fingerprint, *drafter_fingerprint, *version;
+    char *config, *target_fingerprint, *drafter_fingerprint, *version, *kernels; /* kernels: NULL in older traces */
     double draft_seq_loop_s; /* seconds in the draft head's sequential loop (0: none or not recorded) */
     trace_round *rounds;
     long n_rounds;
