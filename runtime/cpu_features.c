@@ -2,8 +2,19 @@
 
 #include <stdio.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "common.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C from cpuid leaf 1 (ECX bit 29): not every compiler's __builtin_cpu_supports knows "f16c" */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
 
 int cpu_isa_supported(cpu_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -11,7 +22,7 @@ int cpu_isa_supported(cpu_isa isa) {
     switch (isa) {
     case ISA_SCALAR: return 1;
     case ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case ISA_AVX512:
         return cpu_isa_supported(ISA_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
@@ -71,7 +82,7 @@ void cpu_describe(char *buf, size_t n) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     const char *names[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni"};
-    int has[] = {__builtin_cpu_supports("avx2"),    __builtin_cpu_supports("fma"),      __builtin_cpu_supports("f16c"),
+    int has[] = {__builtin_cpu_supports("avx2"),    __builtin_cpu_supports("fma"),      has_f16c(),
                  __builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bw"), __builtin_cpu_supports("avx512vl"),
                  __builtin_cpu_supports("avx512vnni")};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)

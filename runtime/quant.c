@@ -1,5 +1,7 @@
 #include "quant.h"
 
+#include "cpu_features.h"
+
 #include <math.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -162,10 +164,7 @@ __attribute__((target("avx2,f16c"))) static void dequant_q8_0_avx2(const void *s
 }
 static int have_avx2(void) {
     static int v = -1;
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    }
+    if (v < 0) v = cpu_isa_supported(ISA_AVX2);
     return v;
 }
 static void dequant_q4_1_any(const void *src, float *dst, int64_t n) {
