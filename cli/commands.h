@@ -9,5 +9,6 @@ int cmd_lossless(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif

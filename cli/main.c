@@ -19,6 +19,7 @@ static const command COMMANDS[] = {
     {"run", cmd_run, "an experiment: baseline and speculative decoding on benchmark prompts, HDF5 trace"},
     {"report", cmd_report, "Markdown tables (and gnuplot plots) from one or more traces"},
     {"train", cmd_train, "train a drafter (dflash, dspark-markov, dspark-rnn) against the frozen target"},
+    {"calibrate", cmd_calibrate, "Sequential Temperature Scaling of a drafter's confidences from a trace (writes the checkpoint)"},
     {"lossless", cmd_lossless, "the losslessness gate: exact enumeration, chi-square, KS, negative controls"},
 };
 #define N_COMMANDS (int)(sizeof COMMANDS / sizeof *COMMANDS)

@@ -20,7 +20,9 @@ typedef struct {
     int n, cap, V;
     int *tok;    /* [cap] */
     float *q;    /* [cap][V] processed draft distributions */
-    float *conf; /* [cap] conditional survival estimates c_k, or NULL */
+    float *conf; /* [cap] conditional survival estimates c_k (calibrated when the drafter has
+                  * temperatures), or NULL: what schedulers read */
+    float *conf_raw; /* [cap] the same before calibration (the trace's raw column), or NULL */
 } draft_block;
 
 int draft_block_init(draft_block *b, int cap, int V, int with_conf);

@@ -280,7 +280,7 @@ fail:
 
 /* Position k (0-based) of the left-to-right loop: z_k = U_k + correction(x_{k-1}), q_k, c_k.
  * prev is x_{k-1} (the anchor at k = 0); the RNN state in s->state is advanced. */
-static int head_step(drafter *d, int k, int prev, const sampling_params *sp, float *q, float *conf) {
+static int head_step(drafter *d, int k, int prev, const sampling_params *sp, float *q, float *conf, float *conf_raw) {
     dspark *s = d->impl;
     const bd_config *c = &s->m.cfg;
     const bd_model *m = &s->m;
@@ -309,6 +309,7 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
         memcpy(s->cin, hk, sizeof(float) * D);
         if (e) memcpy(s->cin + D, e, sizeof(float) * (size_t)r_);
         linear_forward_f(&lg, s->cin, m->wc, m->bc, 1, D + (e ? r_ : 0), 1);
+        if (conf_raw) *conf_raw = 1.0f / (1.0f + expf(-lg));
         if (k < c->n_calib && c->calib[k] > 0) lg /= c->calib[k]; /* sequential temperature scaling */
         *conf = 1.0f / (1.0f + expf(-lg));
     }
@@ -325,7 +326,9 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
     int prev = request_anchor(r);
     for (int k = 0; k < gamma; k++) {
         float *qk = out->q + (size_t)k * c->vocab;
-        if (head_step(d, k, prev, sp, qk, c->conf ? &out->conf[k] : NULL)) return -1;
+        if (head_step(d, k, prev, sp, qk, c->conf ? &out->conf[k] : NULL,
+                      c->conf && out->conf_raw ? &out->conf_raw[k] : NULL))
+            return -1;
         const float *law = qk;
         if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
             sampling_params nop = *sp;

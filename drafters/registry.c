@@ -55,7 +55,8 @@ int draft_block_init(draft_block *b, int cap, int V, int with_conf) {
     b->tok = ds_calloc((size_t)cap, sizeof(int), "draft block");
     b->q = ds_calloc((size_t)cap * (size_t)V, sizeof(float), "draft block");
     b->conf = with_conf ? ds_calloc((size_t)cap, sizeof(float), "draft block") : NULL;
-    if (!b->tok || !b->q || (with_conf && !b->conf)) {
+    b->conf_raw = with_conf ? ds_calloc((size_t)cap, sizeof(float), "draft block") : NULL;
+    if (!b->tok || !b->q || (with_conf && (!b->conf || !b->conf_raw))) {
         draft_block_free(b);
         return -1;
     }
@@ -66,6 +67,7 @@ void draft_block_free(draft_block *b) {
     free(b->tok);
     free(b->q);
     free(b->conf);
+    free(b->conf_raw);
     memset(b, 0, sizeof *b);
 }
 

@@ -231,8 +231,9 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
                 tr.t_verify_us = 1e6 * (ds_now() - t2); /* the batch's forward and verification so far */
                 DS_TRY(trace_add_round(cfg->tr, &tr));
                 for (int j = 1; j <= l; j++) {
-                    float cr = d->has_conf ? blk->conf[j - 1] : NAN;
-                    trace_conf tc = {q->id, q->rounds - 1, j, cr, cr, c_star(p + (size_t)(j - 1) * V, blk->q + (size_t)(j - 1) * V, V),
+                    float cc = d->has_conf ? blk->conf[j - 1] : NAN;
+                    float cr = d->has_conf && blk->conf_raw ? blk->conf_raw[j - 1] : cc;
+                    trace_conf tc = {q->id, q->rounds - 1, j, cr, cc, c_star(p + (size_t)(j - 1) * V, blk->q + (size_t)(j - 1) * V, V),
                                      k >= j};
                     DS_TRY(trace_add_conf(cfg->tr, &tc));
                 }
