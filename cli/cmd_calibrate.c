@@ -1,6 +1,6 @@
 /* calibrate — Sequential Temperature Scaling of a drafter's confidences from a trace (calib/calib.h):
- * rounds of even request ids fit one temperature per draft position, left to right; rounds of odd
- * ids measure ECE, ROC-AUC and Brier score of the cumulative product a_k before and after; the
+ * the rounds of every other request (1st, 3rd, ...) fit one temperature per draft position, left
+ * to right; the other requests' rounds measure ECE, ROC-AUC and Brier score of the cumulative product a_k before and after; the
  * temperatures are written into the checkpoint's config.json ("calibration"), which `run` applies
  * (the trace's c_cal column is then the calibrated confidence, c_raw the head's own). */
 #include <cJSON.h>
@@ -25,17 +25,19 @@ static long gather_rounds(const trace_data *d, calib_round **out, int *G_out, lo
         free(r), free(req);
         return -1;
     }
+    int n_req = 0, last_req = 0;
     for (long i = 0; i < d->n_conf; i++) {
         const trace_conf *c = &d->conf[i];
         if (c->position < 1 || c->position > CALIB_MAX_G || isnan(c->c_raw)) continue;
-        if (i == 0 || c->request != d->conf[i - 1].request || c->round != d->conf[i - 1].round) {
+        if (n == 0 || c->request != d->conf[i - 1].request || c->round != d->conf[i - 1].round) {
             r[n].G = 0;
             for (int k = 0; k < CALIB_MAX_G; k++) r[n].c[k] = NAN, r[n].survived[k] = -1;
-            req[n++] = c->request;
+            if (n == 0 || c->request != last_req) n_req++, last_req = c->request;
+            req[n++] = n_req - 1; /* the request's rank in the trace: alternate ranks fit / held out */
         }
         calib_round *cr = &r[n - 1];
         cr->c[c->position - 1] = c->c_raw;
-        cr->survived[c->position - 1] = c->survived ? 1 : 0;
+        cr->survived[c->position - 1] = c->survived < 0 ? -1 : c->survived ? 1 : 0;
         cr->G = DS_MAX(cr->G, c->position);
         G = DS_MAX(G, c->position);
     }
@@ -108,7 +110,7 @@ int cmd_calibrate(int argc, char **argv) {
     cfg = d.config ? cJSON_Parse(d.config) : NULL;
     DS_CHECK(G > 0, "%s: no confidences recorded (the drafter has no confidence head, or the trace has no speculative rounds)",
              pos[0]);
-    DS_CHECK(n_fit > 0 && n - n_fit > 0, "%s: need rounds of both even and odd request ids (fit / held-out), got %ld and %ld",
+    DS_CHECK(n_fit > 0 && n - n_fit > 0, "%s: need rounds of at least two requests (fit / held out), got %ld and %ld",
              pos[0], n_fit, n - n_fit);
     double grid[200];
     int ng = calib_default_grid(grid, 200);
@@ -117,7 +119,7 @@ int cmd_calibrate(int argc, char **argv) {
     float ones[CALIB_MAX_G];
     for (int k = 0; k < CALIB_MAX_G; k++) ones[k] = 1.0f;
     printf("# STS calibration of %s (%s objective)\n\n", pos[0], obj == CALIB_NLL ? "NLL" : "ECE");
-    printf("Fit on %ld rounds (even request ids), evaluated on %ld held-out rounds (odd ids). a_k = prod_{i<=k} c_i "
+    printf("Fit on %ld rounds (every other request), evaluated on %ld held-out rounds (the others). a_k = prod_{i<=k} c_i "
            "against \"positions 1..k accepted\"; ECE over %d equal-width bins.\n\n",
            n_fit, n - n_fit, CALIB_BINS);
     printf("| k | T_k | fit rounds | held-out rounds | ECE raw | ECE calibrated | AUC raw | AUC calibrated | Brier raw | Brier calibrated |\n");

@@ -230,11 +230,16 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
                                   1e6 * (t1 - t0) / na, 1e6 * (t2 - t1), 0};
                 tr.t_verify_us = 1e6 * (ds_now() - t2); /* the batch's forward and verification so far */
                 DS_TRY(trace_add_round(cfg->tr, &tr));
-                for (int j = 1; j <= l; j++) {
+                /* every verified position, and with a confidence head every drafted one: a scheduler
+                 * that prunes must not erase what calibration needs. survived: 1 / 0 when known (a
+                 * position past the verified ones is known dead if an earlier one was rejected), -1
+                 * when not; c* needs the target's row, so it exists only for verified positions */
+                int n_rows = d->has_conf ? n_draft[a] : l;
+                for (int j = 1; j <= n_rows; j++) {
                     float cc = d->has_conf ? blk->conf[j - 1] : NAN;
                     float cr = d->has_conf && blk->conf_raw ? blk->conf_raw[j - 1] : cc;
-                    trace_conf tc = {q->id, q->rounds - 1, j, cr, cc, c_star(p + (size_t)(j - 1) * V, blk->q + (size_t)(j - 1) * V, V),
-                                     k >= j};
+                    float cs = j <= l ? c_star(p + (size_t)(j - 1) * V, blk->q + (size_t)(j - 1) * V, V) : NAN;
+                    trace_conf tc = {q->id, q->rounds - 1, j, cr, cc, cs, j <= l ? k >= j : k < l ? 0 : -1};
                     DS_TRY(trace_add_conf(cfg->tr, &tc));
                 }
             }

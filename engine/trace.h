@@ -36,7 +36,9 @@ typedef struct {
 typedef struct {
     int32_t request, round, position;
     float c_raw, c_cal, c_star; /* NaN where the drafter has no confidence head */
-    int32_t survived;            /* positions 1..position were all accepted */
+    int32_t survived;            /* positions 1..position were all accepted: 1 / 0, -1 = unknown (drafted
+                                  * past the verified prefix, which was all accepted); position > the
+                                  * round's `verified` = drafted but not verified */
 } trace_conf;
 
 typedef struct {
