@@ -234,7 +234,7 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
                  * that prunes must not erase what calibration needs. survived: 1 / 0 when known (a
                  * position past the verified ones is known dead if an earlier one was rejected), -1
                  * when not; c* needs the target's row, so it exists only for verified positions */
-                int n_rows = d->has_conf ? n_draft[a] : l;
+                int n_rows = d && d->has_conf ? n_draft[a] : l; /* no drafter (baseline): none */
                 for (int j = 1; j <= n_rows; j++) {
                     float cc = d->has_conf ? blk->conf[j - 1] : NAN;
                     float cr = d->has_conf && blk->conf_raw ? blk->conf_raw[j - 1] : cc;
