@@ -106,11 +106,16 @@ static long gather(const calib_round *rounds, long R, int k, const float *T, dou
     return n;
 }
 
-double calib_sts_ece(const calib_round *rounds, long R, int k, const float *T) {
+calib_eval calib_sts_eval(const calib_round *rounds, long R, int k, const float *T) {
+    calib_eval e = {0, NAN, NAN, NAN};
     double *p = malloc(sizeof(double) * (size_t)(R + 1));
     int *y = malloc(sizeof(int) * (size_t)(R + 1));
-    double e = NAN;
-    if (p && y) e = calib_ece(p, y, gather(rounds, R, k, T, p, y), CALIB_BINS);
+    if (p && y) {
+        e.n = gather(rounds, R, k, T, p, y);
+        e.ece = calib_ece(p, y, e.n, CALIB_BINS);
+        e.auc = calib_auc(p, y, e.n);
+        e.brier = calib_brier(p, y, e.n);
+    }
     free(p), free(y);
     return e;
 }

@@ -61,8 +61,13 @@ double calib_nll(const double *p, const int *y, long n);
  * bad arguments or allocation failure. */
 int calib_sts_fit(const calib_round *rounds, long R, int G, const double *grid, int n_grid, long min_n,
                   calib_objective obj, calib_sts *out);
-/* ECE of a_k over rounds under temperatures T (the held-out evaluation) */
-double calib_sts_ece(const calib_round *rounds, long R, int k, const float *T);
+/* a_k under temperatures T against its outcome, over the rounds where it is known (the held-out
+ * evaluation): how many, ECE, ROC-AUC and Brier score */
+typedef struct {
+    long n;
+    double ece, auc, brier;
+} calib_eval;
+calib_eval calib_sts_eval(const calib_round *rounds, long R, int k, const float *T);
 /* the default grid: 200 temperatures log-spaced over [0.05, 20] */
 int calib_default_grid(double *grid, int cap);
 

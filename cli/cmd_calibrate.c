@@ -59,23 +59,6 @@ static long gather_rounds(const trace_data *d, calib_round **out, int *G_out, lo
     return n;
 }
 
-/* metrics of a_k on rounds under temperatures T */
-static void metrics(const calib_round *rs, long n, int k, const float *T, long *cnt, double *ece, double *auc, double *brier) {
-    double *p = malloc(sizeof(double) * (size_t)(n + 1));
-    int *y = malloc(sizeof(int) * (size_t)(n + 1));
-    long m = 0;
-    for (long i = 0; p && y && i < n; i++) {
-        if (k > rs[i].G || rs[i].survived[k - 1] < 0 || isnan(rs[i].c[k - 1])) continue;
-        p[m] = calib_cumulative(&rs[i], k, T);
-        y[m++] = rs[i].survived[k - 1];
-    }
-    *cnt = m;
-    *ece = calib_ece(p, y, m, CALIB_BINS);
-    *auc = calib_auc(p, y, m);
-    *brier = calib_brier(p, y, m);
-    free(p), free(y);
-}
-
 int cmd_calibrate(int argc, char **argv) {
     const char *ckpt = NULL, *objective = "nll";
     int dry = 0, min_n = 50;
@@ -125,12 +108,10 @@ int cmd_calibrate(int argc, char **argv) {
     printf("| k | T_k | fit rounds | held-out rounds | ECE raw | ECE calibrated | AUC raw | AUC calibrated | Brier raw | Brier calibrated |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int k = 1; k <= G; k++) {
-        long c0, c1;
-        double e0, a0, b0, e1, a1, b1;
-        metrics(rounds + n_fit, n - n_fit, k, ones, &c0, &e0, &a0, &b0);
-        metrics(rounds + n_fit, n - n_fit, k, fit.T, &c1, &e1, &a1, &b1);
+        calib_eval raw = calib_sts_eval(rounds + n_fit, n - n_fit, k, ones);
+        calib_eval cal = calib_sts_eval(rounds + n_fit, n - n_fit, k, fit.T);
         printf("| %d | %.3f | %ld | %ld | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", k, (double)fit.T[k - 1], fit.n[k - 1],
-               c0, e0, e1, a0, a1, b0, b1);
+               raw.n, raw.ece, cal.ece, raw.auc, cal.auc, raw.brier, cal.brier);
     }
     /* where to write */
     if (!ckpt && cfg) {
