@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "../drafters/blockdraft.h"
+#include "../engine/draft_vocab.h"
 #include "../engine/train.h"
 #include "../runtime/common.h"
 #include "../runtime/jcfg.h"
@@ -25,12 +28,14 @@ static const char *expand_home(const char *p, char *buf, size_t n) {
 
 int cmd_train(int argc, char **argv) {
     const char *config_path = NULL, *out_flag = NULL;
-    int steps_flag = 0, threads = 0, warm = 0;
+    int steps_flag = 0, threads = 0, warm = 0, data_only = 0, max_shards = -1;
     opt_def opts[] = {
         {"config", OPT_STR, &config_path, "FILE.json", "training config (required)", 0, 0, 0},
         {"steps", OPT_INT, &steps_flag, "N", "override the number of steps", 1, 1 << 30, 0},
         {"out", OPT_STR, &out_flag, "DIR", "override the run folder", 0, 0, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"data-only", OPT_FLAG, &data_only, NULL, "build (or resume building) the data cache, then stop", 0, 0, 0},
+        {"max-shards", OPT_INT, &max_shards, "N", "build at most N shards of the cache (0 = all)", 0, 1 << 24, 0},
         {"warm-start", OPT_FLAG, &warm, NULL, "start a new run from the weights in OUT/last (settings may differ)", 0, 0, 0},
         OPT_END};
     const char *pos[1];
@@ -73,14 +78,39 @@ int cmd_train(int argc, char **argv) {
     DS_TRY(crc);
     d.n_tap = c.n_tap;
     memcpy(d.taps, c.tap, sizeof d.taps);
+    if (max_shards >= 0) d.max_shards = max_shards;
     DS_TRY(traindata_build(&t, &d));
+    if (data_only) {
+        ret = 0;
+        goto fail;
+    }
     DS_TRY(traindata_open(&data, d.dir, &t));
-    DS_TRY(bd_model_init(&m, &c, &t.m, o.seed, 0));
+    int *vids = NULL;
+    char lastcfg[4200];
+    struct stat lst;
+    snprintf(lastcfg, sizeof lastcfg, "%s/last/config.json", out);
+    if (c.draft_vocab && !o.warm_start && stat(lastcfg, &lst) == 0) { /* resuming: the checkpoint's own vocabulary */
+        snprintf(lastcfg, sizeof lastcfg, "%s/last", out);
+        DS_TRY(bd_load(&m, lastcfg, &t.m));
+    } else if (c.draft_vocab) { /* the draft vocabulary from this cache (a resumed run re-derives the same ids) */
+        draft_vocab_report vr;
+        DS_TRYP(vids = ds_malloc(sizeof(int) * (size_t)c.draft_vocab, "draft vocabulary"));
+        int e = draft_vocab_choose(&data, &t.tk, c.draft_vocab, vids, &vr);
+        if (!e) e = bd_model_init_vocab(&m, &c, &t.m, o.seed, 0, vids);
+        free(vids);
+        DS_TRY(e);
+        fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes): %.2f%% of the "
+                        "cache's response tokens, %.2f%% of the target's top-%d mass\n",
+                c.draft_vocab, c.vocab, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, data.top_k);
+    } else
+        DS_TRY(bd_model_init(&m, &c, &t.m, o.seed, 0));
+    trainable tr;
+    DS_TRY(bd_trainable(&m, &tr));
     fprintf(stderr, "train: %s, %zu parameters (%d layers, gamma %d, %s, lambda %g); data %s: %d sequences, %ld tokens\n",
             c.kind, m.n_params, c.n_layers, c.gamma, c.head == HEAD_NONE ? "no head" : c.head == HEAD_MARKOV ? "Markov head" : "RNN head",
             (double)c.lambda, d.dir, data.n_seq, data.n_tok);
     openblas_set_num_threads(t.be->n_threads); /* training is GEMM-bound: let OpenBLAS use every core */
-    DS_TRY(train_run(&m, &data, &o, NULL, 0, NULL));
+    DS_TRY(train_run(&tr, &data, &o, NULL, 0, NULL));
     openblas_set_num_threads(1);
     printf("trained %s: checkpoint %s/last (model.safetensors + config.json); logs %s/train_log.jsonl, eval_log.jsonl\n",
            c.kind, out, out);

@@ -26,7 +26,10 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     /* data options */
     traindata_opts d = {0};
     const char *cache = "~/.cache/dspark-bench/train/default";
-    d.dataset = "trainmix";
+    d.dataset = "train20k";
+    d.top_k = 64;
+    d.batch = 16;
+    d.shard_size = 500;
     d.sp = (sampling_params){0.2f, 0, 0.9f}; /* SmolLM2-Instruct's recommended sampling */
     d.max_new = 256;
     d.max_prompt = 384;
@@ -41,7 +44,9 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
            jcfg_float(&dj, "temperature", 0, 100, &d.sp.temperature) || jcfg_float(&dj, "top_p", 1e-6, 1, &d.sp.top_p) ||
            jcfg_int(&dj, "top_k", 0, 1 << 22, &d.sp.top_k) || jcfg_int(&dj, "max_new_tokens", 1, 1 << 16, &d.max_new) ||
            jcfg_int(&dj, "max_prompt", 2, 1 << 16, &d.max_prompt) || jcfg_u64(&dj, "seed", &d.seed) ||
-           jcfg_str(&dj, "cache", &cache) || jcfg_close(&dj));
+           jcfg_int(&dj, "target_top_k", 1, 4096, &d.top_k) || jcfg_bool(&dj, "store_final", &d.store_final) ||
+           jcfg_int(&dj, "batch", 1, 256, &d.batch) || jcfg_int(&dj, "shard_size", 1, 1 << 24, &d.shard_size) ||
+           jcfg_int(&dj, "max_shards", 0, 1 << 24, &d.max_shards) || jcfg_str(&dj, "cache", &cache) || jcfg_close(&dj));
     tc->data = d;
     tc->cache = cache;
     /* training options */
@@ -55,6 +60,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
            jcfg_u64(&tj, "seed", &o.seed) || jcfg_int(&tj, "eval_every", 0, 1000000000, &o.eval_every) ||
            jcfg_int(&tj, "ckpt_every", 0, 1000000000, &o.ckpt_every) || jcfg_float(&tj, "holdout", 0, 0.9, &o.holdout) ||
            jcfg_int(&tj, "eval_seqs", 1, 1000000, &o.eval_seqs) || jcfg_bool(&tj, "warm_start", &o.warm_start) ||
+           jcfg_bool(&tj, "reference", &o.reference) ||
            jcfg_close(&tj));
     tc->train = o;
     return 0;

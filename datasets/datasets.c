@@ -43,7 +43,7 @@ static const struct {
 #define N_BUILTIN (int)(sizeof BUILTIN / sizeof *BUILTIN)
 
 const char *dataset_names(void) {
-    return "gsm8k, math500, aime25, mbpp, humaneval, livecodebench, mtbench, alpaca, arenahard, trainmix, builtin, or "
+    return "gsm8k, math500, aime25, mbpp, humaneval, livecodebench, mtbench, alpaca, arenahard, trainmix, train20k, builtin, or "
            "a .jsonl/.json path";
 }
 
@@ -201,6 +201,7 @@ int dataset_load(const char *name, const char *root, int limit, int skip_bad, pr
             if (push(out, BUILTIN[i].text, NULL, "builtin", BUILTIN[i].domain, i)) goto fail;
         return 0;
     }
+    if (strcmp(name, "train20k") == 0) return trainset_load(root, out);
     for (int i = 0; i < N_DATASETS; i++) {
         if (strcmp(name, DATASETS[i].name) != 0) continue;
         char path[4096];

@@ -27,6 +27,11 @@ typedef struct {
  * datasets (NULL: $DSPARK_DATA, else ../shared/datasets). limit <= 0: all. */
 int dataset_load(const char *name, const char *root, int limit, int skip_bad, prompt_set *out);
 void prompt_set_free(prompt_set *s);
+/* the ~20k-prompt drafter training mix (trainsets.c; also dataset_load("train20k")) */
+int trainset_load(const char *root, prompt_set *out);
+/* drop every prompt equal, after normalisation, to a prompt of an evaluation set under root;
+ * n_eval = evaluation prompts compared against */
+int dataset_drop_eval_overlap(prompt_set *s, const char *root, int *n_eval, int *n_dropped);
 const char *dataset_default_root(void);
 /* "known: ..." list for messages */
 const char *dataset_names(void);

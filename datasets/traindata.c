@@ -2,6 +2,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,112 +11,141 @@
 
 #include "../engine/decode.h"
 #include "../runtime/common.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/quant.h"
 #include "datasets.h"
-#include "../runtime/jcfg.h"
 
-/* ------------------------------------------------------------------------------ the index */
+enum { F_TOK, F_TAPS, F_ID, F_LP, F_FINAL, N_FILES };
+static const char *FILES[N_FILES] = {"tokens.bin", "taps.bin", "topk_id.bin", "topk_lp.bin", "final.bin"};
 
-typedef struct {
-    int n_seq;
-    long n_tok;
-    int n_tap, dim, taps[8];
-    int *len, *n_prompt, *source;
-    int cap;
-    char fp[64];
-} idx_t;
+/* ------------------------------------------------------------------------------- top-K */
 
-static void idx_free(idx_t *x) {
-    free(x->len), free(x->n_prompt), free(x->source);
-    memset(x, 0, sizeof *x);
-}
-
-static int idx_read(idx_t *x, const char *dir) {
-    memset(x, 0, sizeof *x);
-    char p[4096];
-    cJSON *j = NULL;
-    snprintf(p, sizeof p, "%s/index.json", dir);
-    struct stat st;
-    if (stat(p, &st) != 0) return 1; /* a fresh cache */
-    DS_TRYP(j = ds_read_json(p));
-    const cJSON *len = cJSON_GetObjectItem(j, "len"), *np = cJSON_GetObjectItem(j, "n_prompt"),
-                *src = cJSON_GetObjectItem(j, "source"), *taps = cJSON_GetObjectItem(j, "taps");
-    DS_CHECK(cJSON_IsArray(len) && cJSON_IsArray(np) && cJSON_IsArray(src) && cJSON_IsArray(taps) &&
-                 cJSON_GetArraySize(len) == cJSON_GetArraySize(np) && cJSON_GetArraySize(len) == cJSON_GetArraySize(src),
-             "%s: malformed index", p);
-    x->n_seq = cJSON_GetArraySize(len);
-    x->cap = x->n_seq + 1;
-    DS_TRYP(x->len = ds_malloc(sizeof(int) * (size_t)x->cap, "index"));
-    DS_TRYP(x->n_prompt = ds_malloc(sizeof(int) * (size_t)x->cap, "index"));
-    DS_TRYP(x->source = ds_malloc(sizeof(int) * (size_t)x->cap, "index"));
-    for (int i = 0; i < x->n_seq; i++) {
-        x->len[i] = cJSON_GetArrayItem(len, i)->valueint;
-        x->n_prompt[i] = cJSON_GetArrayItem(np, i)->valueint;
-        x->source[i] = cJSON_GetArrayItem(src, i)->valueint;
-        DS_CHECK(x->len[i] > 1 && x->n_prompt[i] >= 1 && x->n_prompt[i] < x->len[i], "%s: sequence %d is malformed", p, i);
-        x->n_tok += x->len[i];
+void topk_logprobs(const float *z, int V, int K, int32_t *id, float *lp) {
+    /* a min-heap of the K largest (value, id), ties to the smaller id */
+    int n = 0;
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+    double se = 0;
+    for (int v = 0; v < V; v++) {
+        se += expf(z[v] - mx);
+        float x = z[v];
+        if (n < K) {
+            int i = n++;
+            while (i > 0 && z[id[(i - 1) / 2]] > x) id[i] = id[(i - 1) / 2], i = (i - 1) / 2;
+            id[i] = v;
+        } else if (x > z[id[0]]) {
+            int i = 0;
+            for (;;) {
+                int l = 2 * i + 1, r = l + 1, m = i;
+                float vm = x;
+                if (l < K && z[id[l]] < vm) m = l, vm = z[id[l]];
+                if (r < K && z[id[r]] < vm) m = r;
+                if (m == i) break;
+                id[i] = id[m], i = m;
+            }
+            id[i] = v;
+        }
     }
-    x->n_tap = cJSON_GetArraySize(taps);
-    DS_CHECK(x->n_tap >= 1 && x->n_tap <= 8, "%s: bad taps", p);
-    for (int i = 0; i < x->n_tap; i++) x->taps[i] = cJSON_GetArrayItem(taps, i)->valueint;
-    const cJSON *dim = cJSON_GetObjectItem(j, "dim"), *fp = cJSON_GetObjectItem(j, "target_fingerprint");
-    DS_CHECK(cJSON_IsNumber(dim) && cJSON_IsString(fp), "%s: missing dim or target_fingerprint", p);
-    x->dim = dim->valueint;
-    snprintf(x->fp, sizeof x->fp, "%s", fp->valuestring);
-    cJSON_Delete(j);
-    return 0;
-fail:
-    cJSON_Delete(j);
-    idx_free(x);
-    return -1;
+    /* heap -> descending (insertion sort; K is small) */
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && (z[id[b - 1]] < z[id[b]] || (z[id[b - 1]] == z[id[b]] && id[b - 1] > id[b])); b--) {
+            int t = id[b];
+            id[b] = id[b - 1], id[b - 1] = t;
+        }
+    double lse = mx + log(se);
+    for (int k = 0; k < n; k++) lp[k] = (float)(z[id[k]] - lse);
+    for (int k = n; k < K; k++) id[k] = 0, lp[k] = -INFINITY; /* V < K: empty slots hold no mass */
 }
 
-static int idx_write(const idx_t *x, const char *dir) {
+/* ------------------------------------------------------------------------------ a shard */
+
+static cJSON *layout_json(const traindata_layout *l) {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "target_fingerprint", x->fp);
-    cJSON_AddNumberToObject(j, "dim", x->dim);
-    cJSON_AddNumberToObject(j, "n_tokens", (double)x->n_tok);
+    cJSON_AddNumberToObject(j, "format", 2);
+    cJSON_AddStringToObject(j, "target_fingerprint", l->fp);
+    cJSON_AddNumberToObject(j, "dim", l->dim);
     cJSON *t = cJSON_AddArrayToObject(j, "taps");
-    for (int i = 0; i < x->n_tap; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(x->taps[i]));
-    cJSON *len = cJSON_AddArrayToObject(j, "len"), *np = cJSON_AddArrayToObject(j, "n_prompt"),
-          *src = cJSON_AddArrayToObject(j, "source");
-    for (int i = 0; i < x->n_seq; i++) {
-        cJSON_AddItemToArray(len, cJSON_CreateNumber(x->len[i]));
-        cJSON_AddItemToArray(np, cJSON_CreateNumber(x->n_prompt[i]));
-        cJSON_AddItemToArray(src, cJSON_CreateNumber(x->source[i]));
-    }
-    char *txt = cJSON_PrintUnformatted(j), p[4096];
-    cJSON_Delete(j);
-    snprintf(p, sizeof p, "%s/index.json", dir);
-    int rc = txt ? ds_write_file_atomic(p, txt, strlen(txt)) : -1;
-    free(txt);
-    if (rc) ds_error_prefix("cannot write the cache index");
-    return rc;
+    for (int i = 0; i < l->n_tap; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(l->taps[i]));
+    cJSON_AddNumberToObject(j, "top_k", l->top_k);
+    cJSON_AddBoolToObject(j, "final", l->has_final);
+    return j;
 }
 
-/* ------------------------------------------------------------------------------- building */
-
-static int append_file(const char *dir, const char *name, const void *p, size_t n) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "ab");
-    if (!f) {
-        ds_error("%s: cannot open for appending: %s", path, strerror(errno));
-        return -1;
+/* 1: no layout yet (a fresh shard) */
+static int layout_read(traindata_layout *l, const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/layout.json", dir);
+    struct stat st;
+    if (stat(p, &st) != 0) return 1;
+    memset(l, 0, sizeof *l);
+    cJSON *j = ds_read_json(p);
+    if (!j) return -1;
+    const cJSON *f = cJSON_GetObjectItem(j, "format"), *fp = cJSON_GetObjectItem(j, "target_fingerprint"),
+                *dim = cJSON_GetObjectItem(j, "dim"), *taps = cJSON_GetObjectItem(j, "taps"),
+                *k = cJSON_GetObjectItem(j, "top_k"), *fin = cJSON_GetObjectItem(j, "final");
+    int ok = cJSON_IsNumber(f) && f->valueint == 2 && cJSON_IsString(fp) && cJSON_IsNumber(dim) && dim->valueint > 0 &&
+             cJSON_IsArray(taps) && cJSON_GetArraySize(taps) >= 1 && cJSON_GetArraySize(taps) <= 8 && cJSON_IsNumber(k) &&
+             k->valueint >= 1 && k->valueint <= 4096 && cJSON_IsBool(fin);
+    if (ok) {
+        snprintf(l->fp, sizeof l->fp, "%s", fp->valuestring);
+        l->dim = dim->valueint, l->top_k = k->valueint, l->has_final = cJSON_IsTrue(fin);
+        l->n_tap = cJSON_GetArraySize(taps);
+        for (int i = 0; i < l->n_tap; i++) l->taps[i] = cJSON_GetArrayItem(taps, i)->valueint;
     }
-    int ok = fwrite(p, 1, n, f) == n, err = ok ? 0 : errno;
-    if (fclose(f) != 0 && ok) ok = 0, err = errno;
-    if (!ok) ds_error("%s: write failed: %s", path, err ? strerror(err) : "short write");
+    cJSON_Delete(j);
+    if (!ok) ds_error("%s: malformed (format 2 expected: target_fingerprint, dim, taps, top_k, final)", p);
     return ok ? 0 : -1;
 }
 
+static int layout_same(const traindata_layout *a, const traindata_layout *b) {
+    return strcmp(a->fp, b->fp) == 0 && a->dim == b->dim && a->n_tap == b->n_tap && a->top_k == b->top_k &&
+           a->has_final == b->has_final && memcmp(a->taps, b->taps, sizeof(int) * (size_t)a->n_tap) == 0;
+}
+
+typedef struct {
+    int n_seq;
+    long n_tok, n_resp;
+    int32_t *rec; /* [n_seq][3]: len, n_prompt, source */
+} sidx;
+
+static int sidx_read(sidx *x, const char *dir) {
+    memset(x, 0, sizeof *x);
+    char p[4200], *txt = NULL;
+    size_t n = 0;
+    snprintf(p, sizeof p, "%s/index.bin", dir);
+    struct stat st;
+    if (stat(p, &st) == 0 && st.st_size > 0 && ds_read_file(p, &txt, &n)) return -1;
+    x->n_seq = (int)(n / 12);
+    x->rec = (int32_t *)txt;
+    for (int i = 0; i < x->n_seq; i++) {
+        int32_t *r = x->rec + 3 * i;
+        DS_CHECK(r[0] > 1 && r[1] >= 1 && r[1] < r[0] && r[2] >= 0, "%s: sequence %d is malformed (len %d, prompt %d)", p, i,
+                 r[0], r[1]);
+        x->n_tok += r[0];
+        x->n_resp += r[0] - r[1];
+    }
+    return 0;
+fail:
+    free(txt);
+    x->rec = NULL;
+    return -1;
+}
+
+static void file_sizes(const traindata_layout *l, long n_tok, long n_resp, off_t *want) {
+    want[F_TOK] = (off_t)n_tok * 4;
+    want[F_TAPS] = (off_t)n_tok * l->n_tap * l->dim * 2;
+    want[F_ID] = (off_t)n_resp * l->top_k * 4;
+    want[F_LP] = (off_t)n_resp * l->top_k * 4;
+    want[F_FINAL] = l->has_final ? (off_t)n_tok * l->dim * 4 : 0;
+}
+
 /* bring the data files back to what the index records (a build killed mid-append) */
-static int trim_files(const char *dir, const idx_t *x) {
-    const char *names[3] = {"tokens.bin", "taps.bin", "final.bin"};
-    off_t want[3] = {(off_t)(x->n_tok * 4), (off_t)(x->n_tok * x->n_tap * x->dim * 2), (off_t)(x->n_tok * x->dim * 4)};
-    for (int i = 0; i < 3; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+static int trim_files(const char *dir, const traindata_layout *l, const sidx *x) {
+    off_t want[N_FILES];
+    file_sizes(l, x->n_tok, x->n_resp, want);
+    for (int i = 0; i < N_FILES; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, FILES[i]);
         struct stat st;
         if (stat(p, &st) != 0) {
             if (want[i] == 0) continue;
@@ -135,64 +165,99 @@ static int trim_files(const char *dir, const idx_t *x) {
     return 0;
 }
 
-int traindata_append(target *t, const char *dir, const int *tokens, int n, int n_prompt, int source, int n_tap,
-                     const int *taps) {
-    idx_t x;
-    if (ds_mkdirs(dir, "the data cache folder")) return -1;
-    int rc = idx_read(&x, dir), ret = -1, D = t->m.cfg.dim;
-    float *cap = NULL, *fin = NULL;
-    uint16_t *bf = NULL;
-    kv_cache *kv = NULL;
-    if (rc < 0) return -1;
-    if (rc == 1) {
-        memset(&x, 0, sizeof x);
-        x.n_tap = n_tap;
-        memcpy(x.taps, taps, sizeof(int) * (size_t)n_tap);
-        x.dim = D;
-        snprintf(x.fp, sizeof x.fp, "%s", t->m.fingerprint);
+static int append_file(const char *dir, const char *name, const void *p, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "ab");
+    if (!f) {
+        ds_error("%s: cannot open for appending: %s", path, strerror(errno));
+        return -1;
     }
-    DS_CHECK(strcmp(x.fp, t->m.fingerprint) == 0 && x.dim == D && x.n_tap == n_tap &&
-                 memcmp(x.taps, taps, sizeof(int) * (size_t)n_tap) == 0,
-             "%s: the cache was built for another target or other tap layers", dir);
-    DS_TRY(trim_files(dir, &x));
-    /* the whole sequence in one forward, capturing the taps and the final normed state */
-    DS_TRYP(cap = ds_malloc(sizeof(float) * (size_t)n_tap * n * D, "capture"));
-    DS_TRYP(fin = ds_malloc(sizeof(float) * (size_t)n * D, "capture"));
-    DS_TRYP(bf = ds_malloc(sizeof(uint16_t) * (size_t)n_tap * n * D, "capture"));
+    int ok = fwrite(p, 1, n, f) == n, err = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) ok = 0, err = errno;
+    if (!ok) ds_error("%s: write failed: %s", path, err ? strerror(err) : "short write");
+    return ok ? 0 : -1;
+}
+
+/* open a shard for appending: its layout written or checked, its files trimmed to its index */
+static int shard_prepare(const char *dir, const traindata_layout *lay, sidx *x) {
+    traindata_layout have;
+    if (ds_mkdirs(dir, "the data cache shard")) return -1;
+    int r = layout_read(&have, dir);
+    if (r < 0) return -1;
+    if (r == 1) {
+        cJSON *j = layout_json(lay);
+        char p[4200], *txt = cJSON_Print(j);
+        cJSON_Delete(j);
+        snprintf(p, sizeof p, "%s/layout.json", dir);
+        int w = txt ? ds_write_file_atomic(p, txt, strlen(txt)) : -1;
+        free(txt);
+        if (w) return -1;
+    } else if (!layout_same(&have, lay)) {
+        ds_error("%s: the shard was built for another target, other tap layers, another top_k or store_final", dir);
+        return -1;
+    }
+    if (sidx_read(x, dir)) return -1;
+    if (trim_files(dir, lay, x)) {
+        free(x->rec);
+        return -1;
+    }
+    return 0;
+}
+
+/* one sequence, teacher-forced: taps for every position, top-K at positions n_prompt-1 .. n-2 */
+static int capture_append(target *t, const char *dir, const int *tokens, int n, int n_prompt, int source,
+                          const traindata_layout *lay) {
+    int D = t->m.cfg.dim, V = t->m.cfg.vocab_size, K = lay->top_k, R = n - n_prompt, rc = -1;
+    float *cap = NULL, *fin = NULL, *logits = NULL, *lp = NULL;
+    uint16_t *bf = NULL;
+    int32_t *id = NULL;
+    kv_cache *kv = NULL;
+    DS_CHECK(n <= t->m.cfg.max_seq, "a sequence of %d tokens exceeds the target's context of %d", n, t->m.cfg.max_seq);
+    DS_TRYP(cap = ds_malloc(sizeof(float) * (size_t)lay->n_tap * n * D, "capture"));
+    if (lay->has_final) DS_TRYP(fin = ds_malloc(sizeof(float) * (size_t)n * D, "capture"));
+    DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)n * V, "capture logits"));
+    DS_TRYP(bf = ds_malloc(sizeof(uint16_t) * (size_t)lay->n_tap * n * D, "capture"));
+    DS_TRYP(id = ds_malloc(sizeof(int32_t) * (size_t)R * K, "top-k"));
+    DS_TRYP(lp = ds_malloc(sizeof(float) * (size_t)R * K, "top-k"));
     DS_TRYP(kv = kv_cache_new(t->be, &t->m.cfg, n));
     kv_cache *kvs[1] = {kv};
-    fwd_batch b = {.n_seq = 1, .kv = kvs, .n_new = &n, .tokens = tokens, .n_capture = n_tap, .capture_layers = taps,
-                   .capture = cap, .final_hidden = fin};
+    fwd_batch b = {.n_seq = 1, .kv = kvs, .n_new = &n, .tokens = tokens, .all_logits = 1, .logits = logits,
+                   .n_capture = lay->n_tap, .capture_layers = lay->taps, .capture = cap, .final_hidden = fin};
     DS_TRY(model_forward(&t->m, &t->fs, &b));
     for (int i = 0; i < n; i++) /* [tap][row][dim] -> [row][tap][dim], bf16 */
-        for (int k = 0; k < n_tap; k++)
+        for (int k = 0; k < lay->n_tap; k++)
             for (int d = 0; d < D; d++)
-                bf[((size_t)i * n_tap + k) * D + d] = ds_f32_to_bf16(cap[((size_t)k * n + i) * D + d]);
-    DS_TRY(append_file(dir, "tokens.bin", tokens, sizeof(int) * (size_t)n));
-    DS_TRY(append_file(dir, "taps.bin", bf, sizeof(uint16_t) * (size_t)n_tap * n * D));
-    DS_TRY(append_file(dir, "final.bin", fin, sizeof(float) * (size_t)n * D));
-    if (x.n_seq + 1 > x.cap) {
-        x.cap = 2 * x.cap + 16;
-        int *a = ds_realloc(x.len, sizeof(int) * (size_t)x.cap, "index"), *b2, *c2;
-        DS_TRYP(a);
-        x.len = a;
-        DS_TRYP(b2 = ds_realloc(x.n_prompt, sizeof(int) * (size_t)x.cap, "index"));
-        x.n_prompt = b2;
-        DS_TRYP(c2 = ds_realloc(x.source, sizeof(int) * (size_t)x.cap, "index"));
-        x.source = c2;
-    }
-    x.len[x.n_seq] = n;
-    x.n_prompt[x.n_seq] = n_prompt;
-    x.source[x.n_seq] = source;
-    x.n_seq++;
-    x.n_tok += n;
-    DS_TRY(idx_write(&x, dir));
-    ret = 0;
+                bf[((size_t)i * lay->n_tap + k) * D + d] = ds_f32_to_bf16(cap[((size_t)k * n + i) * D + d]);
+    for (int r = 0; r < R; r++)
+        topk_logprobs(logits + (size_t)(n_prompt - 1 + r) * V, V, K, id + (size_t)r * K, lp + (size_t)r * K);
+    DS_TRY(append_file(dir, FILES[F_TOK], tokens, sizeof(int) * (size_t)n));
+    DS_TRY(append_file(dir, FILES[F_TAPS], bf, sizeof(uint16_t) * (size_t)lay->n_tap * n * D));
+    DS_TRY(append_file(dir, FILES[F_ID], id, sizeof(int32_t) * (size_t)R * K));
+    DS_TRY(append_file(dir, FILES[F_LP], lp, sizeof(float) * (size_t)R * K));
+    if (fin) DS_TRY(append_file(dir, FILES[F_FINAL], fin, sizeof(float) * (size_t)n * D));
+    int32_t rec[3] = {n, n_prompt, source};
+    DS_TRY(append_file(dir, "index.bin", rec, sizeof rec)); /* last: the sequence exists once indexed */
+    rc = 0;
 fail:
     if (kv) kv_cache_free(t->be, kv);
-    free(cap), free(fin), free(bf);
-    idx_free(&x);
-    return ret;
+    free(cap), free(fin), free(logits), free(bf), free(id), free(lp);
+    return rc;
+}
+
+int traindata_append(target *t, const char *dir, const int *tokens, int n, int n_prompt, int source,
+                     const traindata_layout *lay0) {
+    traindata_layout lay = *lay0;
+    sidx x;
+    lay.dim = t->m.cfg.dim;
+    snprintf(lay.fp, sizeof lay.fp, "%s", t->m.fingerprint);
+    DS_CHECK(n_prompt >= 1 && n > n_prompt, "a training sequence needs a prompt and a response (%d of %d tokens)",
+             n_prompt, n);
+    if (shard_prepare(dir, &lay, &x)) return -1;
+    free(x.rec);
+    return capture_append(t, dir, tokens, n, n_prompt, source, &lay);
+fail:
+    return -1;
 }
 
 /* ---------------------------------------------------------------- what the cache was built from */
@@ -202,12 +267,13 @@ static uint64_t fnv_str(uint64_t h, const char *s) {
     return (h ^ 0xff) * 0x100000001b3ull; /* a separator, so ("ab","c") != ("a","bc") */
 }
 
-static cJSON *provenance(const target *t, const traindata_opts *o, const prompt_set *ps) {
+static cJSON *provenance(const target *t, const traindata_opts *o, const prompt_set *ps, int n_eval, int n_overlap) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < ps->n; i++) h = fnv_str(fnv_str(h, ps->v[i].text), o->given ? ps->v[i].text2 : NULL);
     char hex[20];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
     cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "format", 2);
     cJSON_AddStringToObject(j, "dataset", o->dataset);
     cJSON_AddStringToObject(j, "prompts_hash", hex);
     cJSON_AddNumberToObject(j, "prompts", ps->n);
@@ -221,22 +287,21 @@ static cJSON *provenance(const target *t, const traindata_opts *o, const prompt_
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON *tp = cJSON_AddArrayToObject(j, "taps");
     for (int i = 0; i < o->n_tap; i++) cJSON_AddItemToArray(tp, cJSON_CreateNumber(o->taps[i]));
+    cJSON_AddNumberToObject(j, "target_top_k", o->top_k);
+    cJSON_AddBoolToObject(j, "store_final", o->store_final);
+    cJSON_AddNumberToObject(j, "shard_size", o->shard_size);
     cJSON_AddStringToObject(j, "target_fingerprint", t->m.fingerprint);
     cJSON_AddNumberToObject(j, "vocab", t->tk.n_vocab);
     cJSON_AddStringToObject(j, "chat_template", chat_family_name(&t->ct));
+    cJSON_AddNumberToObject(j, "evaluation_prompts_checked", n_eval);
+    cJSON_AddNumberToObject(j, "evaluation_overlap_dropped", n_overlap);
     return j;
 }
 
-/* the first field that differs, named; -1 on a mismatch or a cache that never recorded it */
+/* the first field that differs, named */
 static int provenance_check(const char *dir, const cJSON *want) {
     char p[4200];
     snprintf(p, sizeof p, "%s/built_from.json", dir);
-    struct stat st;
-    if (stat(p, &st) != 0) {
-        ds_error("%s: this cache does not record what it was built from (an older version made it); use another "
-                 "data.cache folder, or data.rebuild: true to replace it", dir);
-        return -1;
-    }
     cJSON *have = ds_read_json(p);
     if (!have) return -1;
     char msg[600];
@@ -248,97 +313,292 @@ static int provenance_check(const char *dir, const cJSON *want) {
     return rc;
 }
 
+static void shard_dir(char *out, size_t n, const char *dir, int s) { snprintf(out, n, "%s/shard-%04d", dir, s); }
+
 static int remove_cache(const char *dir) {
-    const char *names[5] = {"tokens.bin", "taps.bin", "final.bin", "index.json", "built_from.json"};
-    char p[4200];
-    for (int i = 0; i < 5; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        if (remove(p) != 0 && errno != ENOENT) {
-            ds_error("%s: cannot remove: %s", p, strerror(errno));
-            return -1;
+    char p[4200], q[4400];
+    for (int s = 0;; s++) {
+        shard_dir(p, sizeof p, dir, s);
+        struct stat st;
+        if (stat(p, &st) != 0) break;
+        const char *extra[3] = {"index.bin", "layout.json", "done"};
+        for (int i = 0; i < N_FILES + 3; i++) {
+            snprintf(q, sizeof q, "%s/%s", p, i < N_FILES ? FILES[i] : extra[i - N_FILES]);
+            if (remove(q) != 0 && errno != ENOENT) return ds_error("%s: cannot remove: %s", q, strerror(errno)), -1;
+        }
+        if (rmdir(p) != 0) return ds_error("%s: cannot remove (not only cache files in it?): %s", p, strerror(errno)), -1;
+    }
+    snprintf(p, sizeof p, "%s/built_from.json", dir);
+    if (remove(p) != 0 && errno != ENOENT) return ds_error("%s: cannot remove: %s", p, strerror(errno)), -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------- building */
+
+typedef struct {
+    double t_gen;
+    long gen_tok, cap_tok, done_prompts, seqs;
+} build_stats;
+
+/* One generating sequence: everything captured for it so far, appended to the shard when it ends. */
+typedef struct {
+    int src, n_prompt, done, fed; /* fed: tokens whose states are captured */
+    ivec toks;
+    uint16_t *taps;               /* [cap][n_tap][dim] bf16 */
+    int32_t *id;                  /* [cap][K] */
+    float *lp, *fin;
+    int cap;
+    kv_cache *kv;
+    rng_t rng;
+} gen_seq;
+
+static void gen_seq_free(gen_seq *g, target *t) {
+    ivec_free(&g->toks);
+    free(g->taps), free(g->id), free(g->lp), free(g->fin);
+    if (g->kv) kv_cache_free(t->be, g->kv);
+    memset(g, 0, sizeof *g);
+}
+
+static int write_seq(const char *dir, const gen_seq *g, const traindata_layout *l) {
+    int n = g->toks.n, R = n - g->n_prompt;
+    size_t per = (size_t)l->n_tap * l->dim;
+    DS_TRY(append_file(dir, FILES[F_TOK], g->toks.v, sizeof(int) * (size_t)n));
+    DS_TRY(append_file(dir, FILES[F_TAPS], g->taps, sizeof(uint16_t) * (size_t)n * per));
+    DS_TRY(append_file(dir, FILES[F_ID], g->id, sizeof(int32_t) * (size_t)R * l->top_k));
+    DS_TRY(append_file(dir, FILES[F_LP], g->lp, sizeof(float) * (size_t)R * l->top_k));
+    if (l->has_final) DS_TRY(append_file(dir, FILES[F_FINAL], g->fin, sizeof(float) * (size_t)n * l->dim));
+    int32_t rec[3] = {n, g->n_prompt, g->src};
+    DS_TRY(append_file(dir, "index.bin", rec, sizeof rec));
+    return 0;
+fail:
+    return -1;
+}
+
+/* Generate responses for a batch of prompts in lockstep and capture, in the same forwards, every
+ * fed token's tapped states and the top-K of every distribution a response token is drawn from:
+ * one varlen forward prefills all the prompts, then each step feeds every live sequence its last
+ * token. A finished sequence is fed its final token once more (for that token's states) and then
+ * written. The int8 contract is batch-invariant, so the states equal a teacher-forced pass. */
+static int generate_batch(target *t, const traindata_opts *o, gen_seq *g, int nb, const char *dir,
+                          const traindata_layout *l, build_stats *bs) {
+    int D = t->m.cfg.dim, V = t->m.cfg.vocab_size, K = l->top_k, NT = l->n_tap, rc = -1, max_rows = 0;
+    float *logits = NULL, *cap = NULL, *fin = NULL, *probs = NULL;
+    int *tokens = NULL, *n_new = NULL, *who = NULL;
+    kv_cache **kvs = NULL;
+    lp_scratch scr = {0};
+    for (int k = 0; k < nb; k++) max_rows += g[k].toks.n;
+    DS_TRYP(tokens = ds_malloc(sizeof(int) * (size_t)max_rows, "generation"));
+    DS_TRYP(n_new = ds_malloc(sizeof(int) * (size_t)nb, "generation"));
+    DS_TRYP(who = ds_malloc(sizeof(int) * (size_t)nb, "generation"));
+    DS_TRYP(kvs = ds_malloc(sizeof *kvs * (size_t)nb, "generation"));
+    DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)nb * V, "generation"));
+    DS_TRYP(probs = ds_malloc(sizeof(float) * (size_t)V, "generation"));
+    DS_TRYP(cap = ds_malloc(sizeof(float) * (size_t)NT * max_rows * D, "generation"));
+    if (l->has_final) DS_TRYP(fin = ds_malloc(sizeof(float) * (size_t)max_rows * D, "generation"));
+    double t0 = ds_now();
+    for (int step = 0;; step++) {
+        /* this step's rows: the whole prompt at step 0, then each live sequence's newest token */
+        int ns = 0, T = 0;
+        for (int k = 0; k < nb; k++) {
+            gen_seq *s = &g[k];
+            if (s->fed == s->toks.n) continue; /* finished and fully captured */
+            int n = s->toks.n - s->fed;
+            memcpy(tokens + T, s->toks.v + s->fed, sizeof(int) * (size_t)n);
+            who[ns] = k, n_new[ns] = n, kvs[ns] = s->kv;
+            ns++, T += n;
+        }
+        if (!ns) break;
+        fwd_batch fb = {.n_seq = ns, .kv = kvs, .n_new = n_new, .tokens = tokens, .all_logits = 0, .logits = logits,
+                        .n_capture = NT, .capture_layers = l->taps, .capture = cap, .final_hidden = fin};
+        DS_TRY(model_forward(&t->m, &t->fs, &fb));
+        for (int j = 0, row = 0; j < ns; row += n_new[j], j++) {
+            gen_seq *s = &g[who[j]];
+            for (int i = 0; i < n_new[j]; i++) { /* states of the fed tokens */
+                uint16_t *dst = s->taps + (size_t)(s->fed + i) * NT * D;
+                for (int tp = 0; tp < NT; tp++)
+                    for (int d = 0; d < D; d++) dst[tp * D + d] = ds_f32_to_bf16(cap[((size_t)tp * T + row + i) * D + d]);
+                if (fin) memcpy(s->fin + (size_t)(s->fed + i) * D, fin + (size_t)(row + i) * D, sizeof(float) * D);
+            }
+            s->fed += n_new[j];
+            if (s->done) continue; /* the final token's states only */
+            const float *z = logits + (size_t)j * V;
+            int r = s->toks.n - s->n_prompt; /* top-K row r: the law of token n_prompt + r */
+            topk_logprobs(z, V, K, s->id + (size_t)r * K, s->lp + (size_t)r * K);
+            DS_TRY(logits_process(z, V, &o->sp, probs, &scr));
+            int tok = rng_draw(&s->rng, probs, V);
+            DS_CHECK(tok >= 0, "sampling failed");
+            DS_TRY(ivec_push(&s->toks, tok));
+            if (tokenizer_is_eog(&t->tk, tok) || s->toks.n - s->n_prompt >= o->max_new) s->done = 1;
         }
     }
-    return 0;
+    bs->t_gen += ds_now() - t0;
+    for (int k = 0; k < nb; k++) {
+        bs->gen_tok += g[k].toks.n - g[k].n_prompt, bs->cap_tok += g[k].toks.n, bs->seqs++;
+        DS_TRY(write_seq(dir, &g[k], l));
+    }
+    rc = 0;
+fail:
+    lp_scratch_free(&scr);
+    free(tokens), free(n_new), free(who), free(kvs), free(logits), free(probs), free(cap), free(fin);
+    return rc;
+}
+
+/* generate responses for prompts [a, b) of the shuffled set in batches, capture and append them */
+static int build_shard(target *t, const traindata_opts *o, const prompt_set *ps, const char *dir, int a, int b,
+                       const traindata_layout *lay, build_stats *bs, ds_progress *pr) {
+    sidx x;
+    if (shard_prepare(dir, lay, &x)) return -1;
+    int from = a, D = t->m.cfg.dim;
+    for (int i = 0; i < x.n_seq; i++) from = DS_MAX(from, x.rec[3 * i + 2] + 1);
+    bs->done_prompts += from - a;
+    free(x.rec);
+    int rc = -1, B = DS_MAX(1, o->batch), nb = 0;
+    gen_seq *g = ds_calloc((size_t)B, sizeof *g, "generation");
+    if (!g) return -1;
+    for (int i = from; i < b;) {
+        /* the next batch: prompts that fit */
+        for (; i < b && nb < B; i++) {
+            chat_msg msg = {"user", ps->v[i].text};
+            ivec ids = {0};
+            if (chat_encode(&t->ct, &t->tk, &msg, 1, 1, &ids)) goto done;
+            int np = ids.n;
+            if (np > o->max_prompt || np + o->max_new + 1 > t->m.cfg.max_seq) { /* skipped: a later source marks it done */
+                ivec_free(&ids);
+                continue;
+            }
+            if (o->given) { /* teacher forcing on the record's own second turn */
+                if (!ps->v[i].text2 || tokenizer_encode(&t->tk, ps->v[i].text2, strlen(ps->v[i].text2), 0, &ids)) {
+                    ivec_free(&ids);
+                    if (ps->v[i].text2) goto done;
+                    continue;
+                }
+                double t0 = ds_now();
+                int e = ids.n > np + 1 ? capture_append(t, dir, ids.v, ids.n, np, i, lay) : 0;
+                bs->t_gen += ds_now() - t0, bs->cap_tok += ids.n, bs->seqs += ids.n > np + 1;
+                ivec_free(&ids);
+                if (e) goto done;
+                continue;
+            }
+            gen_seq *s = &g[nb++];
+            int cap = np + o->max_new;
+            s->src = i, s->n_prompt = np, s->toks = ids, s->cap = cap;
+            rng_seed(&s->rng, o->seed * 1000003ull + (uint64_t)i);
+            DS_TRYP(s->taps = ds_malloc(sizeof(uint16_t) * (size_t)cap * lay->n_tap * D, "generation"));
+            DS_TRYP(s->id = ds_malloc(sizeof(int32_t) * (size_t)o->max_new * lay->top_k, "generation"));
+            DS_TRYP(s->lp = ds_malloc(sizeof(float) * (size_t)o->max_new * lay->top_k, "generation"));
+            if (lay->has_final) DS_TRYP(s->fin = ds_malloc(sizeof(float) * (size_t)cap * D, "generation"));
+            DS_TRYP(s->kv = kv_cache_new(t->be, &t->m.cfg, cap));
+        }
+        if (nb) {
+            if (generate_batch(t, o, g, nb, dir, lay, bs)) goto done;
+            for (int k = 0; k < nb; k++) gen_seq_free(&g[k], t);
+            nb = 0;
+        }
+        if (!o->quiet) {
+            char extra[200];
+            snprintf(extra, sizeof extra, "%ld seqs, %ld tokens | %.0f tok/s (%.0f generated/s)", bs->seqs, bs->cap_tok,
+                     bs->t_gen > 0 ? bs->cap_tok / bs->t_gen : 0.0, bs->t_gen > 0 ? bs->gen_tok / bs->t_gen : 0.0);
+            ds_progress_update(pr, bs->done_prompts + (i - from), extra);
+        }
+    }
+    bs->done_prompts += b - from;
+    {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/done", dir);
+        if (ds_write_file_atomic(p, "done\n", 5)) goto done;
+    }
+    rc = 0;
+fail:
+done:
+    for (int k = 0; k < B; k++) gen_seq_free(&g[k], t);
+    free(g);
+    return rc;
 }
 
 int traindata_build(target *t, const traindata_opts *o) {
     prompt_set ps;
-    idx_t x;
     cJSON *want = NULL;
-    int rc = -1, done_src = -1;
+    int rc = -1, n_eval = 0, n_overlap = 0;
+    char p[4200];
+    DS_CHECK(o->top_k >= 1 && o->top_k <= 4096 && o->shard_size >= 1 && o->batch >= 1,
+             "data: top_k (1..4096), shard_size and batch (>= 1) are required");
     if (ds_mkdirs(o->dir, "the data cache folder")) return -1;
     if (o->rebuild && remove_cache(o->dir)) return -1;
-    if (dataset_load(o->dataset, o->data_root, o->limit, o->skip_bad, &ps)) return -1;
-    if (ps.skipped) fprintf(stderr, "train: %d malformed prompt line(s) skipped (skip_bad_lines)\n", ps.skipped);
+    const char *root = o->data_root ? o->data_root : dataset_default_root();
+    if (dataset_load(o->dataset, root, 0, o->skip_bad, &ps)) return -1;
+    if (ps.skipped) fprintf(stderr, "data: %d malformed prompt line(s) skipped (skip_bad_lines)\n", ps.skipped);
+    /* no evaluation prompt in training data: drop any that equals one (normalised) */
+    if (dataset_drop_eval_overlap(&ps, root, &n_eval, &n_overlap)) goto done_ps;
+    if (!o->quiet)
+        fprintf(stderr, "data: %d training prompts checked against %d evaluation prompts: %d equal ones dropped\n",
+                ps.n + n_overlap, n_eval, n_overlap);
+    /* a seeded shuffle, so every finished shard is a uniform sample of the set */
+    {
+        rng_t r;
+        rng_seed(&r, o->seed ^ 0x5a4d);
+        for (int i = ps.n - 1; i > 0; i--) {
+            int j = (int)(rng_u64(&r) % (uint64_t)(i + 1));
+            prompt tmp = ps.v[i];
+            ps.v[i] = ps.v[j], ps.v[j] = tmp;
+        }
+        if (o->limit > 0 && o->limit < ps.n) {
+            for (int i = o->limit; i < ps.n; i++) free(ps.v[i].text), free(ps.v[i].text2);
+            ps.n = o->limit;
+        }
+    }
     if (ps.n == 0) {
         ds_error("%s: no usable prompts to build the training data from", o->dataset);
-        prompt_set_free(&ps);
-        return -1;
+        goto done_ps;
     }
-    int r = idx_read(&x, o->dir);
-    if (r < 0) goto done_ps;
-    DS_TRYP(want = provenance(t, o, &ps));
-    if (r == 0) {
-        for (int i = 0; i < x.n_seq; i++) done_src = DS_MAX(done_src, x.source[i]);
-        idx_free(&x);
+    DS_TRYP(want = provenance(t, o, &ps, n_eval, n_overlap));
+    snprintf(p, sizeof p, "%s/built_from.json", o->dir);
+    struct stat st;
+    if (stat(p, &st) == 0) {
         if (provenance_check(o->dir, want)) goto done_ps;
     } else { /* a fresh cache: say what it is built from before the first sequence lands */
-        char p[4200], *txt = cJSON_Print(want);
-        snprintf(p, sizeof p, "%s/built_from.json", o->dir);
+        char *txt = cJSON_Print(want);
         int w = txt ? ds_write_file_atomic(p, txt, strlen(txt)) : -1;
         free(txt);
         if (w) goto done_ps;
     }
-    if (done_src + 1 >= ps.n) {
+    traindata_layout lay = {.n_tap = o->n_tap, .dim = t->m.cfg.dim, .top_k = o->top_k, .has_final = o->store_final};
+    memcpy(lay.taps, o->taps, sizeof lay.taps);
+    snprintf(lay.fp, sizeof lay.fp, "%s", t->m.fingerprint);
+    int n_shards = (ps.n + o->shard_size - 1) / o->shard_size, stop = o->max_shards > 0 ? o->max_shards : n_shards;
+    build_stats bs = {0};
+    ds_progress pr;
+    int todo = 0;
+    for (int s = 0; s < DS_MIN(stop, n_shards); s++) {
+        shard_dir(p, sizeof p, o->dir, s);
+        char q[4400];
+        snprintf(q, sizeof q, "%s/done", p);
+        todo += stat(q, &st) != 0;
+    }
+    if (!todo) {
         rc = 0;
         goto done_ps;
     }
-    fprintf(stderr, "data: %s, %d prompts (%d already cached) -> %s\n", o->dataset, ps.n, done_src + 1, o->dir);
-    ds_progress pr;
-    ds_progress_start(&pr, "data: prompts", "prompts", ps.n);
-    long toks = 0;
-    for (int i = done_src + 1; i < ps.n; i++) {
-        chat_msg msg = {"user", ps.v[i].text};
-        ivec ids = {0};
-        if (chat_encode(&t->ct, &t->tk, &msg, 1, 1, &ids)) goto done_ps;
-        int np = ids.n;
-        if (np > o->max_prompt) { /* skipped, but recorded as done by the next sequence's source */
-            ivec_free(&ids);
+    if (!o->quiet) {
+        fprintf(stderr, "data: %s, %d prompts in %d shards of %d -> %s (generating %d at a time)\n", o->dataset, ps.n,
+                n_shards, o->shard_size, o->dir, o->batch);
+        ds_progress_start(&pr, "data: prompts", "prompts", (long)DS_MIN(ps.n, stop * o->shard_size));
+    }
+    for (int s = 0; s < DS_MIN(stop, n_shards); s++) {
+        int a = s * o->shard_size, b = DS_MIN(ps.n, a + o->shard_size);
+        char q[4400];
+        shard_dir(p, sizeof p, o->dir, s);
+        snprintf(q, sizeof q, "%s/done", p);
+        if (stat(q, &st) == 0) {
+            bs.done_prompts += b - a;
             continue;
         }
-        if (o->given) {
-            if (!ps.v[i].text2) {
-                ivec_free(&ids);
-                continue;
-            }
-            if (tokenizer_encode(&t->tk, ps.v[i].text2, strlen(ps.v[i].text2), 0, &ids)) goto done_ps;
-        } else {
-            request req;
-            if (request_init(&req, t, i, ids.v, ids.n, o->max_new, o->seed * 1000003ull + (uint64_t)i)) goto done_ps;
-            decode_cfg cfg = {o->sp, 0, NULL, NULL, NULL, NULL, MODE_AR};
-            decode_stats st;
-            memset(&st, 0, sizeof st);
-            request *rp = &req;
-            int e = decode_run(t, &rp, 1, &cfg, &st);
-            ivec_free(&ids);
-            ids = req.toks; /* prompt + response */
-            req.toks = (ivec){0};
-            request_free(&req, t);
-            if (e) goto done_ps;
-        }
-        if (ids.n > np + 1) {
-            if (traindata_append(t, o->dir, ids.v, ids.n, np, i, o->n_tap, o->taps)) {
-                ivec_free(&ids);
-                goto done_ps;
-            }
-            toks += ids.n;
-        }
-        ivec_free(&ids);
-        char extra[64];
-        snprintf(extra, sizeof extra, "%ld tokens", toks);
-        ds_progress_update(&pr, i + 1, extra);
+        if (build_shard(t, o, &ps, p, a, b, &lay, &bs, &pr)) goto done_ps;
     }
-    ds_progress_end(&pr);
+    if (!o->quiet) {
+        ds_progress_end(&pr);
+        fprintf(stderr, "data: this run: %ld sequences, %ld tokens (%ld generated) in %.0f s: %.1f tok/s, batch %d\n",
+                bs.seqs, bs.cap_tok, bs.gen_tok, bs.t_gen, bs.t_gen > 0 ? bs.cap_tok / bs.t_gen : 0.0, o->batch);
+    }
     rc = 0;
 fail:
 done_ps:
@@ -349,56 +609,106 @@ done_ps:
 
 /* ---------------------------------------------------------------------------------- reading */
 
-static int map_one(train_cache *c, int k, const char *dir, const char *name, size_t want) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    if (ds_map_file(p, want, "the size the index records", &c->maps[k], &c->map_len[k])) return -1;
-    return 0;
-}
-
 int traindata_open(train_cache *c, const char *dir, const target *t) {
     memset(c, 0, sizeof *c);
-    idx_t x;
-    int r = idx_read(&x, dir);
-    if (r == 1) ds_error("%s: no training cache here (index.json missing)", dir);
-    if (r) return -1;
-    DS_CHECK(!t || strcmp(x.fp, t->m.fingerprint) == 0, "%s: the cache was built with target %s, not %s", dir, x.fp,
-             t->m.fingerprint);
-    c->n_seq = x.n_seq;
-    c->n_tok = x.n_tok;
-    c->n_tap = x.n_tap;
-    c->dim = x.dim;
-    memcpy(c->taps, x.taps, sizeof c->taps);
-    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", x.fp);
-    c->len = x.len, c->n_prompt = x.n_prompt, c->source = x.source;
-    x.len = x.n_prompt = x.source = NULL;
-    DS_TRYP(c->off = ds_malloc(sizeof(long) * (size_t)(c->n_seq + 1), "cache index"));
-    c->off[0] = 0;
-    for (int i = 0; i < c->n_seq; i++) c->off[i + 1] = c->off[i] + c->len[i];
-    DS_TRY(map_one(c, 0, dir, "tokens.bin", (size_t)c->n_tok * 4));
-    DS_TRY(map_one(c, 1, dir, "taps.bin", (size_t)c->n_tok * c->n_tap * c->dim * 2));
-    DS_TRY(map_one(c, 2, dir, "final.bin", (size_t)c->n_tok * c->dim * 4));
-    c->tokens = (const int *)c->maps[0];
-    c->taps16 = (const uint16_t *)c->maps[1];
-    c->final = (const float *)c->maps[2];
-    for (long i = 0; i < c->n_tok; i++)
-        DS_CHECK(c->tokens[i] >= 0 && (!t || c->tokens[i] < t->m.cfg.vocab_size), "%s: token %ld out of range", dir, i);
-    idx_free(&x);
+    char p[4200];
+    int cap = 0;
+    for (int s = 0;; s++) {
+        shard_dir(p, sizeof p, dir, s);
+        traindata_layout lay;
+        struct stat st;
+        if (stat(p, &st) != 0) break;
+        int r = layout_read(&lay, p);
+        if (r == 1) break; /* created, nothing in it yet */
+        if (r < 0) goto fail;
+        if (s == 0) {
+            c->n_tap = lay.n_tap, c->dim = lay.dim, c->top_k = lay.top_k, c->has_final = lay.has_final;
+            memcpy(c->taps, lay.taps, sizeof c->taps);
+            snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", lay.fp);
+            DS_CHECK(!t || strcmp(lay.fp, t->m.fingerprint) == 0, "%s: the cache was built with target %s, not %s", dir,
+                     lay.fp, t->m.fingerprint);
+        } else {
+            traindata_layout l0 = {.n_tap = c->n_tap, .dim = c->dim, .top_k = c->top_k, .has_final = c->has_final};
+            memcpy(l0.taps, c->taps, sizeof l0.taps);
+            snprintf(l0.fp, sizeof l0.fp, "%s", c->target_fingerprint);
+            DS_CHECK(layout_same(&lay, &l0), "%s: its layout differs from shard-0000's", p);
+        }
+        sidx x;
+        if (sidx_read(&x, p)) goto fail;
+        traindata_shard *nsh = ds_realloc(c->sh, sizeof *nsh * (size_t)(s + 1), "cache shards");
+        if (!nsh) {
+            free(x.rec);
+            goto fail;
+        }
+        c->sh = nsh;
+        traindata_shard *sh = &c->sh[s];
+        memset(sh, 0, sizeof *sh);
+        c->n_shard = s + 1;
+        off_t want[N_FILES];
+        file_sizes(&lay, x.n_tok, x.n_resp, want);
+        for (int f = 0; f < N_FILES && x.n_seq; f++) {
+            if (want[f] == 0) continue;
+            char q[4400];
+            snprintf(q, sizeof q, "%s/%s", p, FILES[f]);
+            if (ds_map_file(q, (size_t)want[f], "the size its index records", &sh->maps[f], &sh->map_len[f])) {
+                free(x.rec);
+                goto fail;
+            }
+        }
+        sh->tokens = (const int *)sh->maps[F_TOK], sh->taps16 = (const uint16_t *)sh->maps[F_TAPS];
+        sh->tk_id = (const int32_t *)sh->maps[F_ID], sh->tk_lp = (const float *)sh->maps[F_LP];
+        sh->final = (const float *)sh->maps[F_FINAL];
+        if (c->n_seq + x.n_seq > cap) {
+            cap = 2 * (c->n_seq + x.n_seq) + 16;
+            int *a1 = ds_realloc(c->len, sizeof(int) * (size_t)cap, "cache index");
+            if (a1) c->len = a1;
+            int *a2 = a1 ? ds_realloc(c->n_prompt, sizeof(int) * (size_t)cap, "cache index") : NULL;
+            if (a2) c->n_prompt = a2;
+            int *a3 = a2 ? ds_realloc(c->source, sizeof(int) * (size_t)cap, "cache index") : NULL;
+            if (a3) c->source = a3;
+            int *a4 = a3 ? ds_realloc(c->shard, sizeof(int) * (size_t)cap, "cache index") : NULL;
+            if (a4) c->shard = a4;
+            long *a5 = a4 ? ds_realloc(c->off, sizeof(long) * (size_t)cap, "cache index") : NULL;
+            if (a5) c->off = a5;
+            long *a6 = a5 ? ds_realloc(c->koff, sizeof(long) * (size_t)cap, "cache index") : NULL;
+            if (a6) c->koff = a6;
+            if (!a6) {
+                free(x.rec);
+                goto fail;
+            }
+        }
+        long off = 0, koff = 0;
+        for (int i = 0; i < x.n_seq; i++) {
+            int q = c->n_seq++;
+            c->len[q] = x.rec[3 * i], c->n_prompt[q] = x.rec[3 * i + 1], c->source[q] = x.rec[3 * i + 2];
+            c->shard[q] = s, c->off[q] = off, c->koff[q] = koff;
+            off += c->len[q], koff += c->len[q] - c->n_prompt[q];
+        }
+        c->n_tok += x.n_tok, c->n_resp += x.n_resp;
+        free(x.rec);
+        for (long i = 0; i < off; i++)
+            DS_CHECK(sh->tokens[i] >= 0 && (!t || sh->tokens[i] < t->m.cfg.vocab_size), "%s: token %ld out of range", p, i);
+        for (long i = 0; i < koff * c->top_k; i++)
+            DS_CHECK(sh->tk_id[i] >= 0 && (!t || sh->tk_id[i] < t->m.cfg.vocab_size) && !(sh->tk_lp[i] > 0),
+                     "%s: top-k entry %ld out of range", p, i);
+    }
+    DS_CHECK(c->n_seq > 0, "%s: no training cache here (no shard-0000 with sequences)", dir);
     return 0;
 fail:
-    idx_free(&x);
     traindata_close(c);
     return -1;
 }
 
 void traindata_close(train_cache *c) {
-    for (int k = 0; k < 3; k++) ds_unmap(c->maps[k], c->map_len[k]);
-    free(c->len), free(c->n_prompt), free(c->source), free(c->off);
+    for (int s = 0; s < c->n_shard; s++)
+        for (int k = 0; k < N_FILES; k++) ds_unmap(c->sh[s].maps[k], c->sh[s].map_len[k]);
+    free(c->sh), free(c->len), free(c->n_prompt), free(c->source), free(c->shard), free(c->off), free(c->koff);
     memset(c, 0, sizeof *c);
 }
 
 void traindata_seq(const train_cache *c, int i, float *taps, float *final) {
+    const traindata_shard *sh = &c->sh[c->shard[i]];
     size_t n = (size_t)c->len[i], per = (size_t)c->n_tap * c->dim, base = (size_t)c->off[i];
-    for (size_t k = 0; k < n * per; k++) taps[k] = ds_bf16_to_f32(c->taps16[base * per + k]);
-    memcpy(final, c->final + base * c->dim, sizeof(float) * n * c->dim);
+    for (size_t k = 0; k < n * per; k++) taps[k] = ds_bf16_to_f32(sh->taps16[base * per + k]);
+    if (final && c->has_final) memcpy(final, sh->final + base * c->dim, sizeof(float) * n * c->dim);
 }

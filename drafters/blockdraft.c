@@ -28,7 +28,7 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
     if (!j) return 0;
     jcfg r;
     int af = c->anchor_first, hk = (int)c->head;
-    const char *fp = NULL;
+    const char *fp = NULL, *vh = NULL;
     if (jcfg_open(&r, j, what)) return -1;
     jcfg_skip(&r, "kind"); /* read by bd_load */
     if (jcfg_int(&r, "dim", 8, 65536, &c->dim) || jcfg_int(&r, "layers", 1, 64, &c->n_layers) ||
@@ -40,7 +40,8 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         jcfg_int(&r, "mask_token", 0, 1 << 22, &c->mask_token) || jcfg_float(&r, "eps", 1e-12, 1, &c->eps) ||
         jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta) || jcfg_float(&r, "w_ce", 0, 100, &c->w_ce) ||
         jcfg_float(&r, "w_l1", 0, 100, &c->w_l1) || jcfg_float(&r, "w_bce", 0, 100, &c->w_bce) ||
-        jcfg_float(&r, "lambda", 1e-3, 1e6, &c->lambda) || jcfg_str(&r, "target_fingerprint", &fp))
+        jcfg_float(&r, "lambda", 1e-3, 1e6, &c->lambda) || jcfg_str(&r, "target_fingerprint", &fp) ||
+        jcfg_int(&r, "draft_vocab", 0, 1 << 22, &c->draft_vocab) || jcfg_str(&r, "vocab_hash", &vh))
         return -1;
     c->anchor_first = af;
     c->head = (bd_head)hk;
@@ -79,6 +80,7 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         }
     }
     if (fp) snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", fp);
+    if (vh) snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", vh);
     if (jcfg_close(&r)) return -1;
     if (c->n_heads % c->n_kv_heads) {
         ds_error("%s: heads %d must be a multiple of kv_heads %d", what, c->n_heads, c->n_kv_heads);
@@ -140,6 +142,7 @@ int bd_config_init(bd_config *c, const model *target, const char *kind, const cJ
             ds_error("tap layer %d outside -1..%d", c->tap[i], t->n_layers - 1);
             return -1;
         }
+    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
     if (c->dim != t->dim || c->vocab != t->vocab_size) {
         ds_error("a block drafter shares the target's embedding: dim %d / vocab %d must equal the target's %d / %d",
                  c->dim, c->vocab, t->dim, t->vocab_size);
@@ -173,6 +176,8 @@ cJSON *bd_config_json(const bd_config *c) {
     cJSON_AddNumberToObject(j, "w_bce", c->w_bce);
     cJSON_AddNumberToObject(j, "lambda", c->lambda);
     cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
+    cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
+    cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
     cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
     for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
     return j;
@@ -215,7 +220,7 @@ static void build_table(bd_model *m) {
     add_tensor(m, "final_norm.weight", D, 0);
     if (c->head != HEAD_NONE) {
         add_tensor(m, "head.W1", c->vocab, r);
-        add_tensor(m, "head.W2", c->vocab, r);
+        add_tensor(m, "head.W2", c->draft_vocab ? c->draft_vocab : c->vocab, r); /* output side: draft rows */
     }
     if (c->head == HEAD_RNN) {
         add_tensor(m, "head.Wr", 3 * (int64_t)r, 2 * (int64_t)r + D);
@@ -227,35 +232,17 @@ static void build_table(bd_model *m) {
     }
 }
 
-static float *view(const bd_model *m, float *base, const char *name) {
-    for (int i = 0; i < m->n_t; i++)
-        if (strcmp(m->t[i].name, name) == 0) return base + m->t[i].offset;
-    return NULL;
-}
+/* the named views (blockdraft_train.inc's bd_pv_set walks the table in build order) */
+static void bd_pv_set_f(bd_pv_f *v, const bd_config *c, const bd_tensor *tab, float *base);
+static void bd_ws_free_f(bd_ws_f *w);
 
 static void set_views(bd_model *m) {
-    char n[48];
-    m->fc = view(m, m->params, "fc.weight");
-    m->hidden_norm = view(m, m->params, "hidden_norm.weight");
-    m->final_norm = view(m, m->params, "final_norm.weight");
-    m->W1 = view(m, m->params, "head.W1");
-    m->W2 = view(m, m->params, "head.W2");
-    m->Wr = view(m, m->params, "head.Wr");
-    m->br = view(m, m->params, "head.br");
-    m->wc = view(m, m->params, "conf.w");
-    m->bc = view(m, m->params, "conf.b");
+    bd_pv_set_f(&m->pv, &m->cfg, m->t, m->params);
+    m->fc = m->pv.fc, m->hidden_norm = m->pv.hidden_norm, m->final_norm = m->pv.final_norm;
+    m->W1 = m->pv.W1, m->W2 = m->pv.W2, m->Wr = m->pv.Wr, m->br = m->pv.br, m->wc = m->pv.wc, m->bc = m->pv.bc;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-#define V(f, nm) (snprintf(n, sizeof n, "layers.%d.%s", l, nm), m->layer[l].f = view(m, m->params, n))
-        V(attn_norm, "attn_norm.weight");
-        V(wq, "wq.weight");
-        V(wk, "wk.weight");
-        V(wv, "wv.weight");
-        V(wo, "wo.weight");
-        V(ffn_norm, "ffn_norm.weight");
-        V(w_gate, "w_gate.weight");
-        V(w_up, "w_up.weight");
-        V(w_down, "w_down.weight");
-#undef V
+        const bd_layer_pv_f *p = &m->pv.layer[l];
+        m->layer[l] = (struct bd_layer){p->attn_norm, p->wq, p->wk, p->wv, p->wo, p->ffn_norm, p->w_gate, p->w_up, p->w_down};
     }
 }
 
@@ -263,9 +250,46 @@ void bd_views(const bd_model *m, float *base, float **out) {
     for (int i = 0; i < m->n_t; i++) out[i] = base + m->t[i].offset;
 }
 
+void bd_vocab_hash(const int *ids, int n, char out[20]) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ (uint8_t)((unsigned)ids[i] >> (8 * b))) * 0x100000001b3ull;
+    snprintf(out, 20, "%016llx", (unsigned long long)h);
+}
+
+/* the draft vocabulary: ids checked (distinct, in range, the recorded hash), the head's rows gathered */
+static int set_vocab(bd_model *m, const int *ids) {
+    bd_config *c = &m->cfg;
+    m->Vd = c->draft_vocab ? c->draft_vocab : c->vocab;
+    m->Eh = m->E;
+    if (!c->draft_vocab) return 0;
+    DS_CHECK(ids != NULL, "a draft vocabulary of %d needs its ids (a checkpoint's vocab.ids)", c->draft_vocab);
+    char h[20];
+    bd_vocab_hash(ids, c->draft_vocab, h);
+    DS_CHECK(!c->vocab_hash[0] || strcmp(h, c->vocab_hash) == 0,
+             "the draft vocabulary's ids hash to %s, but the checkpoint records vocab_hash %s", h, c->vocab_hash);
+    snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", h);
+    DS_TRYP(m->vid = ds_malloc(sizeof(int) * (size_t)m->Vd, "draft vocabulary"));
+    DS_TRYP(m->vmap = ds_malloc(sizeof(int) * (size_t)c->vocab, "draft vocabulary"));
+    DS_TRYP(m->Eh_owned = ds_malloc(sizeof(float) * (size_t)m->Vd * c->dim, "draft head"));
+    for (int v = 0; v < c->vocab; v++) m->vmap[v] = -1;
+    for (int j = 0; j < m->Vd; j++) {
+        DS_CHECK(ids[j] >= 0 && ids[j] < c->vocab && m->vmap[ids[j]] < 0, "draft vocabulary id %d (row %d) is %s", ids[j],
+                 j, ids[j] < 0 || ids[j] >= c->vocab ? "outside the vocabulary" : "repeated");
+        m->vid[j] = ids[j];
+        m->vmap[ids[j]] = j;
+        memcpy(m->Eh_owned + (size_t)j * c->dim, m->E + (size_t)ids[j] * c->dim, sizeof(float) * c->dim);
+    }
+    m->Eh = m->Eh_owned;
+    return 0;
+fail:
+    return -1;
+}
+
 static int alloc_model(bd_model *m, const bd_config *c, const model *target) {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
+    DS_CHECK(c->n_layers <= BD_MAX_LAYERS, "a block drafter has at most %d layers", BD_MAX_LAYERS);
     int max_t = 4 + 9 * c->n_layers + 8;
     DS_TRYP(m->t = ds_calloc((size_t)max_t, sizeof(bd_tensor), "parameter table"));
     DS_TRYP(m->layer = ds_calloc((size_t)c->n_layers, sizeof *m->layer, "layers"));
@@ -283,7 +307,16 @@ fail:
 }
 
 int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise) {
+    return bd_model_init_vocab(m, c, target, seed, zero_noise, NULL);
+}
+
+int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise,
+                        const int *ids) {
     if (alloc_model(m, c, target)) return -1;
+    if (set_vocab(m, ids)) {
+        bd_model_free(m);
+        return -1;
+    }
     rng_t r;
     rng_seed(&r, seed);
     float out_scale = 0.02f / sqrtf(2.0f * c->n_layers); /* residual-output projections, GPT-2 style */
@@ -323,6 +356,8 @@ void bd_model_free(bd_model *m) {
     free(m->layer);
     free(m->params);
     free(m->E_owned);
+    free(m->vid), free(m->vmap), free(m->Eh_owned), free(m->tt);
+    bd_ws_free_f(&m->ws);
     memset(m, 0, sizeof *m);
 }
 
@@ -331,10 +366,11 @@ static int write_text(const char *path, const char *txt) { return ds_write_file_
 int bd_save(const bd_model *m, const char *dir) {
     char p[4096];
     st_write_tensor *w = NULL;
+    float *vids = NULL;
     char *txt = NULL;
     int rc = -1;
     DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
-    DS_TRYP(w = ds_calloc((size_t)m->n_t, sizeof *w, "checkpoint"));
+    DS_TRYP(w = ds_calloc((size_t)m->n_t + 1, sizeof *w, "checkpoint"));
     for (int i = 0; i < m->n_t; i++) {
         w[i].name = m->t[i].name;
         w[i].data = m->params + m->t[i].offset;
@@ -342,9 +378,15 @@ int bd_save(const bd_model *m, const char *dir) {
         w[i].shape[0] = m->t[i].shape[0];
         w[i].shape[1] = m->t[i].shape[1];
     }
+    int nw = m->n_t;
+    if (m->vid) { /* the draft vocabulary's ids (exact in fp32 below 2^24) */
+        DS_TRYP(vids = ds_malloc(sizeof(float) * (size_t)m->Vd, "checkpoint"));
+        for (int j = 0; j < m->Vd; j++) vids[j] = (float)m->vid[j];
+        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->Vd}};
+    }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
-    DS_TRY(st_write(p, w, m->n_t, ST_F32, meta, 2));
+    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
     cJSON *j = bd_config_json(&m->cfg);
     txt = cJSON_Print(j);
     cJSON_Delete(j);
@@ -353,6 +395,7 @@ int bd_save(const bd_model *m, const char *dir) {
     rc = 0;
 fail:
     free(w);
+    free(vids);
     free(txt);
     return rc;
 }
@@ -395,6 +438,26 @@ int bd_load(bd_model *m, const char *dir, const model *target) {
              "%s: trained against target %s, but the target is %s", p, fp->valuestring, target->fingerprint);
     DS_TRY(alloc_model(m, &c, target));
     DS_TRY(bd_read_params(m, dir));
+    if (c.draft_vocab) {
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        DS_TRY(st_open(&f, p));
+        const st_tensor *vt = st_find(&f, "vocab.ids");
+        DS_CHECK(vt && vt->n_dims == 1 && vt->shape[0] == c.draft_vocab, "%s: no vocab.ids of %d entries (draft_vocab)", p,
+                 c.draft_vocab);
+        float *fv = ds_malloc(sizeof(float) * (size_t)c.draft_vocab, "draft vocabulary");
+        int *iv = ds_malloc(sizeof(int) * (size_t)c.draft_vocab, "draft vocabulary");
+        int ok = fv && iv && st_to_f32(&f, vt, fv) == 0;
+        for (int i = 0; ok && i < c.draft_vocab; i++) iv[i] = (int)fv[i];
+        ok = ok && set_vocab(m, iv) == 0;
+        free(fv), free(iv);
+        st_close(&f);
+        memset(&f, 0, sizeof f);
+        if (!ok) {
+            ds_error_prefix("%s", dir);
+            goto fail;
+        }
+    } else
+        DS_TRY(set_vocab(m, NULL));
     cJSON_Delete(j);
     return 0;
 fail:
@@ -406,10 +469,10 @@ fail:
 
 /* -------------------------------------------------------------------------------- training */
 
-double bd_seq_weight(const bd_config *c, const bd_seq *s) {
+double bd_seq_weight(const bd_config *c, int A, const int *n_valid) {
     double w = 0;
-    for (int a = 0; a < s->A; a++)
-        for (int k = 1; k <= s->n_valid[a]; k++) w += exp(-(k - 1) / (double)c->lambda);
+    for (int a = 0; a < A; a++)
+        for (int k = 1; k <= n_valid[a]; k++) w += exp(-(k - 1) / (double)c->lambda);
     return w;
 }
 
@@ -423,6 +486,38 @@ double bd_seq_weight(const bd_config *c, const bd_seq *s) {
 #undef FN
 #undef SEQ
 
-int bd_train_seq(const bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st) {
-    return bd_train_seq_f(&m->cfg, m->t, m->n_t, m->params, m->E, s, grad, norm, st);
+int bd_train_seq(bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st) {
+    bd_pv_f g;
+    bd_pv_set_f(&g, &m->cfg, m->t, grad);
+    return bd_train_seq_f(&m->cfg, &m->pv, grad ? &g : NULL, m->E, m->Eh, m->Vd, m->vmap, s, norm, st, &m->ws);
+}
+
+/* ----------------------------------------------------------------------- the trainer's view */
+
+static int tr_step(trainable *tr, const train_seq *s, float *grad, double norm, train_stats *st) {
+    return bd_train_seq(tr->impl, s, grad, norm, st);
+}
+static double tr_weight(const trainable *tr, int A, const int *n_valid) {
+    return bd_seq_weight(&((const bd_model *)tr->impl)->cfg, A, n_valid);
+}
+static int tr_save(const trainable *tr, const char *dir) { return bd_save(tr->impl, dir); }
+static int tr_read(trainable *tr, const char *dir) { return bd_read_params(tr->impl, dir); }
+static cJSON *tr_config(const trainable *tr) { return bd_config_json(&((const bd_model *)tr->impl)->cfg); }
+
+int bd_trainable(bd_model *m, trainable *tr) {
+    free(m->tt);
+    DS_TRYP(m->tt = ds_calloc((size_t)m->n_t, sizeof *m->tt, "parameter table"));
+    for (int i = 0; i < m->n_t; i++) {
+        const char *n = m->t[i].name;
+        m->tt[i] = (train_tensor){m->t[i].offset, m->t[i].numel,
+                                  strstr(n, "norm") == NULL && strncmp(n, "conf.", 5) != 0 && strcmp(n, "head.br") != 0};
+    }
+    *tr = (trainable){.impl = m, .kind = m->cfg.kind, .params = m->params, .n_params = m->n_params, .n_t = m->n_t,
+                      .t = m->tt, .positions = m->cfg.gamma, .n_tap = m->cfg.n_tap, .dim = m->cfg.dim,
+                      .taps = m->cfg.tap, .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1,
+                      .w_bce = m->cfg.w_bce, .full_vocab = m->Vd == m->cfg.vocab, .step = tr_step,
+                      .seq_weight = tr_weight, .save = tr_save, .read_params = tr_read, .config_json = tr_config};
+    return 0;
+fail:
+    return -1;
 }

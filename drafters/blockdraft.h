@@ -17,6 +17,7 @@
 #include <cJSON.h>
 
 #include "../runtime/model.h"
+#include "trainable.h"
 
 typedef enum { HEAD_NONE = 0, HEAD_MARKOV = 1, HEAD_RNN = 2 } bd_head;
 
@@ -33,6 +34,8 @@ typedef struct {
     float eps, rope_theta;
     float w_ce, w_l1, w_bce, lambda; /* loss weights; position decay exp(-(k-1)/lambda) */
     char target_fingerprint[64];
+    int draft_vocab;       /* rows of the draft head (FR-Spec style subset of the vocabulary); 0 = all */
+    char vocab_hash[20];   /* FNV-1a of the subset's ids (checkpoint contract), "" when full */
     int n_calib;           /* calibration temperatures per position (0 = none) */
     float calib[16];
 } bd_config;
@@ -52,6 +55,33 @@ typedef struct {
     size_t offset, numel;
 } bd_tensor;
 
+/* Parameter views and the activation workspace of the training step, for float (training) and
+ * double (the finite-difference check): llm.c's named structs, filled once. */
+#define BD_MAX_LAYERS 64
+#define BD_TRAIN_TYPES(REAL, SFX)                                                                                  \
+    typedef struct {                                                                                              \
+        REAL *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;                                \
+    } bd_layer_pv##SFX;                                                                                             \
+    typedef struct {                                                                                              \
+        REAL *fc, *hidden_norm, *final_norm, *W1, *W2, *Wr, *br, *wc, *bc;                                      \
+        bd_layer_pv##SFX layer[BD_MAX_LAYERS];                                                                      \
+    } bd_pv##SFX;                                                                                                   \
+    typedef struct {                                                                                              \
+        REAL *x_in, *xn, *rstd1, *q, *kb, *vb, *kc, *vc, *prob, *att, *x_mid, *xn2, *rstd2, *g, *u, *hm;        \
+    } layer_acts##SFX;                                                                                              \
+    typedef struct {                                                                                              \
+        char *arena;                                                                                              \
+        size_t cap;                                                                                               \
+        layer_acts##SFX *la;                                                                                        \
+        REAL *fc_out, *c_rstd, *C, *x, *hF, *rstdF, *hP, *Z, *Tp, *tf, *tk_p, *E1, *bias, *S, *O, *RI, *RP, *sp; \
+        REAL *hk, *cin, *clog, *scr, *scr2, *dZ, *dcl, *dhP, *dE1, *dcin, *dO, *dS, *dsp, *dhk, *dhF, *dx, *dC;   \
+        REAL *dxm, *dxn, *dhm, *dg, *du, *dq, *dkb, *dvb, *dkc, *dvc, *datt, *dfc;                               \
+        double *alpha_prod;                                                                                       \
+        int *tk_sub, *pos_b, *pos_c, *ctx_len, *lo, *hi, *rows, *prev, *pred, *label, *kof, *tpos, *off, *last;  \
+    } bd_ws##SFX;
+BD_TRAIN_TYPES(float, _f)
+BD_TRAIN_TYPES(double, _d)
+
 typedef struct {
     bd_config cfg;
     bd_tensor *t;
@@ -66,12 +96,27 @@ typedef struct {
     /* frozen, shared with the target */
     const float *E;        /* [vocab][dim] fp32 copy of the target's embedding/head */
     float *E_owned;
+    /* the draft vocabulary: Vd rows of the head (Eh), vid[j] = vocabulary id of draft row j,
+     * vmap[id] = its row or -1; with the full vocabulary Vd = vocab, Eh = E, vid = vmap = NULL */
+    int Vd;
+    int *vid, *vmap;
+    const float *Eh;
+    float *Eh_owned;
+    /* the training step's named views and workspace (allocated once, grown on demand) */
+    bd_pv_f pv;
+    bd_ws_f ws;
+    train_tensor *tt;      /* the table for the trainer */
 } bd_model;
 
 /* Random init (seeded). The Markov/RNN output and the confidence head start at zero (no correction,
  * c = 1/2); zero_noise > 0 draws them from N(0, zero_noise^2) instead (an untrained but
  * non-trivial head, for tests and the losslessness gate). */
 int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise);
+/* the same with a draft vocabulary: ids[0..c->draft_vocab) (distinct vocabulary ids), or NULL */
+int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise,
+                        const int *ids);
+/* FNV-1a of a draft vocabulary's ids, hex (the checkpoint records it) */
+void bd_vocab_hash(const int *ids, int n, char out[20]);
 /* multiply every weight but the norms and the zero-initialised head/confidence tensors by f (the
  * gate's untrained drafters: init_std) */
 void bd_model_rescale(bd_model *m, float f);
@@ -85,46 +130,23 @@ int bd_read_params(bd_model *m, const char *dir);
 
 /* ------------------------------------------------------------------------------ training */
 
-/* One training sequence: the target's states for every position, its tokens, and the blocks. */
-typedef struct {
-    int T;
-    const float *taps;       /* [T][n_tap*dim] */
-    const float *final;      /* [T][dim] target's final normed states (its logits = final E^T) */
-    const int *tokens;       /* [T] */
-    int A;
-    const int *anchor;       /* [A] anchor positions */
-    const int *n_valid;      /* [A] supervised predictions per block (a contiguous prefix) */
-} bd_seq;
+typedef train_seq bd_seq;
+typedef train_seq_d bd_seq_d;
+typedef train_stats bd_stats;
 
-typedef struct {
-    double ce, l1, bce, weight; /* weighted sums (divide by weight for the means) */
-    double alpha_sum[17];       /* sum over blocks of prod_{i<=k} alpha_i, for the tau proxy */
-    long n_at[17];              /* blocks supervised at position k */
-    /* the confidence labels c*_k are detached (constants for the gradient); a gradient check must
-     * hold them fixed: when label_out is set the labels are recorded there, when label_in is set
-     * they are used instead of being recomputed */
-    double *label_out;
-    const double *label_in;
-    long blocks, rows;
-} bd_stats;
-
-/* Forward (and, if grad != NULL, backward) of one sequence; adds into grad (flat, same layout)
- * scaled by 1/norm (the batch's total position weight, so a batch's terms are weighted means).
- * Returns 0 or -1. */
-int bd_train_seq(const bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st);
+/* Forward (and, with grad != NULL, backward) of one sequence through a model's own workspace; adds
+ * into grad (flat, the table's layout) scaled by 1/norm (the batch's total position weight, so a
+ * batch's terms are weighted means). Returns 0 or -1. */
+int bd_train_seq(bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st);
+/* the model as the trainer sees it (tr points into m; valid while m lives) */
+int bd_trainable(bd_model *m, trainable *tr);
 /* the position weights of a sequence's supervised rows, for the batch normaliser */
-double bd_seq_weight(const bd_config *c, const bd_seq *s);
+double bd_seq_weight(const bd_config *c, int A, const int *n_valid);
 
-/* The same forward/backward compiled in double, on a double copy of the parameters (same table
- * layout) and of the frozen head: the model-level finite-difference check. */
-typedef struct {
-    int T;
-    const double *taps, *final;
-    const int *tokens;
-    int A;
-    const int *anchor, *n_valid;
-} bd_seq_d;
-int bd_train_seq_d(const bd_config *c, const bd_tensor *tab, int n_tab, const double *params, const double *E,
-                   const bd_seq_d *s, double *grad, double norm, bd_stats *st);
+/* The same step compiled in double on a double copy of the parameters (same table layout), of the
+ * frozen embedding E [vocab][dim] and of the draft head Eh [Vd][dim] (vmap: vocabulary id -> draft
+ * row or -1; NULL when Vd = vocab): the model-level finite-difference check. */
+int bd_train_seq_d(const bd_config *c, const bd_tensor *tab, const double *params, const double *E, const double *Eh,
+                   int Vd, const int *vmap, const bd_seq_d *s, double *grad, double norm, bd_stats *st);
 
 #endif

@@ -27,11 +27,13 @@ typedef struct {
     backend *be;         /* the target's: it runs the block pass and keeps the context K/V */
     /* the drafter's matrices as fp32 qmats over its parameters (backend weight descriptors) */
     qmat Eq, fcq, W2q;
+    qmat headq;          /* the target's quantized head, or its draft-vocabulary rows gathered */
+    uint8_t *head_rows;  /* owned bytes of that gather */
     struct dlayer { qmat wq, wk, wv, wo, w_gate, w_up, w_down; } *lq;
     /* backend buffers for one block of B rows */
     float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *h, *Ud, *w2in, *w2out;
     /* host */
-    float *U, *hh, *zrow, *bias, *qalt, *cos, *sin;
+    float *U, *hh, *zrow, *bias, *qalt, *qsub, *cos, *sin;
     float *state, *state_new, *o, *cell_inp, *cell_pre, *cin; /* the sequential head's one-row scratch */
     int *pos, *vis, *seq, *tok;
     lp_scratch scr;
@@ -85,9 +87,20 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
-    if (c->head != HEAD_NONE) s->W2q = F32Q(c->vocab, c->rank, s->m.W2);
+    int Vd = s->m.Vd;
+    if (c->head != HEAD_NONE) s->W2q = F32Q(Vd, c->rank, s->m.W2);
     int B = bd_rows(c), D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
     int V = c->vocab, L = c->n_layers;
+    s->headq = t->m.output;
+    if (s->m.vid) { /* the head's draft-vocabulary rows, in the target's own (quantized) format */
+        const qmat *o = &t->m.output;
+        DS_TRYP(s->head_rows = ds_malloc(o->row_bytes * (size_t)Vd, "draft head rows"));
+        for (int j = 0; j < Vd; j++)
+            memcpy(s->head_rows + o->row_bytes * (size_t)j, (const uint8_t *)o->data + o->row_bytes * (size_t)s->m.vid[j],
+                   o->row_bytes);
+        s->headq = (qmat){o->type, Vd, o->cols, o->row_bytes, s->head_rows};
+        DS_TRY(t->be->prepare_mats(t->be, (const qmat *[]){&s->headq}, 1));
+    }
     backend *be = s->be = t->be;
     s->Eq = F32Q(V, D, s->m.E);
     s->fcq = F32Q(D, c->n_tap * D, s->m.fc);
@@ -106,9 +119,10 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
 #define BALLOC(p, n) DS_TRYP((p) = be->alloc(be, sizeof(float) * (size_t)(n)))
     BALLOC(s->x, B * D); BALLOC(s->xn, B * D); BALLOC(s->q, B * QD); BALLOC(s->kb, B * KD); BALLOC(s->vb, B * KD);
     BALLOC(s->att, B * QD); BALLOC(s->tmp, B * D); BALLOC(s->g, B * HF); BALLOC(s->u, B * HF); BALLOC(s->h, B * D);
-    BALLOC(s->Ud, (size_t)B * V); BALLOC(s->w2in, DS_MAX(c->rank, 1)); BALLOC(s->w2out, V);
+    BALLOC(s->Ud, (size_t)B * Vd); BALLOC(s->w2in, DS_MAX(c->rank, 1)); BALLOC(s->w2out, Vd);
 #undef BALLOC
-    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)B * V, "draft logits"));
+    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)B * Vd, "draft logits"));
+    DS_TRYP(s->qsub = ds_malloc(sizeof(float) * (size_t)Vd, "draft logits"));
     DS_TRYP(s->hh = ds_malloc(sizeof(float) * (size_t)B * D, "draft block"));
     DS_TRYP(s->zrow = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
     DS_TRYP(s->bias = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
@@ -215,7 +229,7 @@ static int block_pass(drafter *d, request *r, int gamma) {
     dstate *st = r->dstate;
     const bd_config *c = &s->m.cfg;
     const bd_model *m = &s->m;
-    int B = bd_rows(c), D = c->dim, V = c->vocab, n_ctx = st->kv->len;
+    int B = bd_rows(c), D = c->dim, Vd = m->Vd, n_ctx = st->kv->len;
     if (n_ctx != r->toks.n - 1) {
         ds_error("%s: context holds %d rows but %d tokens are committed", d->ops->name, n_ctx, r->toks.n - 1);
         return -1;
@@ -268,10 +282,10 @@ static int block_pass(drafter *d, request *r, int gamma) {
     /* base logits of the prediction rows through the target's own (quantized) head */
     {
         float *o[1] = {s->Ud};
-        const qmat *ws[1] = {&d->t->m.output};
+        const qmat *ws[1] = {&s->headq};
         DS_TRY(be->matmul(be, 1, o, ws, s->h + (size_t)(c->anchor_first ? 0 : 1) * D, gamma));
     }
-    DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)gamma * V));
+    DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)gamma * Vd));
     DS_TRY(be->to_host(be, s->hh, s->h, sizeof(float) * (size_t)B * D));
     return 0;
 fail:
@@ -284,7 +298,7 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
     dspark *s = d->impl;
     const bd_config *c = &s->m.cfg;
     const bd_model *m = &s->m;
-    int V = c->vocab, D = c->dim, r_ = c->rank;
+    int V = m->Vd, D = c->dim, r_ = c->rank; /* logits over the draft vocabulary */
     float *z = s->zrow, *hk = s->hh + (size_t)(k + (c->anchor_first ? 0 : 1)) * D;
     memcpy(z, s->U + (size_t)k * V, sizeof(float) * (size_t)V);
     const float *e = c->head != HEAD_NONE ? m->W1 + (size_t)prev * r_ : NULL;
@@ -303,7 +317,12 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
             return -1;
         for (int i = 0; i < V; i++) z[i] += s->bias[i];
     }
-    if (logits_process(z, V, sp, q, &s->scr)) return -1;
+    if (m->vid) { /* q over the whole vocabulary: the draft's law on its rows, 0 elsewhere */
+        if (logits_process(z, V, sp, s->qsub, &s->scr)) return -1;
+        memset(q, 0, sizeof(float) * (size_t)c->vocab);
+        for (int j = 0; j < V; j++) q[m->vid[j]] = s->qsub[j];
+    } else if (logits_process(z, V, sp, q, &s->scr))
+        return -1;
     if (c->conf && conf) {
         float lg;
         memcpy(s->cin, hk, sizeof(float) * D);
@@ -333,7 +352,11 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
         if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
             sampling_params nop = *sp;
             nop.top_p = 1.0f;
-            if (logits_process(s->zrow, c->vocab, &nop, s->qalt, &s->scr)) return -1;
+            if (logits_process(s->zrow, s->m.Vd, &nop, s->m.vid ? s->qsub : s->qalt, &s->scr)) return -1;
+            if (s->m.vid) {
+                memset(s->qalt, 0, sizeof(float) * (size_t)c->vocab);
+                for (int j = 0; j < s->m.Vd; j++) s->qalt[s->m.vid[j]] = s->qsub[j];
+            }
             law = s->qalt;
         }
         if ((out->tok[k] = rng_draw(&r->rng_draft, law, c->vocab)) < 0) return -1;
@@ -377,7 +400,9 @@ static void dspark_close(drafter *d) {
     }
     bd_model_free(&s->m);
     free(s->lq);
-    free(s->U), free(s->hh), free(s->zrow), free(s->bias), free(s->qalt), free(s->cos), free(s->sin);
+    if (s->head_rows && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->headq}, 1);
+    free(s->head_rows);
+    free(s->U), free(s->hh), free(s->zrow), free(s->bias), free(s->qalt), free(s->qsub), free(s->cos), free(s->sin);
     free(s->pos), free(s->vis), free(s->seq), free(s->tok);
     free(s->state), free(s->state_new), free(s->o), free(s->cell_inp), free(s->cell_pre), free(s->cin);
     lp_scratch_free(&s->scr);

@@ -31,7 +31,7 @@ static double lr_at(const train_opts *o, int step) {
     return lo + (o->lr - lo) * 0.5 * (1 + cos(M_PI * prog));
 }
 
-double tau_proxy(const bd_stats *st) {
+double tau_proxy(const train_stats *st) {
     double t = 1;
     for (int k = 1; k <= 16; k++)
         if (st->n_at[k]) t += st->alpha_sum[k] / st->n_at[k];
@@ -39,12 +39,12 @@ double tau_proxy(const bd_stats *st) {
 }
 
 /* anchors of one sequence: response positions p (p + 1 inside the sequence), sampled without
- * replacement by rng, ascending; n_valid = predictions that stay inside the sequence */
-static int pick_anchors(const train_cache *d, int i, int max_a, int gamma, rng_t *r, int *anchor, int *n_valid) {
+ * replacement by rng, ascending; n_valid = predictions that stay inside the sequence; cand is
+ * scratch of len[i] ints */
+static int pick_anchors(const train_cache *d, int i, int max_a, int gamma, rng_t *r, int *cand, int *anchor,
+                        int *n_valid) {
     int lo = d->n_prompt[i], hi = d->len[i] - 2, n = hi - lo + 1, A = DS_MIN(max_a, DS_MAX(n, 0));
     if (n <= 0) return 0;
-    int *cand = malloc(sizeof(int) * (size_t)n);
-    if (!cand) return 0;
     for (int k = 0; k < n; k++) cand[k] = lo + k;
     for (int k = 0; k < A; k++) {
         int j = k + (int)(rng_u64(r) % (uint64_t)(n - k));
@@ -62,27 +62,42 @@ static int pick_anchors(const train_cache *d, int i, int max_a, int gamma, rng_t
         anchor[a] = cand[a];
         n_valid[a] = DS_MIN(gamma, d->len[i] - 1 - cand[a]);
     }
-    free(cand);
     return A;
 }
 
-typedef struct {
-    float *taps, *final;
-    int anchor[512], n_valid[512];
-    bd_seq s;
-} seq_buf;
-
-static int load_seq(const train_cache *d, const bd_config *c, int i, int max_a, rng_t *r, seq_buf *b) {
-    int n = d->len[i];
-    free(b->taps);
-    free(b->final);
-    b->taps = ds_malloc(sizeof(float) * (size_t)n * d->n_tap * d->dim, "sequence");
-    b->final = ds_malloc(sizeof(float) * (size_t)n * d->dim, "sequence");
-    if (!b->taps || !b->final) return -1;
-    traindata_seq(d, i, b->taps, b->final);
-    int A = pick_anchors(d, i, DS_MIN(max_a, 512), c->gamma, r, b->anchor, b->n_valid);
-    b->s = (bd_seq){n, b->taps, b->final, d->tokens + d->off[i], A, b->anchor, b->n_valid};
+static int grow(float **p, size_t *cap, size_t n) {
+    if (n <= *cap) return 0;
+    float *q = ds_realloc(*p, sizeof(float) * n, "training sequence");
+    if (!q) return -1;
+    *p = q, *cap = n;
     return 0;
+}
+
+int train_load_seq(const train_cache *d, int i, int positions, int max_a, int reference, rng_t *r, train_seq_buf *b) {
+    int n = d->len[i];
+    if (reference && !d->has_final) {
+        ds_error("the reference path recomputes the target's distribution from its final states: build the cache with "
+                 "data.store_final: true");
+        return -1;
+    }
+    if (grow(&b->taps, &b->cap_taps, (size_t)n * d->n_tap * d->dim)) return -1;
+    if (d->has_final && grow(&b->final, &b->cap_final, (size_t)n * d->dim)) return -1;
+    traindata_seq(d, i, b->taps, d->has_final ? b->final : NULL);
+    if (n > b->cap_cand) {
+        int *c = ds_realloc(b->cand, sizeof(int) * (size_t)n, "training sequence");
+        if (!c) return -1;
+        b->cand = c, b->cap_cand = n;
+    }
+    int A = pick_anchors(d, i, DS_MIN(max_a, 512), positions, r, b->cand, b->anchor, b->n_valid);
+    b->s = (train_seq){n, b->taps, reference ? b->final : NULL, traindata_tokens(d, i), d->n_prompt[i], d->top_k,
+                       reference ? NULL : traindata_topk_id(d, i), reference ? NULL : traindata_topk_lp(d, i), A,
+                       b->anchor, b->n_valid};
+    return 0;
+}
+
+void train_seq_buf_free(train_seq_buf *b) {
+    free(b->taps), free(b->final), free(b->cand);
+    memset(b, 0, sizeof *b);
 }
 
 /* --------------------------------------------------------------------------- checkpoints */
@@ -98,7 +113,7 @@ static int rm_tree(const char *dir) {
 }
 
 /* everything that shapes the loss curve: resuming under another one is not the same run */
-static cJSON *run_contract(const bd_model *m, const train_cache *d, const train_opts *o) {
+static cJSON *run_contract(const trainable *m, const train_cache *d, const train_opts *o) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "seqs_per_step", o->seqs_per_step);
@@ -112,7 +127,9 @@ static cJSON *run_contract(const bd_model *m, const train_cache *d, const train_
     cJSON_AddNumberToObject(j, "beta2", o->beta2);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "holdout", o->holdout);
-    cJSON_AddItemToObject(j, "drafter", bd_config_json(&m->cfg));
+    cJSON_AddItemToObject(j, "drafter", m->config_json(m));
+    cJSON_AddBoolToObject(j, "reference", o->reference);
+    cJSON_AddNumberToObject(j, "data_top_k", d->top_k);
     cJSON_AddNumberToObject(j, "data_sequences", d->n_seq);
     cJSON_AddNumberToObject(j, "data_tokens", (double)d->n_tok);
     cJSON_AddStringToObject(j, "data_target", d->target_fingerprint);
@@ -147,14 +164,14 @@ static int trim_log(const char *path, int upto) {
     return rc;
 }
 
-static int save_checkpoint(const bd_model *m, const float *am, const float *av, int step, const train_opts *o,
+static int save_checkpoint(const trainable *m, const float *am, const float *av, int step, const train_opts *o,
                            const cJSON *contract) {
     char tmp[4096], last[4096], old[4096], p[4200];
     snprintf(tmp, sizeof tmp, "%s/last.tmp", o->out);
     snprintf(last, sizeof last, "%s/last", o->out);
     snprintf(old, sizeof old, "%s/last.old", o->out);
     rm_tree(tmp);
-    if (bd_save(m, tmp)) return -1;
+    if (m->save(m, tmp)) return -1;
     st_write_tensor t[2] = {{"adam.m", am, 1, {(int64_t)m->n_params}}, {"adam.v", av, 1, {(int64_t)m->n_params}}};
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     if (st_write(p, t, 2, ST_F32, NULL, 0)) return -1;
@@ -183,7 +200,7 @@ static int save_checkpoint(const bd_model *m, const float *am, const float *av, 
 
 /* step to continue from (0 = fresh); m's parameters and the Adam moments come from out/last. The
  * checkpoint's contract must be this run's, unless warm_start (weights only, from step 0). */
-static int try_resume(bd_model *m, float **am, float **av, const train_opts *o, const cJSON *contract) {
+static int try_resume(trainable *m, float **am, float **av, const train_opts *o, const cJSON *contract) {
     char last[4096], p[4200], msg[600];
     snprintf(last, sizeof last, "%s/last", o->out);
     snprintf(p, sizeof p, "%s/trainer.json", last);
@@ -205,7 +222,7 @@ static int try_resume(bd_model *m, float **am, float **av, const train_opts *o, 
                  last, msg);
         return -1;
     }
-    if (bd_read_params(m, last)) {
+    if (m->read_params(m, last)) {
         ds_error_prefix("cannot resume (is %s a checkpoint of another drafter?)", last);
         return -1;
     }
@@ -226,19 +243,19 @@ static int try_resume(bd_model *m, float **am, float **av, const train_opts *o, 
 
 /* ------------------------------------------------------------------------------ the loop */
 
-static int decays(const char *name) { return strstr(name, "norm") == NULL && strncmp(name, "conf.", 5) != 0 && strcmp(name, "head.br") != 0; }
-
-int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_point *hist, int cap, int *n_hist) {
-    const bd_config *c = &m->cfg;
+int train_run(trainable *m, const train_cache *d, const train_opts *o, train_point *hist, int cap, int *n_hist) {
+    const trainable *c = m;
     int rc = -1, *train_idx = NULL, *eval_idx = NULL, *perm = NULL, n_train = 0, n_eval = 0, perm_epoch = -1;
     float *grad = NULL, *am = NULL, *av = NULL;
-    seq_buf sb = {0};
+    train_seq_buf sb = {0}, *bufs = NULL;
     FILE *tlog = NULL, *elog = NULL;
     cJSON *contract = NULL;
     char path[4200];
     if (n_hist) *n_hist = 0;
-    DS_CHECK(d->n_tap == c->n_tap && d->dim == c->dim && memcmp(d->taps, c->tap, sizeof(int) * (size_t)c->n_tap) == 0,
+    DS_CHECK(d->n_tap == c->n_tap && d->dim == c->dim && memcmp(d->taps, c->taps, sizeof(int) * (size_t)c->n_tap) == 0,
              "the training cache taps layers that differ from the drafter's");
+    DS_CHECK(!o->reference || m->full_vocab, "the reference path needs the full draft vocabulary (draft_vocab 0)");
+    DS_TRYP(bufs = ds_calloc((size_t)o->seqs_per_step, sizeof *bufs, "batch"));
     DS_TRY(ds_mkdirs(o->out, "the run folder"));
     /* train / held-out split by a seeded hash of the sequence id */
     DS_TRYP(train_idx = ds_malloc(sizeof(int) * (size_t)(d->n_seq + 1), "split"));
@@ -256,7 +273,6 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
     DS_TRYP(contract = run_contract(m, d, o));
     int start = try_resume(m, &am, &av, o, contract);
     if (start < 0) goto fail;
-    c = &m->cfg;
     if (!o->quiet && start > 0) fprintf(stderr, "train: resuming %s at step %d of %d\n", o->out, start, o->steps);
     if (!o->quiet && o->warm_start) fprintf(stderr, "train: warm start in %s (weights of its last checkpoint)\n", o->out);
     if (start > 0) { /* steps logged after the checkpoint are run again: drop their old lines */
@@ -269,9 +285,6 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
     DS_CHECK((tlog = fopen(path, start ? "a" : "w")) != NULL, "%s: cannot open", path);
     snprintf(path, sizeof path, "%s/eval_log.jsonl", o->out);
     DS_CHECK((elog = fopen(path, start ? "a" : "w")) != NULL, "%s: cannot open", path);
-    unsigned char *dec = ds_malloc((size_t)m->n_t, "decay flags");
-    DS_TRYP(dec);
-    for (int i = 0; i < m->n_t; i++) dec[i] = (unsigned char)decays(m->t[i].name);
 
     ds_progress pr;
     ds_progress_start(&pr, "train: step", "steps", o->steps);
@@ -281,12 +294,10 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
     for (int step = start; step < o->steps; step++) {
         if (o->stop_after > 0 && ran == o->stop_after) break;
         memset(grad, 0, sizeof(float) * m->n_params);
-        bd_stats st;
+        train_stats st;
         memset(&st, 0, sizeof st);
         /* the batch: the next sequences of this epoch's seeded order, anchors seeded per slot */
-        seq_buf *bufs = ds_calloc((size_t)o->seqs_per_step, sizeof(seq_buf), "batch");
-        DS_TRYP(bufs);
-        double norm = 0;
+        double norm = 0, t0 = ds_now();
         for (int j = 0; j < o->seqs_per_step; j++) {
             long g = (long)step * o->seqs_per_step + j;
             int epoch = (int)(g / n_train), k = (int)(g % n_train);
@@ -303,21 +314,12 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
             }
             rng_t ar;
             rng_seed(&ar, mix(o->seed ^ 0xa11c, (uint64_t)g));
-            if (load_seq(d, c, perm[k], o->anchors, &ar, &bufs[j])) {
-                free(bufs);
-                goto fail;
-            }
-            norm += bd_seq_weight(c, &bufs[j].s);
+            if (train_load_seq(d, perm[k], c->positions, o->anchors, o->reference, &ar, &bufs[j])) goto fail;
+            norm += m->seq_weight(m, bufs[j].s.A, bufs[j].s.n_valid);
         }
-        double t0 = ds_now();
+        double t_load = ds_now() - t0;
         for (int j = 0; j < o->seqs_per_step && norm > 0; j++)
-            if (bufs[j].s.A > 0 && bd_train_seq(m, &bufs[j].s, grad, norm, &st)) {
-                for (int q = 0; q < o->seqs_per_step; q++) free(bufs[q].taps), free(bufs[q].final);
-                free(bufs);
-                goto fail;
-            }
-        for (int j = 0; j < o->seqs_per_step; j++) free(bufs[j].taps), free(bufs[j].final);
-        free(bufs);
+            if (bufs[j].s.A > 0 && m->step(m, &bufs[j].s, grad, norm, &st)) goto fail;
         /* clip, then AdamW with the scheduled learning rate */
         double gn = 0;
         for (size_t i = 0; i < m->n_params; i++) gn += (double)grad[i] * grad[i];
@@ -326,8 +328,8 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
         double lr = lr_at(o, step);
         float b1 = o->beta1, b2 = o->beta2, bc1 = (float)(1 - pow(b1, step + 1)), bc2 = (float)(1 - pow(b2, step + 1));
         for (int ti = 0; ti < m->n_t; ti++) {
-            const bd_tensor *t = &m->t[ti];
-            float wd = dec[ti] ? o->weight_decay : 0.0f;
+            const train_tensor *t = &m->t[ti];
+            float wd = t->decay ? o->weight_decay : 0.0f;
             float *p = m->params + t->offset, *g = grad + t->offset, *mm = am + t->offset, *vv = av + t->offset;
             for (size_t i = 0; i < t->numel; i++) {
                 float gi = g[i] * gscale;
@@ -344,8 +346,9 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
                           st.bce / w, tau_proxy(&st), gn, st.rows / dt};
         if (hist && *n_hist < cap) hist[(*n_hist)++] = tp;
         fprintf(tlog, "{\"step\": %d, \"loss\": %.6f, \"ce\": %.6f, \"l1\": %.6f, \"bce\": %.6f, \"tau_proxy\": %.4f, "
-                      "\"grad_norm\": %.4f, \"lr\": %.6g, \"rows\": %ld, \"seconds\": %.3f}\n",
-                tp.step, tp.loss, tp.ce, tp.l1, tp.bce, tp.tau_proxy, gn, lr, st.rows, dt);
+                      "\"grad_norm\": %.4f, \"lr\": %.6g, \"rows\": %ld, \"label_outside\": %ld, \"seconds\": %.3f, "
+                      "\"load_seconds\": %.3f}\n",
+                tp.step, tp.loss, tp.ce, tp.l1, tp.bce, tp.tau_proxy, gn, lr, st.rows, st.label_outside, dt, t_load);
         fflush(tlog);
         if (!o->quiet) {
             char extra[200];
@@ -355,13 +358,13 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
         }
         int last_step = step + 1 == o->steps || (o->stop_after > 0 && ran == o->stop_after);
         if (o->eval_every > 0 && n_eval > 0 && ((step + 1) % o->eval_every == 0 || last_step)) {
-            bd_stats es;
+            train_stats es;
             memset(&es, 0, sizeof es);
             for (int q = 0; q < DS_MIN(n_eval, o->eval_seqs); q++) {
                 rng_t ar;
                 rng_seed(&ar, mix(o->seed ^ 0xe7a1, (uint64_t)eval_idx[q])); /* the same anchors at every evaluation */
-                if (load_seq(d, c, eval_idx[q], o->anchors, &ar, &sb)) goto fail;
-                if (sb.s.A > 0 && bd_train_seq(m, &sb.s, NULL, 1, &es)) goto fail;
+                if (train_load_seq(d, eval_idx[q], c->positions, o->anchors, o->reference, &ar, &sb)) goto fail;
+                if (sb.s.A > 0 && m->step(m, &sb.s, NULL, 1, &es)) goto fail;
             }
             double ew = es.weight > 0 ? es.weight : 1;
             fprintf(elog, "{\"step\": %d, \"loss\": %.6f, \"ce\": %.6f, \"l1\": %.6f, \"bce\": %.6f, \"tau_proxy\": %.4f, "
@@ -378,12 +381,13 @@ int train_run(bd_model *m, const train_cache *d, const train_opts *o, train_poin
             if (save_checkpoint(m, am, av, step + 1, o, contract)) goto fail;
     }
     if (!o->quiet) ds_progress_end(&pr);
-    free(dec);
     rc = 0;
 fail:
     if (tlog) fclose(tlog);
     if (elog) fclose(elog);
-    free(sb.taps), free(sb.final), free(train_idx), free(eval_idx), free(perm), free(grad), free(am), free(av);
+    train_seq_buf_free(&sb);
+    for (int j = 0; bufs && j < o->seqs_per_step; j++) train_seq_buf_free(&bufs[j]);
+    free(bufs), free(train_idx), free(eval_idx), free(perm), free(grad), free(am), free(av);
     cJSON_Delete(contract);
     return rc;
 }

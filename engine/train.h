@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 #include "../datasets/traindata.h"
-#include "../drafters/blockdraft.h"
+#include "../runtime/sampling.h"
+#include "../drafters/trainable.h"
 
 typedef struct {
     int steps;
@@ -26,17 +27,33 @@ typedef struct {
     const char *out;       /* run folder: last/ checkpoint, train_log.jsonl, eval_log.jsonl */
     int quiet;
     int warm_start;        /* with a checkpoint in out/last: its weights only, a new run from step 0 */
+    int reference;         /* the target side from its cached final states over the full vocabulary
+                            * (the pre-top-K path; bench-train's reference), not the top-K rows */
 } train_opts;
+
+/* one training sequence with its sampled anchors, in buffers reused from sequence to sequence */
+typedef struct {
+    float *taps, *final;
+    size_t cap_taps, cap_final;
+    int *cand, cap_cand;
+    int anchor[512], n_valid[512];
+    train_seq s;
+} train_seq_buf;
+/* load sequence i of the cache with max_a anchors drawn by r (reference: final states, not top-K) */
+int train_load_seq(const train_cache *d, int i, int positions, int max_a, int reference, rng_t *r, train_seq_buf *b);
+void train_seq_buf_free(train_seq_buf *b);
+/* 1 + sum_k mean prod_{j<=k} alpha_j: the acceptance length the verifier would give */
+double tau_proxy(const train_stats *st);
 
 typedef struct {
     int step;
     double loss, ce, l1, bce, tau_proxy, grad_norm, rows_per_s;
 } train_point;
 
-/* Train m (already initialised, or replaced by the checkpoint in out/last when resuming) on the
+/* Train the drafter tr (already initialised, or replaced by the checkpoint in out/last when resuming) on the
  * cache. A checkpoint records the run's contract (every option that shapes the loss curve, the
  * drafter's architecture, the data); resuming under another contract is an error naming the field,
  * unless warm_start. Resuming trims the logs to the checkpoint's step (no duplicate steps). history, when not NULL, receives one point per step of this run (cap entries). */
-int train_run(bd_model *m, const train_cache *data, const train_opts *o, train_point *history, int cap, int *n_history);
+int train_run(trainable *tr, const train_cache *data, const train_opts *o, train_point *history, int cap, int *n_history);
 
 #endif

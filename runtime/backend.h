@@ -66,6 +66,7 @@ struct backend {
     int (*prepare_mats)(backend *, const qmat *const *W, int n);
     /* drop the copies of a model's weights (before the model is freed while the backend lives on) */
     void (*forget)(backend *, const model *);
+    void (*forget_mats)(backend *, const qmat *const *W, int n);
     void *(*alloc)(backend *, size_t bytes);                 /* NULL + message on failure */
     void (*release)(backend *, void *p);
     int (*to_host)(backend *, void *dst, const void *src, size_t bytes);

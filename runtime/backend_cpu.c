@@ -119,14 +119,9 @@ static int model_mats(const model *m, const qmat **out) {
     return n;
 }
 
-static void cpu_forget(backend *be, const model *m) {
+static void cpu_forget_mats(backend *be, const qmat *const *ws, int n) {
     cpu_ctx *c = be->ctx;
-    const qmat **ws = ds_malloc(sizeof *ws * (size_t)(1 + 7 * m->cfg.n_layers), "weight list");
-    if (!ws || !c->n_slots) {
-        free(ws);
-        return;
-    }
-    int n = model_mats(m, ws);
+    if (!c->n_slots) return;
     /* free the matching copies, then rebuild the table from the survivors (open addressing) */
     packed_slot *old = c->slots;
     size_t cap = c->n_slots;
@@ -148,6 +143,12 @@ static void cpu_forget(backend *be, const model *m) {
         for (size_t i = 0; i < cap; i++)
             if (old[i].key) qk_mat_free(&old[i].m), old[i].key = NULL;
     }
+}
+
+static void cpu_forget(backend *be, const model *m) {
+    const qmat **ws = ds_malloc(sizeof *ws * (size_t)(1 + 7 * m->cfg.n_layers), "weight list");
+    if (!ws) return;
+    cpu_forget_mats(be, ws, model_mats(m, ws));
     free(ws);
 }
 
@@ -487,6 +488,7 @@ backend *backend_cpu_new(const backend_opts *o) {
     be->prepare = cpu_prepare;
     be->prepare_mats = cpu_prepare_mats;
     be->forget = cpu_forget;
+    be->forget_mats = cpu_forget_mats;
     be->alloc = cpu_alloc;
     be->release = cpu_release;
     be->to_host = cpu_memcpy;

@@ -41,6 +41,9 @@
     REAL ce_row##S(REAL *dz, const REAL *z, int y, int V, REAL scale, REAL *scratch);                           \
     /* || softmax(z) - t ||_1 against a fixed distribution t (2 x total variation) */                            \
     REAL l1_row##S(REAL *dz, const REAL *z, const REAL *t, int V, REAL scale, REAL *scratch);                   \
+    /* the same against a target kept as K entries plus the rest as one bucket (see train_ops.inc) */       \
+    REAL l1_topk_row##S(REAL *dz, const REAL *z, int V, const int *tk, const REAL *t, int K, REAL scale,       \
+                        REAL *p, REAL *g);                                                                       \
     /* binary cross-entropy of sigmoid(l) against a soft label c in [0, 1] */                                    \
     REAL bce_logit##S(REAL *dl, REAL l, REAL c, REAL scale);                                                     \
     /* RNN head cell: pre = [s_prev; e; h] Wr^T + br -> (g, c, o); s = sig(g) s_prev + (1 - sig(g)) tanh(c); \

@@ -42,8 +42,13 @@ static cJSON *arch(const char *extra) {
 typedef struct {
     int T, tokens[40], anchor[6], n_valid[6];
     float *taps, *final;
+    int32_t tk_id[40 * 8];
+    float tk_lp[40 * 8];
     bd_seq s;
 } seq_fix;
+
+#define FIX_PROMPT 3
+#define FIX_K 8
 
 static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
     rng_t r;
@@ -55,9 +60,14 @@ static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
     f->final = malloc(sizeof(float) * f->T * D);
     f->taps = malloc(sizeof(float) * 2 * f->T * D);
     kv_cache *kv = kv_cache_new(tt->t.be, &tt->t.m.cfg, f->T);
-    fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .n_capture = 2, .capture_layers = taps,
-                   .capture = cap, .final_hidden = f->final};
+    int V = tt->t.m.cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * f->T * V);
+    fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .all_logits = 1, .logits = logits,
+                   .n_capture = 2, .capture_layers = taps, .capture = cap, .final_hidden = f->final};
     assert_int_equal(model_forward(&tt->t.m, &tt->t.fs, &b), 0);
+    for (int r = 0; r < f->T - FIX_PROMPT; r++) /* the cache's rows: the law of token FIX_PROMPT + r */
+        topk_logprobs(logits + (size_t)(FIX_PROMPT - 1 + r) * V, V, FIX_K, f->tk_id + r * FIX_K, f->tk_lp + r * FIX_K);
+    free(logits);
     for (int i = 0; i < f->T; i++)
         for (int k = 0; k < 2; k++) memcpy(f->taps + ((size_t)i * 2 + k) * D, cap + ((size_t)k * f->T + i) * D, sizeof(float) * D);
     kv_cache_free(tt->t.be, kv);
@@ -67,12 +77,12 @@ static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
         f->anchor[a] = anchors[a];
         f->n_valid[a] = DS_MIN(gamma, f->T - 1 - anchors[a]); /* the last blocks are cut short */
     }
-    f->s = (bd_seq){f->T, f->taps, f->final, f->tokens, 6, f->anchor, f->n_valid};
+    f->s = (bd_seq){f->T, f->taps, f->final, f->tokens, FIX_PROMPT, FIX_K, NULL, NULL, 6, f->anchor, f->n_valid};
 }
 
 typedef struct {
     const bd_model *m;
-    double *p, *E;
+    double *p, *E, *Eh;
     bd_seq_d s;
     double norm;
     double labels[64];
@@ -82,21 +92,27 @@ static double loss_d(dctx *x) {
     bd_stats st;
     memset(&st, 0, sizeof st);
     st.label_in = x->labels; /* the detached confidence labels of the base point */
-    if (bd_train_seq_d(&x->m->cfg, x->m->t, x->m->n_t, x->p, x->E, &x->s, NULL, x->norm, &st)) fail_msg("%s", ds_errmsg());
+    if (bd_train_seq_d(&x->m->cfg, x->m->t, x->p, x->E, x->Eh, x->m->Vd, x->m->vmap, &x->s, NULL, x->norm, &st))
+        fail_msg("%s", ds_errmsg());
     return (x->m->cfg.w_ce * st.ce + x->m->cfg.w_l1 * st.l1 + x->m->cfg.w_bce * st.bce) / x->norm;
 }
 
 /* The whole training loss, in double: for every tensor, the analytic gradient projected on a
  * random direction against the central difference along it; and the float gradient (what
  * training uses) against the double one. */
-static void gradcheck(const char *kind, const char *extra) {
+/* target: 0 = the final states (full vocabulary, the reference path), 1 = the cached top-K rows,
+ * 2 = top-K with a draft vocabulary of 30 of the 48 tokens (labels and top-K entries outside it) */
+static void gradcheck(const char *kind, const char *extra, int target) {
     tiny_target *tt = tiny_open();
     cJSON *j = arch(extra);
     bd_config c;
     if (bd_config_init(&c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
     cJSON_Delete(j);
     bd_model m;
-    assert_int_equal(bd_model_init(&m, &c, &tt->t.m, 3, 0), 0);
+    int vids[30];
+    for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48; /* 7 is prime to 48: distinct ids */
+    if (target == 2) c.draft_vocab = 30;
+    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 3, 0, target == 2 ? vids : NULL), 0);
     /* move every tensor off its special initial value (zero heads, unit norms) */
     rng_t r;
     rng_seed(&r, 9);
@@ -109,19 +125,23 @@ static void gradcheck(const char *kind, const char *extra) {
     x.m = &m;
     x.p = malloc(sizeof(double) * m.n_params);
     x.E = malloc(sizeof(double) * nE);
+    x.Eh = malloc(sizeof(double) * (size_t)m.Vd * c.dim);
+    for (size_t i = 0; i < (size_t)m.Vd * c.dim; i++) x.Eh[i] = m.Eh[i];
     double *taps = malloc(sizeof(double) * nt), *fin = malloc(sizeof(double) * nf);
     for (size_t i = 0; i < m.n_params; i++) x.p[i] = m.params[i];
     for (size_t i = 0; i < nE; i++) x.E[i] = m.E[i];
     for (size_t i = 0; i < nt; i++) taps[i] = f.taps[i];
     for (size_t i = 0; i < nf; i++) fin[i] = f.final[i];
-    x.s = (bd_seq_d){f.T, taps, fin, f.tokens, 6, f.anchor, f.n_valid};
-    x.norm = bd_seq_weight(&c, &f.s);
+    if (target) f.s.final = NULL, f.s.tk_id = f.tk_id, f.s.tk_lp = f.tk_lp;
+    x.s = (bd_seq_d){f.T, taps, target ? NULL : fin, f.tokens, FIX_PROMPT, FIX_K, f.s.tk_id, f.s.tk_lp, 6, f.anchor, f.n_valid};
+    x.norm = bd_seq_weight(&c, 6, f.n_valid);
     double *gd = calloc(m.n_params, sizeof(double));
     float *gf = calloc(m.n_params, sizeof(float));
     bd_stats st;
     memset(&st, 0, sizeof st);
     st.label_out = x.labels;
-    assert_int_equal(bd_train_seq_d(&c, m.t, m.n_t, x.p, x.E, &x.s, gd, x.norm, &st), 0);
+    if (bd_train_seq_d(&m.cfg, m.t, x.p, x.E, x.Eh, m.Vd, m.vmap, &x.s, gd, x.norm, &st)) fail_msg("%s", ds_errmsg());
+    if (target == 2) assert_true(st.label_outside > 0); /* the CE skip is exercised */
     memset(&st, 0, sizeof st);
     assert_int_equal(bd_train_seq(&m, &f.s, gf, x.norm, &st), 0);
     double worst = 0, worst_f = 0;
@@ -155,25 +175,31 @@ static void gradcheck(const char *kind, const char *extra) {
         free(dir);
         free(keep);
     }
-    printf("  %s%s: %d tensors; worst relative error vs finite differences %.2e (double); float vs double gradient %.2e\n",
-           kind, extra, m.n_t, worst, worst_f);
-    free(gd), free(gf), free(x.p), free(x.E), free(taps), free(fin), free(f.taps), free(f.final);
+    printf("  %s%s, target %s: %d tensors; worst relative error vs finite differences %.2e (double); float vs double "
+           "gradient %.2e\n",
+           kind, extra, target == 0 ? "final states" : target == 1 ? "top-8" : "top-8, draft vocabulary 30/48", m.n_t,
+           worst, worst_f);
+    free(gd), free(gf), free(x.p), free(x.E), free(x.Eh), free(taps), free(fin), free(f.taps), free(f.final);
     bd_model_free(&m);
     tiny_close(tt);
 }
 
 static void test_grad_dflash(void **state) {
     (void)state;
-    gradcheck("dflash", "");
-    gradcheck("dflash", ", \"anchor_first\": 0"); /* z-lab's mask-rows-only layout */
+    gradcheck("dflash", "", 0);
+    gradcheck("dflash", ", \"anchor_first\": 0", 1); /* z-lab's mask-rows-only layout */
+    gradcheck("dflash", "", 2);
 }
 static void test_grad_dspark_markov(void **state) {
     (void)state;
-    gradcheck("dspark-markov", "");
+    gradcheck("dspark-markov", "", 0);
+    gradcheck("dspark-markov", "", 1);
+    gradcheck("dspark-markov", "", 2);
 }
 static void test_grad_dspark_rnn(void **state) {
     (void)state;
-    gradcheck("dspark-rnn", "");
+    gradcheck("dspark-rnn", "", 0);
+    gradcheck("dspark-rnn", "", 2);
 }
 
 /* every family saves and loads back bit for bit (DFlash has no head: rank 0 must load) */
@@ -198,6 +224,30 @@ static void test_checkpoint_every_kind(void **state) {
         bd_model_free(&m);
         bd_model_free(&m2);
     }
+    /* a draft vocabulary travels with the checkpoint: its ids, and the hash that names them */
+    cJSON *j = arch(", \"draft_vocab\": 20");
+    bd_config c;
+    assert_int_equal(bd_config_init(&c, &tt->t.m, "dspark-markov", j), 0);
+    cJSON_Delete(j);
+    int ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = 2 * i + 1;
+    bd_model m, m2;
+    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 4, 0, ids), 0);
+    assert_int_equal(m.Vd, 20);
+    const char *dir = tmp_path("ckpt-vocab");
+    assert_int_equal(bd_save(&m, dir), 0);
+    assert_int_equal(bd_load(&m2, dir, &tt->t.m), 0);
+    assert_int_equal(m2.Vd, 20);
+    assert_memory_equal(m2.vid, ids, sizeof ids);
+    assert_int_equal(m2.vmap[5], 2);
+    assert_int_equal(m2.vmap[4], -1);
+    assert_memory_equal(m2.Eh + 3 * c.dim, m.E + 7 * c.dim, sizeof(float) * c.dim);
+    assert_string_equal(m2.cfg.vocab_hash, m.cfg.vocab_hash);
+    bd_model_free(&m2);
+    ids[0] = ids[1]; /* repeated ids are refused */
+    assert_int_equal(bd_model_init_vocab(&m2, &c, &tt->t.m, 4, 0, ids), -1);
+    assert_non_null(strstr(ds_errmsg(), "repeated"));
+    bd_model_free(&m);
     tiny_close(tt);
 }
 
@@ -251,12 +301,20 @@ static void test_checkpoint_roundtrip(void **state) {
 static void build_cache(tiny_target *tt, const char *dir) {
     rng_t r;
     rng_seed(&r, 77);
-    int taps[2] = {0, 1};
+    traindata_layout lay = {.n_tap = 2, .taps = {0, 1}, .top_k = 8, .has_final = 1};
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-0000", dir);
     for (int i = 0; i < 12; i++) {
         int n = 20 + (int)(rng_u64(&r) % 20), toks[64];
         for (int k = 0; k < n; k++) toks[k] = (int)(rng_u64(&r) % 46);
-        if (traindata_append(&tt->t, dir, toks, n, 5, i, 2, taps)) fail_msg("%s", ds_errmsg());
+        if (traindata_append(&tt->t, shard, toks, n, 5, i, &lay)) fail_msg("%s", ds_errmsg());
     }
+}
+
+static int run_bd(bd_model *m, const train_cache *d, const train_opts *o, train_point *h, int cap, int *n) {
+    trainable tr;
+    if (bd_trainable(m, &tr)) return -1;
+    return train_run(&tr, d, o, h, cap, n);
 }
 
 static void test_resume_continues_the_curve(void **state) {
@@ -281,14 +339,14 @@ static void test_resume_continues_the_curve(void **state) {
     train_point ha[16], hb1[16], hb2[16];
     int na, nb1, nb2;
     assert_int_equal(bd_model_init(&a, &c, &tt->t.m, 5, 0), 0);
-    if (train_run(&a, &d, &o, ha, 16, &na)) fail_msg("%s", ds_errmsg());
+    if (run_bd(&a, &d, &o, ha, 16, &na)) fail_msg("%s", ds_errmsg());
     assert_int_equal(na, 8);
     assert_true(ha[7].loss < ha[0].loss); /* it learns */
     /* the same run, killed after 5 steps and resumed from its checkpoint in a fresh model */
     o.out = runB;
     o.stop_after = 5;
     assert_int_equal(bd_model_init(&b, &c, &tt->t.m, 5, 0), 0);
-    assert_int_equal(train_run(&b, &d, &o, hb1, 16, &nb1), 0);
+    assert_int_equal(run_bd(&b, &d, &o, hb1, 16, &nb1), 0);
     assert_int_equal(nb1, 5);
     bd_model_free(&b);
     assert_int_equal(bd_model_init(&b, &c, &tt->t.m, 999, 0), 0); /* different init: must be replaced by the checkpoint */
@@ -296,7 +354,7 @@ static void test_resume_continues_the_curve(void **state) {
     /* issue 11 (6): resuming under another setting is refused by name (d965422 resumed silently) */
     float lr0 = o.lr;
     o.lr = 1e-2f;
-    assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), -1);
+    assert_int_equal(run_bd(&b, &d, &o, hb2, 16, &nb2), -1);
     assert_non_null(strstr(ds_errmsg(), "lr = "));
     o.lr = lr0;
     /* a step logged after the checkpoint (killed before the next one) is not logged twice */
@@ -306,7 +364,7 @@ static void test_resume_continues_the_curve(void **state) {
     assert_non_null(lf);
     fprintf(lf, "{\"step\": 6, \"loss\": 99}\n");
     fclose(lf);
-    assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), 0);
+    assert_int_equal(run_bd(&b, &d, &o, hb2, 16, &nb2), 0);
     {
         char *txt;
         size_t n;
@@ -329,7 +387,7 @@ static void test_resume_continues_the_curve(void **state) {
     /* a warm start under other settings: the weights of runB's checkpoint, a new run from step 0 */
     o.lr = 1e-2f;
     o.warm_start = 1;
-    assert_int_equal(train_run(&b, &d, &o, hb2, 16, &nb2), 0);
+    assert_int_equal(run_bd(&b, &d, &o, hb2, 16, &nb2), 0);
     assert_int_equal(nb2, 8);
     assert_int_equal(hb2[0].step, 1);
     bd_model_free(&a);
