@@ -214,6 +214,9 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(target_open(&t, rc.target[0] ? rc.target : target_default_path(), &(backend_opts){rc.backend, rc.threads, rc.exact, rc.isa}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; run needs a GGUF target");
     if (rc.drafter[0]) DS_TRY(drafter_open(&d, rc.drafter, rc.drafter_cfg, &t));
+    DS_CHECK(!rc.drafter[0] || !d.max_gamma || rc.gamma <= d.max_gamma,
+             "gamma %d: the drafter was trained to draft %d tokens a round (its checkpoint's gamma); use gamma <= %d",
+             rc.gamma, d.max_gamma, d.max_gamma);
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
     {
         const char *sp_path = rc.sps[0] ? rc.sps : "bench/bench-target.json";

@@ -57,7 +57,6 @@ int cmd_train(int argc, char **argv) {
     train_config tc;
     DS_TRY(train_config_parse(cfg, config_path, &tc));
     const char *target_path = tc.target;
-    const cJSON *drafter = tc.drafter, *dname = tc.drafter_name;
     if (out_flag) tc.train.out = out_flag;
     const char *out = tc.train.out;
     DS_CHECK(out != NULL, "%s: needs \"out\" (the run folder)", config_path);
@@ -70,12 +69,8 @@ int cmd_train(int argc, char **argv) {
 
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
-    cJSON *arch = cJSON_Duplicate(drafter, 1);
-    cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
     bd_config c;
-    int crc = bd_config_init(&c, &t.m, dname->valuestring, arch);
-    cJSON_Delete(arch);
-    DS_TRY(crc);
+    DS_TRY(train_config_drafter(&tc, &t, &c));
     d.n_tap = c.n_tap;
     memcpy(d.taps, c.tap, sizeof d.taps);
     if (max_shards >= 0) d.max_shards = max_shards;
@@ -84,26 +79,12 @@ int cmd_train(int argc, char **argv) {
         ret = 0;
         goto fail;
     }
-    DS_TRY(traindata_open(&data, d.dir, &t));
-    int *vids = NULL;
-    char lastcfg[4200];
-    struct stat lst;
-    snprintf(lastcfg, sizeof lastcfg, "%s/last/config.json", out);
-    if (c.draft_vocab && !o.warm_start && stat(lastcfg, &lst) == 0) { /* resuming: the checkpoint's own vocabulary */
-        snprintf(lastcfg, sizeof lastcfg, "%s/last", out);
-        DS_TRY(bd_load(&m, lastcfg, &t.m));
-    } else if (c.draft_vocab) { /* the draft vocabulary from this cache (a resumed run re-derives the same ids) */
-        draft_vocab_report vr;
-        DS_TRYP(vids = ds_malloc(sizeof(int) * (size_t)c.draft_vocab, "draft vocabulary"));
-        int e = draft_vocab_choose(&data, &t.tk, c.draft_vocab, vids, &vr);
-        if (!e) e = bd_model_init_vocab(&m, &c, &t.m, o.seed, 0, vids);
-        free(vids);
-        DS_TRY(e);
-        fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes): %.2f%% of the "
-                        "cache's response tokens, %.2f%% of the target's top-%d mass\n",
-                c.draft_vocab, c.vocab, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, data.top_k);
-    } else
-        DS_TRY(bd_model_init(&m, &c, &t.m, o.seed, 0));
+    DS_TRY(traindata_open(&data, d.dir, &t, d.max_shards));
+    {
+        char last[4200];
+        snprintf(last, sizeof last, "%s/last", out);
+        DS_TRY(train_drafter_new(&c, &t, &data, 0, o.seed, o.warm_start ? NULL : last, &m));
+    }
     trainable tr;
     DS_TRY(bd_trainable(&m, &tr));
     fprintf(stderr, "train: %s, %zu parameters (%d layers, gamma %d, %s, lambda %g); data %s: %d sequences, %ld tokens\n",

@@ -10,5 +10,6 @@ int cmd_run(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_bench_train(int argc, char **argv);
 
 #endif

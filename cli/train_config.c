@@ -6,6 +6,9 @@
 
 #include "../runtime/common.h"
 #include "../runtime/jcfg.h"
+#include "../engine/draft_vocab.h"
+#include <sys/stat.h>
+#include <stdlib.h>
 
 int train_config_parse(const cJSON *cfg, const char *config_path, train_config *tc) {
     memset(tc, 0, sizeof *tc);
@@ -66,4 +69,39 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     return 0;
 fail:
     return -1;
+}
+
+int train_config_drafter(const train_config *tc, const target *t, bd_config *c) {
+    cJSON *arch = cJSON_Duplicate(tc->drafter, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
+    int rc = bd_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
+    cJSON_Delete(arch);
+    if (rc == 0 && t->has_tokenizer) { /* the train/serve contract: what the data was rendered with */
+        snprintf(c->chat_template, sizeof c->chat_template, "%s", chat_family_name(&t->ct));
+        tokenizer_fingerprint(&t->tk, c->tokenizer);
+    }
+    return rc;
+}
+
+int train_drafter_new(const bd_config *c0, const target *t, const train_cache *d, int full_vocab, uint64_t seed,
+                      const char *resume_dir, bd_model *m) {
+    bd_config c = *c0;
+    char p[4200];
+    struct stat st;
+    if (full_vocab) c.draft_vocab = 0;
+    snprintf(p, sizeof p, "%s/config.json", resume_dir ? resume_dir : "");
+    if (c.draft_vocab && resume_dir && stat(p, &st) == 0) /* resuming: the checkpoint's own vocabulary */
+        return bd_load(m, resume_dir, &t->m);
+    if (!c.draft_vocab) return bd_model_init(m, &c, &t->m, seed, 0);
+    draft_vocab_report vr;
+    int *ids = ds_malloc(sizeof(int) * (size_t)c.draft_vocab, "draft vocabulary");
+    if (!ids) return -1;
+    int e = draft_vocab_choose(d, &t->tk, c.draft_vocab, ids, &vr);
+    if (!e) e = bd_model_init_vocab(m, &c, &t->m, seed, 0, ids);
+    free(ids);
+    if (!e)
+        fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes) covers %.2f%% of "
+                        "the cache's response tokens and %.2f%% of the target's top-%d mass\n",
+                c.draft_vocab, c.vocab, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, d->top_k);
+    return e;
 }

@@ -6,6 +6,7 @@
 #include <cJSON.h>
 
 #include "../datasets/traindata.h"
+#include "../drafters/blockdraft.h"
 #include "../engine/train.h"
 
 typedef struct {
@@ -18,5 +19,11 @@ typedef struct {
 } train_config;
 
 int train_config_parse(const cJSON *cfg, const char *path, train_config *tc);
+/* the drafter's architecture from the config (c), for a target */
+int train_config_drafter(const train_config *tc, const target *t, bd_config *c);
+/* a fresh drafter for training on d: its draft vocabulary chosen from d (and reported on stderr)
+ * unless full_vocab; with a checkpoint in resume_dir (may be NULL), that checkpoint's model */
+int train_drafter_new(const bd_config *c, const target *t, const train_cache *d, int full_vocab, uint64_t seed,
+                      const char *resume_dir, bd_model *m);
 
 #endif

@@ -609,11 +609,11 @@ done_ps:
 
 /* ---------------------------------------------------------------------------------- reading */
 
-int traindata_open(train_cache *c, const char *dir, const target *t) {
+int traindata_open(train_cache *c, const char *dir, const target *t, int max_shards) {
     memset(c, 0, sizeof *c);
     char p[4200];
     int cap = 0;
-    for (int s = 0;; s++) {
+    for (int s = 0; max_shards <= 0 || s < max_shards; s++) {
         shard_dir(p, sizeof p, dir, s);
         traindata_layout lay;
         struct stat st;

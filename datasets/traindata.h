@@ -79,8 +79,9 @@ int traindata_build(target *t, const traindata_opts *o);
 /* Append one sequence to a shard folder (teacher-forced capture with the target). */
 int traindata_append(target *t, const char *shard_dir, const int *tokens, int n, int n_prompt, int source,
                      const traindata_layout *lay);
-/* Open every shard under dir (shard-0000, shard-0001, ... as far as they go). */
-int traindata_open(train_cache *c, const char *dir, const target *t);
+/* Open the shards under dir (shard-0000, shard-0001, ... as far as they go, at most max_shards
+ * when > 0: a config that names max_shards trains on the same data while later shards build). */
+int traindata_open(train_cache *c, const char *dir, const target *t, int max_shards);
 void traindata_close(train_cache *c);
 static inline const int *traindata_tokens(const train_cache *c, int i) {
     return c->sh[c->shard[i]].tokens + c->off[i];

@@ -41,7 +41,9 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta) || jcfg_float(&r, "w_ce", 0, 100, &c->w_ce) ||
         jcfg_float(&r, "w_l1", 0, 100, &c->w_l1) || jcfg_float(&r, "w_bce", 0, 100, &c->w_bce) ||
         jcfg_float(&r, "lambda", 1e-3, 1e6, &c->lambda) || jcfg_str(&r, "target_fingerprint", &fp) ||
-        jcfg_int(&r, "draft_vocab", 0, 1 << 22, &c->draft_vocab) || jcfg_str(&r, "vocab_hash", &vh))
+        jcfg_int(&r, "draft_vocab", 0, 1 << 22, &c->draft_vocab) || jcfg_str(&r, "vocab_hash", &vh) ||
+        jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template) ||
+        jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer))
         return -1;
     c->anchor_first = af;
     c->head = (bd_head)hk;
@@ -178,10 +180,18 @@ cJSON *bd_config_json(const bd_config *c) {
     cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
     cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
     cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
+    cJSON_AddStringToObject(j, "chat_template", c->chat_template);
+    cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
     cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
     for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
     return j;
 }
+
+const char *const bd_prof_names[BD_PROF_N] = {
+    "context fc + norm (fwd)", "draft layers, not attention (fwd)", "attention (fwd)", "target distribution",
+    "draft head: h Eh^T (fwd)", "Markov/RNN factor + confidence (fwd)", "losses (softmax, L1, CE, BCE)",
+    "Markov/RNN factor + confidence (bwd)", "draft head (bwd)", "draft layers, not attention (bwd)", "attention (bwd)",
+    "context fc + norm (bwd)"};
 
 /* ---------------------------------------------------------------------------- parameters */
 

@@ -36,6 +36,8 @@ typedef struct {
     char target_fingerprint[64];
     int draft_vocab;       /* rows of the draft head (FR-Spec style subset of the vocabulary); 0 = all */
     char vocab_hash[20];   /* FNV-1a of the subset's ids (checkpoint contract), "" when full */
+    char chat_template[16];/* what the training data was rendered with ("" = not recorded) */
+    char tokenizer[20];    /* tokenizer_fingerprint of the target it was trained with ("" = not recorded) */
     int n_calib;           /* calibration temperatures per position (0 = none) */
     float calib[16];
 } bd_config;
@@ -72,13 +74,19 @@ typedef struct {
     typedef struct {                                                                                              \
         char *arena;                                                                                              \
         size_t cap;                                                                                               \
+        int profile;              /* accumulate seconds per section into prof[] (BD_PROF_*) */                   \
+        int loop_attention;       /* the reference attention loops instead of the GEMM attention */             \
+        double prof[16], t_mark;                                                                                  \
         layer_acts##SFX *la;                                                                                        \
         REAL *fc_out, *c_rstd, *C, *x, *hF, *rstdF, *hP, *Z, *Tp, *tf, *tk_p, *E1, *bias, *S, *O, *RI, *RP, *sp; \
         REAL *hk, *cin, *clog, *scr, *scr2, *dZ, *dcl, *dhP, *dE1, *dcin, *dO, *dS, *dsp, *dhk, *dhF, *dx, *dC;   \
-        REAL *dxm, *dxn, *dhm, *dg, *du, *dq, *dkb, *dvb, *dkc, *dvc, *datt, *dfc;                               \
+        REAL *dxm, *dxn, *dhm, *dg, *du, *dq, *dkb, *dvb, *dkc, *dvc, *datt, *dfc, *dprob;                       \
         double *alpha_prod;                                                                                       \
         int *tk_sub, *pos_b, *pos_c, *ctx_len, *lo, *hi, *rows, *prev, *pred, *label, *kof, *tpos, *off, *last;  \
     } bd_ws##SFX;
+enum { BD_PROF_CONTEXT, BD_PROF_LAYERS, BD_PROF_ATTN, BD_PROF_TARGET, BD_PROF_HEAD, BD_PROF_MARKOV, BD_PROF_LOSS,
+       BD_PROF_MARKOV_BWD, BD_PROF_HEAD_BWD, BD_PROF_LAYERS_BWD, BD_PROF_ATTN_BWD, BD_PROF_CONTEXT_BWD, BD_PROF_N };
+extern const char *const bd_prof_names[BD_PROF_N];
 BD_TRAIN_TYPES(float, _f)
 BD_TRAIN_TYPES(double, _d)
 

@@ -56,6 +56,7 @@ struct drafter {
     char fingerprint[64];
     char describe[160];      /* one line for reports: family and configuration */
     int has_conf;
+    int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];
     double t_seq_loop;       /* seconds propose spent in a left-to-right sampling loop (DSpark's head) */

@@ -68,22 +68,46 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
         DS_TRY(jcfg_u64(&r, "seed", &seed));
         DS_TRY(jcfg_float(&r, "init_noise", 0, 100, &noise));
         DS_TRY(jcfg_float(&r, "init_std", 0, 100, &istd));
+        /* a draft vocabulary given by its ids (the gate's case; trained drafters carry theirs) */
+        const cJSON *vj = jcfg_get(&r, "vocab_ids");
+        int vids[256], nv = 0;
+        if (vj) {
+            nv = cJSON_GetArraySize(vj);
+            DS_CHECK(cJSON_IsArray(vj) && nv >= 1 && nv <= 256, "drafter: 'vocab_ids' must be an array of 1..256 token ids");
+            for (int i = 0; i < nv; i++) {
+                const cJSON *e = cJSON_GetArrayItem(vj, i);
+                DS_CHECK(cJSON_IsNumber(e) && e->valuedouble == (int)e->valuedouble, "drafter: 'vocab_ids'[%d] is not an id", i);
+                vids[i] = e->valueint;
+            }
+        }
         cJSON *arch = cJSON_Duplicate(cfg, 1);
         if (arch) {
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "seed");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_noise");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "vocab_ids");
         }
         int rc = bd_config_init(&c, &t->m, d->ops->name, arch); /* the rest, strictly */
         cJSON_Delete(arch);
         DS_TRY(rc);
-        DS_TRY(bd_model_init(&s->m, &c, &t->m, seed, noise));
+        if (nv) c.draft_vocab = nv < c.vocab ? nv : 0;
+        DS_TRY(bd_model_init_vocab(&s->m, &c, &t->m, seed, noise, nv ? vids : NULL));
         /* weights drawn at std 0.02 scaled to init_std: an untrained drafter whose layers matter */
         if (istd > 0) bd_model_rescale(&s->m, istd / 0.02f);
         snprintf(d->describe, sizeof d->describe, "%s: untrained (random init)", d->ops->name);
     }
     const bd_config *c = &s->m.cfg;
     d->has_conf = c->conf;
+    d->max_gamma = c->gamma;
+    if (t->has_tokenizer && (c->chat_template[0] || c->tokenizer[0])) { /* the train/serve contract */
+        char tf[20];
+        tokenizer_fingerprint(&t->tk, tf);
+        DS_CHECK(!c->tokenizer[0] || strcmp(tf, c->tokenizer) == 0,
+                 "%s: trained with tokenizer %s, but the target's tokenizer is %s", ck ? ck : d->ops->name, c->tokenizer, tf);
+        DS_CHECK(!c->chat_template[0] || strcmp(chat_family_name(&t->ct), c->chat_template) == 0,
+                 "%s: trained with chat_template '%s', but the target's is '%s'", ck ? ck : d->ops->name,
+                 c->chat_template, chat_family_name(&t->ct));
+    }
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
@@ -413,13 +437,18 @@ static void dspark_close(drafter *d) {
 /* the gate's untrained configuration: one layer, noisy init so the drafts are stochastic */
 #define BLOCK_GATE                                                                                        \
     "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1]}"
-#define BLOCK_OPS(NAME, HELP)                                                                                    \
+/* DSpark-Markov enters the gate with a draft vocabulary (6 of the tiny target's 8 tokens; q = 0 on
+ * the other two), so the reduced-vocabulary path is certified by every case the registry walk runs */
+#define BLOCK_GATE_VOCAB                                                                                        \
+    "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1], "    \
+    "\"vocab_ids\": [0, 1, 2, 4, 5, 6]}"
+#define BLOCK_OPS(NAME, HELP, GATE)                                                                              \
     {NAME, HELP, dspark_open, dspark_begin, dspark_propose, dspark_commit, dspark_end, dspark_rewind, dspark_save, \
-     dspark_close, BLOCK_GATE}
+     dspark_close, GATE, BLOCK_GATE}
 
 const drafter_ops drafter_dflash =
-    BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR}");
+    BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR}", BLOCK_GATE);
 const drafter_ops drafter_dspark_markov =
-    BLOCK_OPS("dspark-markov", "DFlash backbone + Markov head + confidence head: {\"checkpoint\": DIR}");
+    BLOCK_OPS("dspark-markov", "DFlash backbone + Markov head + confidence head: {\"checkpoint\": DIR}", BLOCK_GATE_VOCAB);
 const drafter_ops drafter_dspark_rnn =
-    BLOCK_OPS("dspark-rnn", "DFlash backbone + gated RNN head + confidence head: {\"checkpoint\": DIR}");
+    BLOCK_OPS("dspark-rnn", "DFlash backbone + gated RNN head + confidence head: {\"checkpoint\": DIR}", BLOCK_GATE);

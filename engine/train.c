@@ -320,9 +320,18 @@ int train_run(trainable *m, const train_cache *d, const train_opts *o, train_poi
         double t_load = ds_now() - t0;
         for (int j = 0; j < o->seqs_per_step && norm > 0; j++)
             if (bufs[j].s.A > 0 && m->step(m, &bufs[j].s, grad, norm, &st)) goto fail;
+        double t_step = ds_now() - t0 - t_load;
         /* clip, then AdamW with the scheduled learning rate */
         double gn = 0;
-        for (size_t i = 0; i < m->n_params; i++) gn += (double)grad[i] * grad[i];
+        { /* fixed chunks summed in a fixed order: the same norm whatever the thread count */
+            double part[64] = {0};
+            size_t chunk = (m->n_params + 63) / 64;
+#pragma omp parallel for schedule(static)
+            for (int ch = 0; ch < 64; ch++)
+                for (size_t i = (size_t)ch * chunk; i < DS_MIN(m->n_params, (size_t)(ch + 1) * chunk); i++)
+                    part[ch] += (double)grad[i] * grad[i];
+            for (int ch = 0; ch < 64; ch++) gn += part[ch];
+        }
         gn = sqrt(gn);
         float gscale = gn > o->clip ? (float)(o->clip / gn) : 1.0f;
         double lr = lr_at(o, step);
@@ -331,6 +340,7 @@ int train_run(trainable *m, const train_cache *d, const train_opts *o, train_poi
             const train_tensor *t = &m->t[ti];
             float wd = t->decay ? o->weight_decay : 0.0f;
             float *p = m->params + t->offset, *g = grad + t->offset, *mm = am + t->offset, *vv = av + t->offset;
+#pragma omp parallel for schedule(static) if (t->numel > 65536)
             for (size_t i = 0; i < t->numel; i++) {
                 float gi = g[i] * gscale;
                 mm[i] = b1 * mm[i] + (1 - b1) * gi;
@@ -339,6 +349,10 @@ int train_run(trainable *m, const train_cache *d, const train_opts *o, train_poi
             }
         }
         double dt = ds_now() - t0;
+        if (o->prof) {
+            o->prof->load += t_load, o->prof->step += t_step, o->prof->opt += dt - t_load - t_step;
+            o->prof->rows += st.rows, o->prof->steps++;
+        }
         rows_run += st.rows;
         ran++;
         double w = st.weight > 0 ? st.weight : 1;

@@ -27,9 +27,15 @@ typedef struct {
     const char *out;       /* run folder: last/ checkpoint, train_log.jsonl, eval_log.jsonl */
     int quiet;
     int warm_start;        /* with a checkpoint in out/last: its weights only, a new run from step 0 */
+    struct train_profile *prof; /* when set: seconds spent loading, in the drafter's step, in the optimizer */
     int reference;         /* the target side from its cached final states over the full vocabulary
                             * (the pre-top-K path; bench-train's reference), not the top-K rows */
 } train_opts;
+
+typedef struct train_profile {
+    double load, step, opt;
+    long rows, steps;
+} train_profile;
 
 /* one training sequence with its sampled anchors, in buffers reused from sequence to sequence */
 typedef struct {

@@ -680,3 +680,12 @@ char *chat_render(const chat_template *ct, const chat_msg *msgs, int n, int add_
     if (add_generation_prompt) snprintf(o + len, cap - len, "<|im_start|>assistant\n");
     return o;
 }
+
+void tokenizer_fingerprint(const tokenizer *tk, char out[20]) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < tk->n_vocab; i++) {
+        for (int k = 0; k < tk->text_len[i]; k++) h = (h ^ (unsigned char)tk->text[i][k]) * 0x100000001b3ull;
+        h = (h ^ (unsigned)(0x100 + (tk->type ? tk->type[i] : 0))) * 0x100000001b3ull;
+    }
+    snprintf(out, 20, "%016llx", (unsigned long long)h);
+}

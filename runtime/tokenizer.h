@@ -56,6 +56,8 @@ int tokenizer_piece(const tokenizer *tk, int id, int render_special, char *buf, 
 char *tokenizer_decode(const tokenizer *tk, const int *ids, int n, int render_special);
 int tokenizer_find(const tokenizer *tk, const char *text, size_t len); /* id or -1 */
 int tokenizer_is_eog(const tokenizer *tk, int id);
+/* FNV-1a of every token's text and type, hex: two tokenizers that hash alike map text alike */
+void tokenizer_fingerprint(const tokenizer *tk, char out[20]);
 
 /* Chat templates. Recognised families: ChatML (SmolLM2, Qwen). */
 typedef struct {

@@ -33,6 +33,15 @@
                           const REAL *prob, const REAL *q, const REAL *kc, const REAL *vc, const REAL *kb,      \
                           const REAL *vb, const int *ctx_len, const int *blk_lo, const int *blk_hi, int Nq,      \
                           int H, int Hkv, int hd, int Lmax);                                                     \
+    /* the same through GEMMs: context columns [0, Tc) masked past ctx_len, block columns from Tc; ds is    \
+     * scratch [Nq][H][Lmax] */                                                                                \
+    void attn_gemm_forward##S(REAL *out, REAL *prob, const REAL *q, const REAL *kc, const REAL *vc,             \
+                              const REAL *kb, const REAL *vb, const int *ctx_len, const int *blk_lo,           \
+                              const int *blk_hi, int Nq, int Tc, int H, int Hkv, int hd, int Lmax);             \
+    void attn_gemm_backward##S(REAL *dq, REAL *dkc, REAL *dvc, REAL *dkb, REAL *dvb, const REAL *dout,          \
+                               const REAL *prob, const REAL *q, const REAL *kc, const REAL *vc, const REAL *kb, \
+                               const REAL *vb, const int *ctx_len, const int *blk_lo, const int *blk_hi, int Nq, \
+                               int Tc, int H, int Hkv, int hd, int Lmax, REAL *ds);                             \
     /* rows of a table: out[n] = E[idx[n]]; backward scatters dout into dE */                                     \
     void gather_forward##S(REAL *out, const REAL *E, const int *idx, int N, int C);                             \
     void gather_backward##S(REAL *dE, const REAL *dout, const int *idx, int N, int C);                          \

@@ -6,7 +6,10 @@
 
 #include "../datasets/traindata.h"
 #include "../drafters/blockdraft.h"
+#include "../engine/decode.h"
 #include "../engine/train.h"
+#include "../schedulers/scheduler.h"
+#include "../runtime/train_ops.h"
 
 typedef struct {
     target t;
@@ -144,6 +147,20 @@ static void gradcheck(const char *kind, const char *extra, int target) {
     if (target == 2) assert_true(st.label_outside > 0); /* the CE skip is exercised */
     memset(&st, 0, sizeof st);
     assert_int_equal(bd_train_seq(&m, &f.s, gf, x.norm, &st), 0);
+    { /* the GEMM attention training runs against the reference loops: the same float gradient */
+        float *gl = calloc(m.n_params, sizeof(float));
+        bd_stats sl;
+        memset(&sl, 0, sizeof sl);
+        m.ws.loop_attention = 1;
+        assert_int_equal(bd_train_seq(&m, &f.s, gl, x.norm, &sl), 0);
+        m.ws.loop_attention = 0;
+        double dd = 0, nn = 0;
+        for (size_t i = 0; i < m.n_params; i++) dd += (double)(gl[i] - gf[i]) * (gl[i] - gf[i]), nn += (double)gl[i] * gl[i];
+        if (sqrt(dd) > 1e-5 * sqrt(nn)) fail_msg("%s: GEMM attention gradient differs from the loops' by %.3g (relative)", kind,
+                                                 sqrt(dd / nn));
+        assert_true(fabs(sl.l1 - st.l1) <= 1e-5 * fabs(sl.l1) + 1e-9);
+        free(gl);
+    }
     double worst = 0, worst_f = 0;
     for (int ti = 0; ti < m.n_t; ti++) {
         const bd_tensor *t = &m.t[ti];
@@ -181,6 +198,57 @@ static void gradcheck(const char *kind, const char *extra, int target) {
            worst, worst_f);
     free(gd), free(gf), free(x.p), free(x.E), free(x.Eh), free(taps), free(fin), free(f.taps), free(f.final);
     bd_model_free(&m);
+    tiny_close(tt);
+}
+
+/* The top-K L1 against the full-vocabulary L1, on the tiny target's real distributions and random
+ * draft logits: never above it, below it by at most 2 min(q_rest, t_rest), equal when K = V. */
+static void test_topk_loss_matches_full(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    seq_fix f;
+    make_seq(tt, &f, 4);
+    int V = tt->t.m.cfg.vocab_size, D = tt->t.m.cfg.dim;
+    double *z = malloc(sizeof(double) * V), *p = malloc(sizeof(double) * V), *sc = malloc(sizeof(double) * V),
+           *g = malloc(sizeof(double) * V), *zt = malloc(sizeof(double) * V), t[64];
+    int id[64], Ks[4] = {4, 8, 16, V};
+    rng_t r;
+    rng_seed(&r, 31);
+    double worst_gap = 0, worst_full = 0;
+    for (int row = FIX_PROMPT; row < f.T; row++) {
+        for (int v = 0; v < V; v++) { /* the target's logits from its final state, through its head */
+            float e[64];
+            qmat_row_f32(&tt->t.m.output, v, e);
+            double acc = 0;
+            for (int d = 0; d < D; d++) acc += (double)e[d] * f.final[(size_t)(row - 1) * D + d];
+            zt[v] = acc;
+            z[v] = 2 * (rng_uniform(&r) - 0.5);
+        }
+        double pt[64];
+        softmax_row_d(pt, zt, V);
+        double full = l1_row_d(NULL, z, pt, V, 1, sc);
+        softmax_row_d(p, z, V);
+        for (int ki = 0; ki < 4; ki++) {
+            int K = Ks[ki];
+            float zf[64], lp[64];
+            int32_t ids[64];
+            for (int v = 0; v < V; v++) zf[v] = (float)zt[v];
+            topk_logprobs(zf, V, K, ids, lp);
+            double tin = 0, qin = 0;
+            for (int k = 0; k < K; k++) id[k] = ids[k], t[k] = exp((double)lp[k]), tin += t[k], qin += p[ids[k]];
+            double sparse = l1_topk_row_d(NULL, z, V, id, t, K, 1, sc, g);
+            double bound = 2 * fmin(1 - qin, 1 - tin), gap = full - sparse;
+            if (gap < -1e-6 || gap > bound + 1e-6)
+                fail_msg("row %d K %d: full L1 %.9g, top-K L1 %.9g, gap %.3g outside [0, %.3g]", row, K, full, sparse, gap,
+                         bound);
+            if (K == V) worst_full = fmax(worst_full, fabs(gap));
+            else worst_gap = fmax(worst_gap, gap);
+        }
+    }
+    assert_true(worst_full < 1e-6); /* K = V: the same loss (fp32 log-probs) */
+    printf("  top-K L1 vs full L1 over %d rows: largest gap %.3e at K < V (within 2 min(q_rest, t_rest)), %.1e at K = V\n",
+           f.T - FIX_PROMPT, worst_gap, worst_full);
+    free(z), free(p), free(sc), free(g), free(zt), free(f.taps), free(f.final);
     tiny_close(tt);
 }
 
@@ -317,6 +385,89 @@ static int run_bd(bd_model *m, const train_cache *d, const train_opts *o, train_
     return train_run(&tr, d, o, h, cap, n);
 }
 
+/* The overfit gate (SpecForge's): train a drafter on ONE cached sequence until it memorises it, then
+ * run the real decoding loop on that prompt and require that whole blocks are accepted. It catches
+ * what gradient checks cannot: a mismatch between training and serving in tap ids, the anchor
+ * layout, RoPE positions or the draft vocabulary's id maps. */
+static void overfit_gate(const char *kind, const char *extra) {
+    tiny_target *tt = tiny_open();
+    char cache[512], run[512], cmd[1200];
+    snprintf(cache, sizeof cache, "%s", tmp_path("overfit-cache"));
+    snprintf(run, sizeof run, "%s", tmp_path("overfit-run"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
+    assert_int_equal(system(cmd), 0);
+    /* the sequence: a random prompt and the target's own greedy continuation (what T = 0 decoding emits) */
+    int prompt[6] = {3, 17, 29, 8, 41, 12}, gamma = 4, max_new = 40;
+    sampling_params greedy = {0, 0, 1};
+    request req, *rp = &req;
+    assert_int_equal(request_init(&req, &tt->t, 0, prompt, 6, max_new, 1), 0);
+    decode_cfg ar = {greedy, 0, NULL, NULL, NULL, NULL, MODE_AR};
+    decode_stats st;
+    memset(&st, 0, sizeof st);
+    if (decode_run(&tt->t, &rp, 1, &ar, &st)) fail_msg("%s", ds_errmsg());
+    int n = req.toks.n, seq[64];
+    memcpy(seq, req.toks.v, sizeof(int) * (size_t)n);
+    request_free(&req, &tt->t);
+    traindata_layout lay = {.n_tap = 2, .taps = {0, 1}, .top_k = 8};
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
+    if (traindata_append(&tt->t, shard, seq, n, 6, 0, &lay)) fail_msg("%s", ds_errmsg());
+    train_cache d;
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    /* train on every anchor of the one sequence */
+    char buf[300];
+    snprintf(buf, sizeof buf, "{\"layers\": 2, \"rank\": 6, \"gamma\": %d, \"taps\": [0, 1], \"mask_token\": 47%s}", gamma,
+             extra);
+    cJSON *j = cJSON_Parse(buf);
+    bd_config c;
+    assert_int_equal(bd_config_init(&c, &tt->t.m, kind, j), 0);
+    cJSON_Delete(j);
+    bd_model m;
+    int ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = i + 2; /* a draft vocabulary: all but ids 0, 1 and the top 6 */
+    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 5, 0, c.draft_vocab ? ids : NULL), 0);
+    train_opts o = {300, 1, 64, 3e-3f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
+    train_point h[300];
+    int nh;
+    if (run_bd(&m, &d, &o, h, 300, &nh)) fail_msg("%s", ds_errmsg());
+    /* serve it: the checkpoint through the drafter registry, the fixed scheduler, greedy verification */
+    char ck[700], dj[800];
+    snprintf(ck, sizeof ck, "%s/last", run);
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", ck);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter dr;
+    scheduler sc;
+    if (drafter_open(&dr, kind, dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(scheduler_open(&sc, "fixed", NULL, 0), 0);
+    assert_int_equal(request_init(&req, &tt->t, 0, prompt, 6, max_new, 1), 0);
+    decode_cfg spec = {greedy, gamma, &dr, &sc, NULL, NULL, MODE_SPEC};
+    memset(&st, 0, sizeof st);
+    if (decode_run(&tt->t, &rp, 1, &spec, &st)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(req.toks.n, n);
+    assert_memory_equal(req.toks.v, seq, sizeof(int) * (size_t)n); /* lossless at T = 0, of course */
+    double tau = (double)st.emitted / st.rounds;
+    printf("  overfit gate, %s%s: %d tokens memorised (train loss %.3f -> %.4f, tau proxy %.2f); served: %ld rounds, "
+           "%ld of %ld drafts accepted, tau %.2f\n",
+           kind, extra, n - 6, h[0].loss, h[nh - 1].loss, h[nh - 1].tau_proxy, st.rounds, st.accepted, st.drafted, tau);
+    if (st.accepted < st.drafted) fail_msg("%s: the memorised sequence is not drafted back (%ld of %ld accepted)",
+                                                 kind, st.accepted, st.drafted);
+    request_free(&req, &tt->t);
+    drafter_close(&dr);
+    scheduler_close(&sc);
+    cJSON_Delete(dc);
+    bd_model_free(&m);
+    traindata_close(&d);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+static void test_overfit_gate(void **state) {
+    (void)state;
+    overfit_gate("dflash", "");
+    overfit_gate("dspark-markov", ", \"draft_vocab\": 40");
+    overfit_gate("dspark-rnn", "");
+}
+
 static void test_resume_continues_the_curve(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -328,7 +479,7 @@ static void test_resume_continues_the_curve(void **state) {
     assert_int_equal(system(cmd), 0);
     build_cache(tt, cache);
     train_cache d;
-    if (traindata_open(&d, cache, &tt->t)) fail_msg("%s", ds_errmsg());
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
     assert_int_equal(d.n_seq, 12);
     cJSON *j = arch("");
     bd_config c;
@@ -399,9 +550,10 @@ static void test_resume_continues_the_curve(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topk_loss_matches_full),
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
-        cmocka_unit_test(test_resume_continues_the_curve),
+        cmocka_unit_test(test_resume_continues_the_curve), cmocka_unit_test(test_overfit_gate),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }
