@@ -17,12 +17,6 @@
 
 void openblas_set_num_threads(int);
 
-static const char *expand_home(const char *p, char *buf, size_t n) {
-    if (p[0] != '~') return p;
-    const char *home = getenv("HOME");
-    snprintf(buf, n, "%s%s", home ? home : ".", p + 1);
-    return buf;
-}
 
 typedef struct {
     const char *name;
@@ -69,7 +63,7 @@ int cmd_bench_train(int argc, char **argv) {
     DS_TRYP(cfg = ds_read_json(config_path));
     train_config tc;
     DS_TRY(train_config_parse(cfg, config_path, &tc));
-    const char *dir = expand_home(cache_flag ? cache_flag : tc.cache, cache_buf, sizeof cache_buf);
+    const char *dir = train_config_expand_home(cache_flag ? cache_flag : tc.cache, cache_buf, sizeof cache_buf);
     DS_TRY(target_open(&t, tc.target ? tc.target : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_TRY(traindata_open(&data, dir, &t, tc.data.max_shards));
     DS_CHECK(no_ref || data.has_final,

@@ -19,12 +19,6 @@
 
 void openblas_set_num_threads(int);
 
-static const char *expand_home(const char *p, char *buf, size_t n) {
-    if (p[0] != '~') return p;
-    const char *home = getenv("HOME");
-    snprintf(buf, n, "%s%s", home ? home : ".", p + 1);
-    return buf;
-}
 
 int cmd_train(int argc, char **argv) {
     const char *config_path = NULL, *out_flag = NULL;
@@ -62,7 +56,7 @@ int cmd_train(int argc, char **argv) {
     DS_CHECK(out != NULL, "%s: needs \"out\" (the run folder)", config_path);
     traindata_opts d = tc.data;
     char cache_buf[4096];
-    d.dir = expand_home(tc.cache, cache_buf, sizeof cache_buf);
+    d.dir = train_config_expand_home(tc.cache, cache_buf, sizeof cache_buf);
     train_opts o = tc.train;
     if (warm) o.warm_start = 1;
     if (steps_flag) o.steps = steps_flag;

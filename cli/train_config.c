@@ -105,3 +105,10 @@ int train_drafter_new(const bd_config *c0, const target *t, const train_cache *d
                 c.draft_vocab, c.vocab, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, d->top_k);
     return e;
 }
+
+const char *train_config_expand_home(const char *p, char *buf, size_t n) {
+    if (p[0] != '~') return p;
+    const char *home = getenv("HOME");
+    snprintf(buf, n, "%s%s", home ? home : ".", p + 1);
+    return buf;
+}

@@ -19,6 +19,8 @@ typedef struct {
 } train_config;
 
 int train_config_parse(const cJSON *cfg, const char *path, train_config *tc);
+/* the cache folder with a leading ~ expanded (into buf) */
+const char *train_config_expand_home(const char *p, char *buf, size_t n);
 /* the drafter's architecture from the config (c), for a target */
 int train_config_drafter(const train_config *tc, const target *t, bd_config *c);
 /* a fresh drafter for training on d: its draft vocabulary chosen from d (and reported on stderr)

@@ -3,6 +3,8 @@
  * the ten shared sets (counts, domains, MT-Bench's second turn, a U+2028 kept inside a prompt). */
 #include "testutil.h"
 
+#include <ctype.h>
+
 #include "../datasets/datasets.h"
 
 static void test_malformed_lines(void **state) {
@@ -112,8 +114,42 @@ static void test_shared_sets(void **state) {
     }
 }
 
+/* The training mix: the MANIFEST's sources, repeats dropped; and no evaluation prompt survives the
+ * overlap check (a planted copy of a GSM8K test question and of an MT-Bench second turn is caught). */
+static void test_train_mix_and_overlap(void **state) {
+    (void)state;
+    const char *root = dataset_default_root();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/sharegpt/ShareGPT_V3_filtered_500.json", root);
+    FILE *f = fopen(p, "r");
+    if (!f) {
+        printf("  skipped: the shared training sets are not at %s (set DSPARK_DATA)\n", root);
+        skip();
+    }
+    fclose(f);
+    prompt_set s, g, m;
+    if (dataset_load("train20k", NULL, 0, 0, &s)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(s.n, 18517);
+    int n_eval = 0, dropped = 0;
+    assert_int_equal(dataset_drop_eval_overlap(&s, NULL, &n_eval, &dropped), 0);
+    assert_int_equal(dropped, 2);
+    assert_true(n_eval > 5000);
+    /* plant two evaluation prompts, re-punctuated and re-cased: both are dropped */
+    assert_int_equal(dataset_load("gsm8k", NULL, 1, 0, &g), 0);
+    assert_int_equal(dataset_load("mtbench", NULL, 1, 0, &m), 0);
+    char *a = malloc(strlen(g.v[0].text) + 8), *b = strdup(m.v[0].text2);
+    sprintf(a, "  %s!!", g.v[0].text);
+    for (char *c = b; *c; c++) *c = (char)toupper((unsigned char)*c);
+    free(s.v[0].text), free(s.v[1].text);
+    s.v[0].text = a, s.v[1].text = b;
+    assert_int_equal(dataset_drop_eval_overlap(&s, NULL, &n_eval, &dropped), 0);
+    assert_int_equal(dropped, 2);
+    prompt_set_free(&s), prompt_set_free(&g), prompt_set_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_train_mix_and_overlap),
         cmocka_unit_test(test_malformed_lines),
         cmocka_unit_test(test_json_array_and_errors),
         cmocka_unit_test(test_shared_sets),
