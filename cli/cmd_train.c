@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../drafters/blockdraft.h"
 #include "../engine/draft_vocab.h"

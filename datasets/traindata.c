@@ -205,6 +205,20 @@ static int shard_prepare(const char *dir, const traindata_layout *lay, sidx *x) 
     return 0;
 }
 
+/* append one sequence's arrays to a shard; the index last: the sequence exists once indexed */
+static int append_seq(const char *dir, const int *tokens, int n, int n_prompt, int source, const uint16_t *taps16,
+                      const int32_t *id, const float *lp, const float *fin, const traindata_layout *l) {
+    size_t R = (size_t)(n - n_prompt), per = (size_t)l->n_tap * l->dim;
+    int32_t rec[3] = {n, n_prompt, source};
+    if (append_file(dir, FILES[F_TOK], tokens, sizeof(int) * (size_t)n) ||
+        append_file(dir, FILES[F_TAPS], taps16, sizeof(uint16_t) * (size_t)n * per) ||
+        append_file(dir, FILES[F_ID], id, sizeof(int32_t) * R * l->top_k) ||
+        append_file(dir, FILES[F_LP], lp, sizeof(float) * R * l->top_k) ||
+        (l->has_final && append_file(dir, FILES[F_FINAL], fin, sizeof(float) * (size_t)n * l->dim)))
+        return -1;
+    return append_file(dir, "index.bin", rec, sizeof rec);
+}
+
 /* one sequence, teacher-forced: taps for every position, top-K at positions n_prompt-1 .. n-2 */
 static int capture_append(target *t, const char *dir, const int *tokens, int n, int n_prompt, int source,
                           const traindata_layout *lay) {
@@ -231,13 +245,7 @@ static int capture_append(target *t, const char *dir, const int *tokens, int n, 
                 bf[((size_t)i * lay->n_tap + k) * D + d] = ds_f32_to_bf16(cap[((size_t)k * n + i) * D + d]);
     for (int r = 0; r < R; r++)
         topk_logprobs(logits + (size_t)(n_prompt - 1 + r) * V, V, K, id + (size_t)r * K, lp + (size_t)r * K);
-    DS_TRY(append_file(dir, FILES[F_TOK], tokens, sizeof(int) * (size_t)n));
-    DS_TRY(append_file(dir, FILES[F_TAPS], bf, sizeof(uint16_t) * (size_t)lay->n_tap * n * D));
-    DS_TRY(append_file(dir, FILES[F_ID], id, sizeof(int32_t) * (size_t)R * K));
-    DS_TRY(append_file(dir, FILES[F_LP], lp, sizeof(float) * (size_t)R * K));
-    if (fin) DS_TRY(append_file(dir, FILES[F_FINAL], fin, sizeof(float) * (size_t)n * D));
-    int32_t rec[3] = {n, n_prompt, source};
-    DS_TRY(append_file(dir, "index.bin", rec, sizeof rec)); /* last: the sequence exists once indexed */
+    DS_TRY(append_seq(dir, tokens, n, n_prompt, source, bf, id, lp, fin, lay));
     rc = 0;
 fail:
     if (kv) kv_cache_free(t->be, kv);
@@ -359,21 +367,6 @@ static void gen_seq_free(gen_seq *g, target *t) {
     memset(g, 0, sizeof *g);
 }
 
-static int write_seq(const char *dir, const gen_seq *g, const traindata_layout *l) {
-    int n = g->toks.n, R = n - g->n_prompt;
-    size_t per = (size_t)l->n_tap * l->dim;
-    DS_TRY(append_file(dir, FILES[F_TOK], g->toks.v, sizeof(int) * (size_t)n));
-    DS_TRY(append_file(dir, FILES[F_TAPS], g->taps, sizeof(uint16_t) * (size_t)n * per));
-    DS_TRY(append_file(dir, FILES[F_ID], g->id, sizeof(int32_t) * (size_t)R * l->top_k));
-    DS_TRY(append_file(dir, FILES[F_LP], g->lp, sizeof(float) * (size_t)R * l->top_k));
-    if (l->has_final) DS_TRY(append_file(dir, FILES[F_FINAL], g->fin, sizeof(float) * (size_t)n * l->dim));
-    int32_t rec[3] = {n, g->n_prompt, g->src};
-    DS_TRY(append_file(dir, "index.bin", rec, sizeof rec));
-    return 0;
-fail:
-    return -1;
-}
-
 /* Generate responses for a batch of prompts in lockstep and capture, in the same forwards, every
  * fed token's tapped states and the top-K of every distribution a response token is drawn from:
  * one varlen forward prefills all the prompts, then each step feeds every live sequence its last
@@ -434,7 +427,7 @@ static int generate_batch(target *t, const traindata_opts *o, gen_seq *g, int nb
     bs->t_gen += ds_now() - t0;
     for (int k = 0; k < nb; k++) {
         bs->gen_tok += g[k].toks.n - g[k].n_prompt, bs->cap_tok += g[k].toks.n, bs->seqs++;
-        DS_TRY(write_seq(dir, &g[k], l));
+        DS_TRY(append_seq(dir, g[k].toks.v, g[k].toks.n, g[k].n_prompt, g[k].src, g[k].taps, g[k].id, g[k].lp, g[k].fin, l));
     }
     rc = 0;
 fail:

@@ -211,27 +211,24 @@ int dataset_drop_eval_overlap(prompt_set *s, const char *root, int *n_eval, int 
     return 0;
 }
 
-/* keep the first of prompts that normalise alike */
+/* keep the first of prompts that normalise alike: sort (hash, index) pairs, keep each run's first */
+typedef struct {
+    uint64_t h;
+    int i;
+} hash_idx;
+
+static int cmp_hash_idx(const void *a, const void *b) {
+    const hash_idx *x = a, *y = b;
+    if (x->h != y->h) return x->h < y->h ? -1 : 1;
+    return x->i - y->i;
+}
+
 static int dedup(prompt_set *s, int *n_dup) {
-    struct hk {
-        uint64_t h;
-        int i;
-    } *k = ds_malloc(sizeof *k * (size_t)(s->n ? s->n : 1), "dedup");
-    if (!k) return -1;
+    hash_idx *k = ds_malloc(sizeof *k * (size_t)(s->n ? s->n : 1), "dedup");
     unsigned char *keep = ds_calloc((size_t)(s->n ? s->n : 1), 1, "dedup");
-    if (!keep) return free(k), -1;
-    for (int i = 0; i < s->n; i++) k[i] = (struct hk){prompt_norm_hash(s->v[i].text), i};
-    /* sort by (hash, index): the first of each run is kept */
-    for (int gap = 1; gap < s->n; gap *= 2) /* bottom-up merge sort keeps it stable and allocation-light */
-        for (int lo = 0; lo < s->n - gap; lo += 2 * gap) {
-            int mid = lo + gap, hi = DS_MIN(lo + 2 * gap, s->n), a = lo, b = mid, t = 0;
-            struct hk *tmp = ds_malloc(sizeof *tmp * (size_t)(hi - lo), "dedup");
-            if (!tmp) return free(k), free(keep), -1;
-            while (a < mid || b < hi)
-                tmp[t++] = (b >= hi || (a < mid && (k[a].h < k[b].h || (k[a].h == k[b].h && k[a].i <= k[b].i)))) ? k[a++] : k[b++];
-            memcpy(k + lo, tmp, sizeof *tmp * (size_t)(hi - lo));
-            free(tmp);
-        }
+    if (!k || !keep) return free(k), free(keep), -1;
+    for (int i = 0; i < s->n; i++) k[i] = (hash_idx){prompt_norm_hash(s->v[i].text), i};
+    qsort(k, (size_t)s->n, sizeof *k, cmp_hash_idx);
     for (int i = 0; i < s->n; i++) keep[k[i].i] = i == 0 || k[i].h != k[i - 1].h;
     int w = 0;
     for (int i = 0; i < s->n; i++) {
