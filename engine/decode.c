@@ -69,6 +69,7 @@ int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_log
         DS_TRYP(hidden = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)n * (size_t)t->m.cfg.dim, "prompt states"));
     DS_TRYP(probs = ds_malloc(sizeof(float) * (size_t)V, "probs"));
     double t0 = ds_now();
+    if (r->t0 == 0) r->t0 = t0; /* admission, when the caller did not set it */
     kv_cache *kv[1] = {r->tkv};
     fwd_batch b = {.n_seq = 1, .kv = kv, .n_new = &n, .tokens = r->toks.v, .all_logits = 0, .logits = last_logits,
                    .n_capture = hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL, .capture = hidden};
@@ -95,9 +96,8 @@ int decode_run(target *t, request **reqs, int R, const decode_cfg *cfg, decode_s
     int rc = -1;
     if (!logits) return -1;
     for (int r = 0; r < R; r++) {
-        double t0 = ds_now();
+        reqs[r]->t0 = ds_now(); /* wall_s runs from here: prefill and every round */
         if (decode_prefill(t, reqs[r], cfg, logits, st)) goto done;
-        reqs[r]->wall_s = ds_now() - t0; /* decode_rounds adds the rest */
     }
     rc = decode_rounds(t, reqs, R, cfg, st);
 done:
@@ -107,155 +107,211 @@ done:
     return rc;
 }
 
-int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decode_stats *st) {
+struct decode_ctx {
+    int R_max, gamma, V;
+    draft_block *blocks;
+    int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
+    float *conf, *logits, *p, *hidden, *hrows;
+    double *scratch;
+    kv_cache **kvs;
+    trace_round *rows;
+    lp_scratch scr;
+};
+
+void decode_ctx_free(decode_ctx *c) {
+    if (!c) return;
+    if (c->blocks)
+        for (int r = 0; r < c->R_max; r++) draft_block_free(&c->blocks[r]);
+    free(c->blocks), free(c->n_draft), free(c->len), free(c->n_new), free(c->flat), free(c->ids), free(c->acc);
+    free(c->emit), free(c->conf), free(c->logits), free(c->p), free(c->hidden), free(c->hrows), free(c->scratch);
+    free(c->kvs), free(c->rows);
+    lp_scratch_free(&c->scr);
+    free(c);
+}
+
+decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     drafter *d = cfg->d;
     int V = t->m.cfg.vocab_size, dim = t->m.cfg.dim, gamma = d ? cfg->gamma : 0;
-    int greedy = sampling_is_greedy(&cfg->sp), rc = -1;
-    draft_block *blocks = NULL;
-    int *n_draft = NULL, *len = NULL, *n_new = NULL, *flat = NULL, *active = NULL;
-    float *conf = NULL, *logits = NULL, *p = NULL, *hidden = NULL, *hrows = NULL;
-    double *scratch = NULL, *t_start = NULL;
-    kv_cache **kvs = NULL;
-    lp_scratch scr = {0};
-    if (sampling_params_check(&cfg->sp)) return -1;
+    decode_ctx *c = NULL;
+    DS_TRY(sampling_params_check(&cfg->sp));
+    DS_CHECK(R_max >= 1, "decode: a batch of %d requests", R_max);
     DS_CHECK(!d || (cfg->s && gamma >= 1 && gamma <= 64), "decode: a drafter needs a scheduler and gamma in 1..64");
     DS_CHECK(!d || !cfg->s->ops->needs_conf || d->has_conf,
-             "scheduler '%s' needs a drafter with confidences, and '%s' has none", cfg->s ? cfg->s->ops->name : "?",
-             d ? d->ops->name : "?");
-    int rows_max = R * (gamma + 1);
-    DS_TRYP(blocks = ds_calloc((size_t)R, sizeof *blocks, "draft blocks"));
-    for (int r = 0; r < R && d; r++) DS_TRY(draft_block_init(&blocks[r], gamma + 1, V, d->has_conf)); /* + a spare row */
-    DS_TRYP(n_draft = ds_calloc((size_t)R, sizeof(int), "batch"));
-    DS_TRYP(len = ds_calloc((size_t)R, sizeof(int), "batch"));
-    DS_TRYP(n_new = ds_calloc((size_t)R, sizeof(int), "batch"));
-    DS_TRYP(active = ds_calloc((size_t)R, sizeof(int), "batch"));
-    DS_TRYP(flat = ds_calloc((size_t)rows_max, sizeof(int), "batch"));
-    DS_TRYP(kvs = ds_calloc((size_t)R, sizeof(kv_cache *), "batch"));
-    DS_TRYP(t_start = ds_calloc((size_t)R, sizeof(double), "batch"));
-    DS_TRYP(conf = ds_calloc((size_t)R * (size_t)(gamma ? gamma : 1), sizeof(float), "confidences"));
-    DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)rows_max * (size_t)V, "verify logits"));
-    DS_TRYP(p = ds_malloc(sizeof(float) * (size_t)(gamma + 1) * (size_t)V, "target rows"));
-    DS_TRYP(scratch = ds_malloc(sizeof(double) * (size_t)V, "verify scratch"));
+              "scheduler '%s' needs a drafter with confidences, and '%s' has none", cfg->s ? cfg->s->ops->name : "?",
+              d ? d->ops->name : "?");
+    DS_TRYP(c = ds_calloc(1, sizeof *c, "decode context"));
+    c->R_max = R_max, c->gamma = gamma, c->V = V;
+    int rows_max = R_max * (gamma + 1);
+    DS_TRYP(c->blocks = ds_calloc((size_t)R_max, sizeof *c->blocks, "draft blocks"));
+    for (int r = 0; r < R_max && d; r++) DS_TRY(draft_block_init(&c->blocks[r], gamma + 1, V, d->has_conf)); /* + a spare row */
+    DS_TRYP(c->n_draft = ds_calloc((size_t)R_max, sizeof(int), "batch"));
+    DS_TRYP(c->len = ds_calloc((size_t)R_max, sizeof(int), "batch"));
+    DS_TRYP(c->n_new = ds_calloc((size_t)R_max, sizeof(int), "batch"));
+    DS_TRYP(c->ids = ds_calloc((size_t)R_max, sizeof(int), "batch"));
+    DS_TRYP(c->acc = ds_calloc((size_t)R_max, sizeof(int), "batch"));
+    DS_TRYP(c->emit = ds_calloc((size_t)R_max, sizeof(int), "batch"));
+    DS_TRYP(c->flat = ds_calloc((size_t)rows_max, sizeof(int), "batch"));
+    DS_TRYP(c->kvs = ds_calloc((size_t)R_max, sizeof(kv_cache *), "batch"));
+    DS_TRYP(c->rows = ds_calloc((size_t)R_max, sizeof(trace_round), "trace rows"));
+    DS_TRYP(c->conf = ds_calloc((size_t)R_max * (size_t)(gamma ? gamma : 1), sizeof(float), "confidences"));
+    DS_TRYP(c->logits = ds_malloc(sizeof(float) * (size_t)rows_max * (size_t)V, "verify logits"));
+    DS_TRYP(c->p = ds_malloc(sizeof(float) * (size_t)(gamma + 1) * (size_t)V, "target rows"));
+    DS_TRYP(c->scratch = ds_malloc(sizeof(double) * (size_t)V, "verify scratch"));
     if (d && d->n_capture > 0) {
-        DS_TRYP(hidden = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)rows_max * dim, "captured states"));
-        DS_TRYP(hrows = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)(gamma + 1) * dim, "captured states"));
+        DS_TRYP(c->hidden = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)rows_max * dim, "captured states"));
+        DS_TRYP(c->hrows = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)(gamma + 1) * dim, "captured states"));
     }
+    return c;
+fail:
+    decode_ctx_free(c);
+    return NULL;
+}
 
-    for (int r = 0; r < R; r++) t_start[r] = ds_now() - reqs[r]->wall_s; /* wall_s so far: the prefill */
+int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_cfg *cfg, decode_stats *st) {
+    drafter *d = cfg->d;
+    int V = c->V, dim = t->m.cfg.dim, gamma = c->gamma, greedy = sampling_is_greedy(&cfg->sp);
+    DS_CHECK(na >= 1 && na <= c->R_max, "decode: a round of %d requests (the context holds %d)", na, c->R_max);
+    /* draft */
+    double t0 = ds_now();
+    for (int a = 0; a < na; a++) {
+        request *q = act[a];
+        int budget = q->max_new - request_n_out(q) - 1; /* the round's own token is always emitted */
+        int room = t->m.cfg.max_seq - q->tkv->len - 1;
+        int g = DS_MAX(0, DS_MIN(gamma, DS_MIN(budget, room)));
+        c->n_draft[a] = 0;
+        c->ids[a] = q->id;
+        if (d && g > 0) {
+            DS_TRY(d->ops->propose(d, q, g, &cfg->sp, &c->blocks[a]));
+            c->n_draft[a] = c->blocks[a].n;
+            if (d->has_conf) memcpy(c->conf + (size_t)a * gamma, c->blocks[a].conf, sizeof(float) * (size_t)c->n_draft[a]);
+        }
+    }
+    double t1 = ds_now();
+    /* schedule */
+    if (d) {
+        sched_batch sb = {na, gamma, c->n_draft, d->has_conf ? c->conf : NULL, cfg->sps, c->ids};
+        DS_TRY(cfg->s->ops->schedule(cfg->s, &sb, c->len));
+        for (int a = 0; a < na; a++) c->len[a] = DS_MAX(0, DS_MIN(c->len[a], c->n_draft[a]));
+    } else {
+        for (int a = 0; a < na; a++) c->len[a] = 0;
+    }
+    double t2 = ds_now();
+    /* one target forward over [anchor, x_1..x_l] of every active request */
+    int T = 0;
+    for (int a = 0; a < na; a++) {
+        request *q = act[a];
+        c->kvs[a] = q->tkv;
+        c->n_new[a] = 1 + c->len[a];
+        c->flat[T++] = request_anchor(q);
+        for (int k = 0; k < c->len[a]; k++) c->flat[T++] = c->blocks[a].tok[k];
+    }
+    fwd_batch fb = {.n_seq = na, .kv = c->kvs, .n_new = c->n_new, .tokens = c->flat, .all_logits = 1, .logits = c->logits,
+                    .n_capture = c->hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL,
+                    .capture = c->hidden};
+    DS_TRY(model_forward(&t->m, &t->fs, &fb));
+    /* verify and commit, request by request */
+    for (int a = 0, row = 0; a < na; row += c->n_new[a], a++) {
+        request *q = act[a];
+        draft_block *blk = &c->blocks[a];
+        int l = c->len[a], base = q->tkv->len - c->n_new[a]; /* cache length before this round */
+        float *p = c->p;
+        for (int k = 0; k <= l; k++)
+            if (logits_process(c->logits + (size_t)(row + k) * V, V, &cfg->sp, p + (size_t)k * V, &c->scr)) {
+                ds_error_prefix("request %d, output position %d: the target's row", q->id, request_n_out(q) + k);
+                goto fail;
+            }
+        verify_result vres;
+        int emitted[66];
+        /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */
+        const float *qrows = blk->q ? blk->q + (cfg->fault == FAULT_SHIFTED_Q ? (size_t)V : 0) : NULL;
+        DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, &q->vr, c->scratch, cfg->fault, &vres, emitted) < 0);
+        int k = vres.n_accepted;
+        int n_emit = append_emitted(t, q, emitted, k + 1);
+        DS_CHECK(n_emit >= 0, "out of memory");
+        c->acc[a] = k;
+        c->emit[a] = n_emit;
+        /* the target keeps the anchor and the accepted drafts */
+        kv_cache_crop(q->tkv, base + 1 + k);
+        if (d) {
+            const float *h = NULL;
+            if (c->hidden) { /* rows row..row+k of every captured layer, packed for the drafter */
+                for (int ci = 0; ci < d->n_capture; ci++)
+                    memcpy(c->hrows + ((size_t)ci * (k + 1)) * dim, c->hidden + ((size_t)ci * T + row) * dim,
+                           sizeof(float) * (size_t)(k + 1) * dim);
+                h = c->hrows;
+            }
+            DS_TRY(d->ops->commit(d, q, k, vres.token, h));
+        }
+        /* statistics and trace rows */
+        q->rounds++;
+        st->rounds++;
+        st->emitted += n_emit;
+        st->drafted += c->n_draft[a];
+        st->verified += l;
+        st->accepted += k;
+        for (int j = 1; j <= l; j++) {
+            if (k >= j - 1) st->pos_attempted[j]++;
+            if (k >= j) st->pos_accepted[j]++;
+        }
+        c->rows[a] = (trace_round){q->id, q->rounds - 1, cfg->mode, c->n_draft[a], l, k, n_emit, T, 0, 0, 0};
+        if (cfg->tr && d) {
+            /* every verified position, and with a confidence head every drafted one: a scheduler
+             * that prunes must not erase what calibration needs. survived: 1 / 0 when known (a
+             * position past the verified ones is known dead if an earlier one was rejected), -1
+             * when not; c* needs the target's row, so it exists only for verified positions */
+            int n_rows = d->has_conf ? c->n_draft[a] : l;
+            for (int j = 1; j <= n_rows; j++) {
+                float cc = d->has_conf ? blk->conf[j - 1] : NAN;
+                float cr = d->has_conf && blk->conf_raw ? blk->conf_raw[j - 1] : cc;
+                float cs = j <= l ? c_star(p + (size_t)(j - 1) * V, blk->q + (size_t)(j - 1) * V, V) : NAN;
+                trace_conf tc = {q->id, q->rounds - 1, j, cr, cc, cs, j <= l ? k >= j : k < l ? 0 : -1};
+                DS_TRY(trace_add_conf(cfg->tr, &tc));
+            }
+        }
+        if (q->done) q->wall_s = ds_now() - q->t0;
+    }
+    double t3 = ds_now();
+    st->t_draft += t1 - t0;
+    st->t_sched += t2 - t1;
+    st->t_verify += t3 - t2;
+    st->batch_rounds++;
+    st->batch_tokens += T;
+    /* what a learning scheduler needs, then the finished requests leave it */
+    if (d && cfg->s->ops->observe) {
+        round_result rr = {na, gamma, c->ids, c->n_draft, c->len, c->acc, c->emit, d->has_conf ? c->conf : NULL, T,
+                           t3 - t0, sps_seconds(cfg->sps, T), cfg->sps};
+        DS_TRY(cfg->s->ops->observe(cfg->s, &rr));
+    }
+    for (int a = 0; a < na && d; a++)
+        if (act[a]->done && cfg->s->ops->release) cfg->s->ops->release(cfg->s, act[a]->id);
+    /* one row per request, each carrying its share of the batch's time: the rows of a round sum to
+     * the round's time, never na times it */
+    for (int a = 0; a < na && cfg->tr; a++) {
+        c->rows[a].t_draft_us = 1e6 * (t1 - t0) / na;
+        c->rows[a].t_sched_us = 1e6 * (t2 - t1) / na;
+        c->rows[a].t_verify_us = 1e6 * (t3 - t2) / na;
+        DS_TRY(trace_add_round(cfg->tr, &c->rows[a]));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decode_stats *st) {
+    decode_ctx *c = decode_ctx_new(t, cfg, R);
+    request **act = ds_malloc(sizeof *act * (size_t)R, "batch");
+    int rc = -1;
+    if (!c || !act) goto done;
     for (;;) {
         int na = 0;
         for (int r = 0; r < R; r++)
-            if (!reqs[r]->done) active[na++] = r;
+            if (!reqs[r]->done) act[na++] = reqs[r];
         if (na == 0) break;
-        /* draft */
-        double t0 = ds_now();
-        for (int a = 0; a < na; a++) {
-            request *q = reqs[active[a]];
-            int budget = q->max_new - request_n_out(q) - 1; /* the round's own token is always emitted */
-            int room = t->m.cfg.max_seq - q->tkv->len - 1;
-            int g = DS_MAX(0, DS_MIN(gamma, DS_MIN(budget, room)));
-            n_draft[a] = 0;
-            if (d && g > 0) {
-                DS_TRY(d->ops->propose(d, q, g, &cfg->sp, &blocks[active[a]]));
-                n_draft[a] = blocks[active[a]].n;
-                if (d->has_conf) memcpy(conf + (size_t)a * gamma, blocks[active[a]].conf, sizeof(float) * (size_t)n_draft[a]);
-            }
-        }
-        double t1 = ds_now();
-        /* schedule */
-        if (d) {
-            sched_batch sb = {na, gamma, n_draft, d->has_conf ? conf : NULL, cfg->sps};
-            DS_TRY(cfg->s->ops->schedule(cfg->s, &sb, len));
-            for (int a = 0; a < na; a++) len[a] = DS_MAX(0, DS_MIN(len[a], n_draft[a]));
-        } else {
-            for (int a = 0; a < na; a++) len[a] = 0;
-        }
-        double t2 = ds_now();
-        /* one target forward over [anchor, x_1..x_l] of every active request */
-        int T = 0;
-        for (int a = 0; a < na; a++) {
-            request *q = reqs[active[a]];
-            kvs[a] = q->tkv;
-            n_new[a] = 1 + len[a];
-            flat[T++] = request_anchor(q);
-            for (int k = 0; k < len[a]; k++) flat[T++] = blocks[active[a]].tok[k];
-        }
-        fwd_batch fb = {.n_seq = na, .kv = kvs, .n_new = n_new, .tokens = flat, .all_logits = 1, .logits = logits,
-                        .n_capture = hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL,
-                        .capture = hidden};
-        DS_TRY(model_forward(&t->m, &t->fs, &fb));
-        /* verify and commit, request by request */
-        for (int a = 0, row = 0; a < na; row += n_new[a], a++) {
-            request *q = reqs[active[a]];
-            draft_block *blk = &blocks[active[a]];
-            int l = len[a], base = q->tkv->len - n_new[a]; /* cache length before this round */
-            for (int k = 0; k <= l; k++)
-                if (logits_process(logits + (size_t)(row + k) * V, V, &cfg->sp, p + (size_t)k * V, &scr)) {
-                    ds_error_prefix("request %d, output position %d: the target's row", q->id, request_n_out(q) + k);
-                    goto fail;
-                }
-            verify_result vres;
-            int emitted[66];
-            /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */
-            const float *qrows = blk->q ? blk->q + (cfg->fault == FAULT_SHIFTED_Q ? (size_t)V : 0) : NULL;
-            DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, &q->vr, scratch, cfg->fault, &vres, emitted) < 0);
-            int k = vres.n_accepted;
-            int n_emit = append_emitted(t, q, emitted, k + 1);
-            DS_CHECK(n_emit >= 0, "out of memory");
-            /* the target keeps the anchor and the accepted drafts */
-            kv_cache_crop(q->tkv, base + 1 + k);
-            if (d) {
-                const float *h = NULL;
-                if (hidden) { /* rows row..row+k of every captured layer, packed for the drafter */
-                    for (int c = 0; c < d->n_capture; c++)
-                        memcpy(hrows + ((size_t)c * (k + 1)) * dim, hidden + ((size_t)c * T + row) * dim,
-                               sizeof(float) * (size_t)(k + 1) * dim);
-                    h = hrows;
-                }
-                DS_TRY(d->ops->commit(d, q, k, vres.token, h));
-            }
-            /* statistics and trace rows */
-            q->rounds++;
-            st->rounds++;
-            st->emitted += n_emit;
-            st->drafted += n_draft[a];
-            st->verified += l;
-            st->accepted += k;
-            for (int j = 1; j <= l; j++) {
-                if (k >= j - 1) st->pos_attempted[j]++;
-                if (k >= j) st->pos_accepted[j]++;
-            }
-            if (cfg->tr) {
-                trace_round tr = {q->id, q->rounds - 1, cfg->mode, n_draft[a], l, k, n_emit, T,
-                                  1e6 * (t1 - t0) / na, 1e6 * (t2 - t1), 0};
-                tr.t_verify_us = 1e6 * (ds_now() - t2); /* the batch's forward and verification so far */
-                DS_TRY(trace_add_round(cfg->tr, &tr));
-                /* every verified position, and with a confidence head every drafted one: a scheduler
-                 * that prunes must not erase what calibration needs. survived: 1 / 0 when known (a
-                 * position past the verified ones is known dead if an earlier one was rejected), -1
-                 * when not; c* needs the target's row, so it exists only for verified positions */
-                int n_rows = d && d->has_conf ? n_draft[a] : l; /* no drafter (baseline): none */
-                for (int j = 1; j <= n_rows; j++) {
-                    float cc = d->has_conf ? blk->conf[j - 1] : NAN;
-                    float cr = d->has_conf && blk->conf_raw ? blk->conf_raw[j - 1] : cc;
-                    float cs = j <= l ? c_star(p + (size_t)(j - 1) * V, blk->q + (size_t)(j - 1) * V, V) : NAN;
-                    trace_conf tc = {q->id, q->rounds - 1, j, cr, cc, cs, j <= l ? k >= j : k < l ? 0 : -1};
-                    DS_TRY(trace_add_conf(cfg->tr, &tc));
-                }
-            }
-            if (q->done) q->wall_s = ds_now() - t_start[active[a]];
-        }
-        double t3 = ds_now();
-        st->t_draft += t1 - t0;
-        st->t_sched += t2 - t1;
-        st->t_verify += t3 - t2;
+        if (decode_round(c, t, act, na, cfg, st)) goto done;
     }
     rc = 0;
-fail:
-    if (blocks)
-        for (int r = 0; r < R; r++) draft_block_free(&blocks[r]);
-    free(blocks), free(n_draft), free(len), free(n_new), free(active), free(flat), free(kvs), free(t_start);
-    free(conf), free(logits), free(p), free(scratch), free(hidden), free(hrows);
-    lp_scratch_free(&scr);
+done:
+    free(act);
+    decode_ctx_free(c);
     return rc;
 }

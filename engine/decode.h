@@ -30,6 +30,7 @@ typedef struct {
     long rounds, emitted, drafted, verified, accepted;
     double t_draft, t_sched, t_verify, t_prefill;
     long pos_attempted[65], pos_accepted[65]; /* per draft position 1..gamma */
+    long batch_rounds, batch_tokens;           /* target forwards of rounds, and their rows */
 } decode_stats;
 
 /* A request ready to decode: prompt ids copied, caches made, random streams seeded from seed. */
@@ -46,6 +47,15 @@ int decode_run(target *t, request **reqs, int R, const decode_cfg *cfg, decode_s
  * done. */
 int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_logits, decode_stats *st);
 int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decode_stats *st);
+/* One round at a time over a changing batch (the serving simulation): a context holds the round's
+ * buffers for up to R_max requests, allocated once; decode_round runs one round (draft, schedule,
+ * one target forward, verify, commit, observe) over the na requests in act, none of them done. A
+ * request that finishes sets wall_s = now - t0 and is released from the scheduler. */
+typedef struct decode_ctx decode_ctx;
+decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max);
+int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_cfg *cfg, decode_stats *st);
+void decode_ctx_free(decode_ctx *c);
+
 /* append emitted tokens (end-of-generation, budget and stop_at end the request); returns the count */
 int append_emitted(target *t, request *r, const int *tok, int n);
 

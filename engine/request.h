@@ -22,7 +22,8 @@ typedef struct request {
     verify_rng vr;      /* accept tests; residual and bonus draws */
     int done;           /* end of generation or budget reached */
     int rounds;
-    double wall_s;
+    double t0;          /* when it was admitted (ds_now), 0 = not yet */
+    double wall_s;      /* t0 to its last token */
 } request;
 
 static inline int request_n_out(const request *r) { return r->toks.n - r->n_prompt; }

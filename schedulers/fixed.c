@@ -15,5 +15,5 @@ static int fixed_schedule(scheduler *s, const sched_batch *b, int *len) {
     return 0;
 }
 
-const scheduler_ops sched_fixed = {"fixed", "verify all proposed drafts (or {\"length\": N})", 1, 0, fixed_open,
-                                   fixed_schedule, NULL, NULL};
+const scheduler_ops sched_fixed = {.name = "fixed", .help = "verify all proposed drafts (or {\"length\": N})",
+                                   .lossless = 1, .open = fixed_open, .schedule = fixed_schedule};

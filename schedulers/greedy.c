@@ -17,46 +17,39 @@
 #include "../runtime/common.h"
 #include "scheduler.h"
 
-typedef struct {
-    float a;
-    int r, j;
-} cand;
-
 static int cand_cmp(const void *x, const void *y) {
-    const cand *p = x, *q = y;
+    const sched_cand *p = x, *q = y;
     if (p->a != q->a) return p->a > q->a ? -1 : 1;
     if (p->r != q->r) return p->r - q->r;
     return p->j - q->j;
 }
 
-static int search(const sched_batch *b, int *len, int early_stop) {
-    if (!b->conf) {
-        ds_error("the greedy scheduler needs a drafter with confidences");
-        return -1;
-    }
-    if (!b->sps || b->sps->n < 1) {
-        ds_error("the greedy scheduler needs an SPS(B) table");
-        return -1;
-    }
+int sched_candidates(const sched_batch *b, sched_cand **out, int *m_out) {
     int n = 0;
     for (int r = 0; r < b->R; r++) n += b->n_draft[r];
-    cand *c = ds_malloc(sizeof(cand) * (size_t)(n ? n : 1), "scheduler candidates");
+    sched_cand *c = ds_malloc(sizeof(sched_cand) * (size_t)(n ? n : 1), "scheduler candidates");
     if (!c) return -1;
     int m = 0;
     for (int r = 0; r < b->R; r++) {
         double a = 1;
         for (int j = 1; j <= b->n_draft[r]; j++) {
             a *= b->conf[(size_t)r * b->gamma + (j - 1)];
-            if (a > 0) c[m++] = (cand){(float)a, r, j};
+            if (a > 0) c[m++] = (sched_cand){(float)a, r, j};
         }
     }
     qsort(c, (size_t)m, sizeof *c, cand_cmp);
-    int B = b->R, best_at = 0;
-    double tau = b->R, best = tau * sps_at(b->sps, B);
+    *out = c;
+    *m_out = m;
+    return 0;
+}
+
+int sched_admit_count(const sched_cand *c, int m, int R, const sps_table *sps, int early_stop) {
+    int B = R, best_at = 0;
+    double tau = R, best = tau * sps_at(sps, B);
     for (int i = 0; i < m; i++) {
         B += 1;
         tau += c[i].a;
-        double theta = tau * sps_at(b->sps, B);
+        double theta = tau * sps_at(sps, B);
         if (theta > best) {
             best = theta;
             best_at = i + 1;
@@ -64,9 +57,31 @@ static int search(const sched_batch *b, int *len, int early_stop) {
             break;
         }
     }
-    /* replay the admitted prefix of the order */
-    for (int r = 0; r < b->R; r++) len[r] = 0;
-    for (int i = 0; i < best_at; i++) len[c[i].r] = DS_MAX(len[c[i].r], c[i].j);
+    return best_at;
+}
+
+void sched_admit(const sched_cand *c, int n, int R, int *len) {
+    for (int r = 0; r < R; r++) len[r] = 0;
+    for (int i = 0; i < n; i++) len[c[i].r] = DS_MAX(len[c[i].r], c[i].j);
+}
+
+int sched_needs(const sched_batch *b, const char *who, int sps) {
+    if (!b->conf) {
+        ds_error("the %s scheduler needs a drafter with confidences", who);
+        return -1;
+    }
+    if (sps && (!b->sps || b->sps->n < 1)) {
+        ds_error("the %s scheduler needs an SPS(B) table", who);
+        return -1;
+    }
+    return 0;
+}
+
+static int search(const sched_batch *b, int *len, int early_stop) {
+    sched_cand *c;
+    int m;
+    if (sched_needs(b, "greedy", 1) || sched_candidates(b, &c, &m)) return -1;
+    sched_admit(c, sched_admit_count(c, m, b->R, b->sps, early_stop), b->R, len);
     free(c);
     return 0;
 }
@@ -81,7 +96,9 @@ static int retrospective_schedule(scheduler *s, const sched_batch *b, int *len) 
     return search(b, len, 0);
 }
 
-const scheduler_ops sched_greedy = {"greedy", "hardware-aware throughput search with early stop (paper Algorithm 1)", 1,
-                                    1, NULL, greedy_schedule, NULL, NULL};
-const scheduler_ops sched_retrospective = {"retrospective", "Algorithm 1 without the early stop: NOT lossless (control)",
-                                           0, 1, NULL, retrospective_schedule, NULL, NULL};
+const scheduler_ops sched_greedy = {.name = "greedy",
+                                    .help = "hardware-aware throughput search with early stop (paper Algorithm 1)",
+                                    .lossless = 1, .needs_conf = 1, .schedule = greedy_schedule};
+const scheduler_ops sched_retrospective = {.name = "retrospective",
+                                           .help = "Algorithm 1 without the early stop: NOT lossless (control)",
+                                           .needs_conf = 1, .schedule = retrospective_schedule};

@@ -6,13 +6,19 @@
 #include "../runtime/jcfg.h"
 #include "scheduler.h"
 
-extern const scheduler_ops sched_fixed, sched_threshold, sched_greedy, sched_retrospective;
+extern const scheduler_ops sched_fixed, sched_threshold, sched_greedy, sched_retrospective, sched_async_topk,
+    sched_async_topk_now, sched_bandit_ucb1, sched_bandit_thompson, sched_hedge;
 
 static const scheduler_ops *const SCHEDULERS[] = {
     &sched_fixed,
     &sched_threshold,
     &sched_greedy,
-    &sched_retrospective, /* negative control of the losslessness gate, never lossless */
+    &sched_async_topk,
+    &sched_bandit_ucb1,
+    &sched_bandit_thompson,
+    &sched_hedge,
+    &sched_retrospective,  /* negative controls of the losslessness gate, never lossless */
+    &sched_async_topk_now,
 };
 #define N_SCHEDULERS (int)(sizeof SCHEDULERS / sizeof *SCHEDULERS)
 
@@ -46,6 +52,7 @@ int scheduler_open(scheduler *s, const char *name, const cJSON *cfg, int allow_c
     }
     if (s->ops->open && s->ops->open(s, cfg)) {
         ds_error_prefix("scheduler '%s'", name);
+        scheduler_close(s); /* what open allocated before it failed */
         return -1;
     }
     return 0;

@@ -11,6 +11,8 @@
 
 #include <cJSON.h>
 
+#include "../runtime/sampling.h"
+
 /* Steps per second of the target at B tokens per forward (profiled by bench-target). */
 typedef struct {
     int n;
@@ -30,14 +32,23 @@ typedef struct {
     const int *n_draft; /* [R] drafts proposed */
     const float *conf;  /* [R][gamma] conditional confidences, or NULL */
     const sps_table *sps;
+    const int *req;     /* [R] stable request ids (per-request state is keyed by them), or NULL: 0..R-1 */
 } sched_batch;
 
+/* What one round did, for schedulers that learn (the loop calls observe once per round, after
+ * verification; rows in the order of the sched_batch). */
 typedef struct {
-    int R;
+    int R, gamma;
+    const int *req;      /* [R] request ids, or NULL: 0..R-1 */
+    const int *proposed; /* [R] */
     const int *verified; /* [R] */
     const int *accepted; /* [R] */
-    int batch_tokens;
-    double seconds;      /* draft + schedule + verify of the round */
+    const int *emitted;  /* [R] tokens committed (accepted + 1, less at end of generation) */
+    const float *conf;   /* [R][gamma] the round's confidences, or NULL */
+    int batch_tokens;    /* rows of the round's target forward */
+    double seconds;      /* measured: draft + schedule + verify of the round */
+    double model_seconds;/* the SPS table's time of a forward at batch_tokens (deterministic), 0 without one */
+    const sps_table *sps;/* the SPS table, or NULL */
 } round_result;
 
 typedef struct scheduler scheduler;
@@ -48,8 +59,12 @@ typedef struct scheduler_ops {
     int needs_conf;     /* refuses drafters without confidences */
     int (*open)(scheduler *, const cJSON *cfg);
     int (*schedule)(scheduler *, const sched_batch *, int *verify_len /* [R] */);
-    void (*observe)(scheduler *, const round_result *); /* may be NULL */
-    void (*close)(scheduler *);                         /* may be NULL */
+    int (*observe)(scheduler *, const round_result *); /* may be NULL */
+    void (*release)(scheduler *, int req);              /* a request left the system; may be NULL */
+    void (*reset)(scheduler *);  /* forget everything learned, as freshly opened (the gate calls it before
+                                  * every replay of a round); NULL: the scheduler learns nothing */
+    void (*close)(scheduler *);  /* may be NULL */
+    const char *gate_config;     /* JSON settings the losslessness gate opens it with (NULL: none) */
 } scheduler_ops;
 
 struct scheduler {
@@ -57,7 +72,39 @@ struct scheduler {
     void *impl;
     int length;         /* fixed: verify this many (0 = all proposed) */
     double threshold;   /* threshold: verify while a_k >= threshold */
+    rng_t rng;          /* a randomised policy's categorical draws (seeded at open and reset): the gate
+                         * attaches its path enumerator here, so every branch of the policy is covered */
 };
+
+/* The id of row r of a batch or a round result (req NULL: r). */
+static inline int sched_req_id(const int *req, int r) { return req ? req[r] : r; }
+/* Forward seconds at B tokens from an SPS table. */
+double sps_seconds(const sps_table *t, int B);
+
+/* Algorithm 1's pieces, shared by greedy and async-topk (greedy.c). Candidates (r, j) with
+ * a_{r,j} = c_{r,1}...c_{r,j} > 0 in rank order: a descending, ties by request then position, so
+ * (r, j) always precedes (r, j+1). */
+typedef struct {
+    float a;
+    int r, j;
+} sched_cand;
+int sched_candidates(const sched_batch *b, sched_cand **c, int *m); /* *c is malloc'd */
+/* how many of the first candidates Algorithm 1 admits (early_stop 0: the best prefix overall) */
+int sched_admit_count(const sched_cand *c, int m, int R, const sps_table *sps, int early_stop);
+void sched_admit(const sched_cand *c, int n, int R, int *len); /* lengths from the first n candidates */
+int sched_needs(const sched_batch *b, const char *who, int sps); /* confidences (and an SPS table) or an error */
+
+/* Per-request state for schedulers: zeroed slots of a fixed size, found by request id. */
+typedef struct {
+    int n, cap;
+    int *id;
+    unsigned char *slot;
+    size_t size;
+} req_table;
+void *req_table_get(req_table *t, int id, size_t size); /* created zeroed on first use; NULL: out of memory */
+void req_table_drop(req_table *t, int id);
+void req_table_clear(req_table *t);
+void req_table_free(req_table *t);
 
 /* Registry: NULL and a message listing the known names when name is unknown. Controls (not
  * lossless) are found only with allow_controls. */

@@ -91,3 +91,5 @@ double sps_at(const sps_table *t, int B) {
     }
     return 1.0 / sec;
 }
+
+double sps_seconds(const sps_table *t, int B) { return t && t->n > 0 ? 1.0 / sps_at(t, B) : 0; }

@@ -21,5 +21,7 @@ static int threshold_schedule(scheduler *s, const sched_batch *b, int *len) {
     return 0;
 }
 
-const scheduler_ops sched_threshold = {"threshold", "verify while the cumulative confidence >= {\"threshold\": t}", 1, 1,
-                                       threshold_open, threshold_schedule, NULL, NULL};
+const scheduler_ops sched_threshold = {.name = "threshold",
+                                       .help = "verify while the cumulative confidence >= {\"threshold\": t}",
+                                       .lossless = 1, .needs_conf = 1, .open = threshold_open,
+                                       .schedule = threshold_schedule};

@@ -1,0 +1,230 @@
+/* test_schedulers — the learning and asynchronous schedulers on synthetic rounds (no model):
+ * async-topk's delayed budget against a hand-computed example, the bandits and Hedge finding the
+ * best verification length of a known environment, per-request state, and bad settings refused by
+ * name. (Losslessness of each is the gate's job: engine/gate_round.c.) */
+#include "testutil.h"
+
+#include <cJSON.h>
+
+#include "../schedulers/scheduler.h"
+
+static int open_cfg(scheduler *s, const char *name, const char *json) {
+    cJSON *c = json ? cJSON_Parse(json) : NULL;
+    assert_true(!json || c);
+    int rc = scheduler_open(s, name, c, 1);
+    cJSON_Delete(c);
+    return rc;
+}
+
+/* a table with a cliff: one forward costs 1 s up to 5 tokens, 100 s from 6 */
+static void cliff_sps(sps_table *t) {
+    int B[3] = {1, 5, 6};
+    double steps[3] = {1, 1, 0.01};
+    assert_int_equal(sps_from_arrays(t, B, steps, 3), 0);
+}
+
+static void test_async_topk_by_hand(void **state) {
+    (void)state;
+    sps_table sps;
+    cliff_sps(&sps);
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "async-topk", "{\"delay\": 2}"), 0);
+    int nd[2] = {2, 2}, len[2];
+    /* round 1: a = 0.9, 0.81 | 0.5, 0.25; the unconstrained search admits 3 (B = 5, Theta 4.21;
+     * the 4th crosses the cliff). No history yet: everything proposed is verified */
+    float c1[4] = {0.9f, 0.9f, 0.5f, 0.5f};
+    sched_batch b = {2, 2, nd, c1, &sps, NULL};
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 2), assert_int_equal(len[1], 2);
+    /* round 2: a = 0.1, 0 | 0.1, 0: two candidates, its own search admits both; still no budget
+     * from two rounds back */
+    float c2[4] = {0.1f, 0.0f, 0.1f, 0.0f};
+    b.conf = c2;
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 1), assert_int_equal(len[1], 1); /* a = 0 is never a candidate */
+    /* round 3: K = 3 from round 1; ranked 0.95, 0.855 (request 1), then 0.1 (request 0) */
+    float c3[4] = {0.1f, 0.9f, 0.95f, 0.9f};
+    b.conf = c3;
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 1), assert_int_equal(len[1], 2);
+    /* round 4: K from round 2 = 2: the top two, both of request 1 */
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 0), assert_int_equal(len[1], 2);
+    /* a batch of one request: K scaled by 1/2 (round 3's 3 -> 2 after rounding half away) */
+    int nd1[1] = {2};
+    sched_batch b1 = {1, 2, nd1, c3 + 2, &sps, NULL};
+    assert_int_equal(s.ops->schedule(&s, &b1, len), 0);
+    assert_int_equal(len[0], 2);
+    /* reset: back to the verify-everything start */
+    s.ops->reset(&s);
+    b.conf = c3;
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 2), assert_int_equal(len[1], 2);
+    scheduler_close(&s);
+    /* the control: no delay, K from this round's own search (Algorithm 1 without its early stop) */
+    assert_int_equal(open_cfg(&s, "async-topk-now", NULL), 0);
+    b.conf = c1;
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 2), assert_int_equal(len[1], 1);
+    scheduler_close(&s);
+    assert_int_equal(scheduler_open(&s, "async-topk-now", NULL, 0), -1); /* not offered to users */
+    sps_free(&sps);
+}
+
+/* An environment with a known best length: every request accepts a draft at position j with
+ * probability 0.7 (deterministic pattern), a forward over B tokens costs 1 + 0.5 B model seconds.
+ * Returns the round's result for the lengths chosen. */
+typedef struct {
+    int R, gamma, nd[4], ver[4], acc[4], emit[4], req[4];
+    long step;
+} env;
+
+static void env_round(env *e, const int *len, const sps_table *sps, round_result *rr) {
+    int T = 0;
+    for (int r = 0; r < e->R; r++) {
+        e->ver[r] = len[r];
+        int k = 0;
+        /* acceptance pattern: position j survives in 7 of 10 rounds, cycling deterministically */
+        while (k < len[r] && (e->step * 7 + r * 3 + k * 5) % 10 < 7) k++;
+        e->acc[r] = k;
+        e->emit[r] = k + 1;
+        T += 1 + len[r];
+    }
+    e->step++;
+    *rr = (round_result){e->R, e->gamma, e->req, e->nd, e->ver, e->acc, e->emit, NULL, T, 0, sps_seconds(sps, T), sps};
+}
+
+/* expected tokens per model second at length l for this environment (per request, R alike) */
+static double env_rate(int l, int R, const sps_table *sps) {
+    double tok = 0, a = 1;
+    for (int j = 0; j <= l; j++) {
+        tok += a;
+        a *= 0.7;
+    }
+    return R * tok / sps_seconds(sps, R * (1 + l));
+}
+
+static void test_bandits_find_the_best_length(void **state) {
+    (void)state;
+    int B[2] = {1, 64};
+    double steps[2] = {1.0 / 1.5, 1.0 / 33}; /* seconds = 1 + 0.5 B */
+    sps_table sps;
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 2), 0);
+    int best = 0;
+    for (int l = 1; l <= 6; l++)
+        if (env_rate(l, 2, &sps) > env_rate(best, 2, &sps)) best = l;
+    const char *names[2] = {"bandit-ucb1", "bandit-thompson"};
+    for (int i = 0; i < 2; i++) {
+        scheduler s;
+        assert_int_equal(open_cfg(&s, names[i], i ? "{\"clock\": \"model\", \"seed\": 5}" : "{\"clock\": \"model\", \"c\": 0.3}"), 0);
+        env e = {2, 6, {6, 6}, {0}, {0}, {0}, {0, 1}, 0};
+        long plays[7] = {0};
+        for (int t = 0; t < 600; t++) {
+            int len[2];
+            sched_batch b = {2, 6, e.nd, NULL, &sps, e.req};
+            assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+            assert_int_equal(len[0], len[1]); /* one arm for the batch */
+            if (t >= 300) plays[len[0]]++;
+            round_result rr;
+            env_round(&e, len, &sps, &rr);
+            assert_int_equal(s.ops->observe(&s, &rr), 0);
+        }
+        long most = 0;
+        for (int l = 0; l <= 6; l++)
+            if (plays[l] > plays[most]) most = l;
+        fprintf(stderr, "%s: best length %d (rate %.3f), played most in rounds 300-600: %ld (%ld of 300)\n", names[i],
+                best, env_rate(best, 2, &sps), most, plays[most]);
+        assert_true(labs(most - best) <= 1 && plays[most] > 150);
+        scheduler_close(&s);
+    }
+    sps_free(&sps);
+}
+
+static void test_hedge_per_request(void **state) {
+    (void)state;
+    /* request 7 accepts every draft, request 9 none: Hedge must learn long for 7, zero for 9 */
+    int B[2] = {1, 64};
+    double steps[2] = {1.0 / 1.5, 1.0 / 33};
+    sps_table sps;
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 2), 0);
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "hedge", "{\"eta\": 2, \"seed\": 3}"), 0);
+    int req[2] = {7, 9}, nd[2] = {4, 4}, sum7 = 0, sum9 = 0;
+    for (int t = 0; t < 200; t++) {
+        int len[2], acc[2], emit[2];
+        sched_batch b = {2, 4, nd, NULL, &sps, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        acc[0] = len[0], acc[1] = 0;
+        emit[0] = len[0] + 1, emit[1] = 1;
+        if (t >= 150) sum7 += len[0], sum9 += len[1];
+        round_result rr = {2, 4, req, nd, len, acc, emit, NULL, 2 + len[0] + len[1], 0, 0, &sps};
+        assert_int_equal(s.ops->observe(&s, &rr), 0);
+    }
+    fprintf(stderr, "hedge: mean length over the last 50 rounds: always-accepting %.2f, never-accepting %.2f\n",
+            sum7 / 50.0, sum9 / 50.0);
+    assert_true(sum7 / 50.0 > 3.5 && sum9 / 50.0 < 0.5);
+    /* a request that leaves takes its state with it: a new one with its id starts uniform again */
+    s.ops->release(&s, 9);
+    int one[1] = {9}, nd1[1] = {4}, seen[5] = {0};
+    for (int t = 0; t < 200; t++) {
+        int len[1];
+        sched_batch b = {1, 4, nd1, NULL, &sps, one};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        seen[len[0]]++;
+    }
+    for (int l = 0; l <= 4; l++) assert_true(seen[l] > 15); /* uniform: about 40 each */
+    scheduler_close(&s);
+    sps_free(&sps);
+}
+
+static void test_req_table(void **state) {
+    (void)state;
+    req_table t = {0};
+    int *a = req_table_get(&t, 5, sizeof(int));
+    *a = 55;
+    for (int id = 100; id < 140; id++) *(int *)req_table_get(&t, id, sizeof(int)) = id; /* grows */
+    assert_int_equal(*(int *)req_table_get(&t, 5, sizeof(int)), 55);
+    req_table_drop(&t, 5);
+    assert_int_equal(*(int *)req_table_get(&t, 5, sizeof(int)), 0); /* fresh, zeroed */
+    assert_int_equal(*(int *)req_table_get(&t, 139, sizeof(int)), 139);
+    assert_null(req_table_get(&t, 1, sizeof(double))); /* one slot size per table */
+    req_table_clear(&t);
+    assert_int_equal(*(int *)req_table_get(&t, 120, sizeof(int)), 0);
+    req_table_free(&t);
+}
+
+static void test_bad_settings(void **state) {
+    (void)state;
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"clok\": \"model\"}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "clok"));
+    assert_int_equal(open_cfg(&s, "bandit-thompson", "{\"clock\": \"sundial\"}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "'sundial' is not a clock"));
+    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"arms\": [1, 2.5]}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "arms[1]"));
+    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"arms\": [3]}"), -1);
+    assert_int_equal(open_cfg(&s, "async-topk", "{\"delay\": 0}"), -1); /* delay 0 is the control */
+    assert_non_null(strstr(ds_errmsg(), "delay"));
+    assert_int_equal(open_cfg(&s, "hedge", "{\"eta\": -1}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "eta"));
+    /* the bandit on the model clock without an SPS table: an error, not a division by zero */
+    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"clock\": \"model\"}"), 0);
+    int nd[1] = {3}, len[1], acc[1] = {0}, emit[1] = {1};
+    sched_batch b = {1, 3, nd, NULL, NULL, NULL};
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    round_result rr = {1, 3, NULL, nd, len, acc, emit, NULL, 1 + len[0], 0.01, 0, NULL};
+    assert_int_equal(s.ops->observe(&s, &rr), -1);
+    assert_non_null(strstr(ds_errmsg(), "needs an SPS table"));
+    scheduler_close(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_async_topk_by_hand),
+        cmocka_unit_test(test_bandits_find_the_best_length),
+        cmocka_unit_test(test_hedge_per_request),
+        cmocka_unit_test(test_req_table),
+        cmocka_unit_test(test_bad_settings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
