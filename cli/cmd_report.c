@@ -12,6 +12,7 @@
 #include "../engine/metrics.h"
 #include "../runtime/common.h"
 #include "args.h"
+#include "report_sweep.h"
 #include "commands.h"
 
 /* conditional acceptance at k as text: "-" when no round reached k with 1..k-1 accepted */
@@ -47,7 +48,7 @@ static double cfg_num(const cJSON *cfg, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx) {
+static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx, int sweep) {
     trace_data d;
     if (trace_read(path, &d)) return -1;
     cJSON *cfg = d.config ? cJSON_Parse(d.config) : NULL;
@@ -151,9 +152,14 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx)
                  dat);
         gnuplot(o, base, title, plotcmd);
     }
+    int sw = sweep ? report_threshold_sweep(o, &d) : 0;
     fprintf(o, "\n");
     free(ms);
     trace_data_free(&d);
+    if (sw) {
+        cJSON_Delete(cfg);
+        return -1;
+    }
     cJSON_Delete(cfg);
     return 0;
 }
@@ -219,7 +225,9 @@ done:
 
 int cmd_report(int argc, char **argv) {
     const char *out = NULL, *plot = NULL;
+    int sweep = 0;
     opt_def opts[] = {
+        {"threshold-sweep", OPT_FLAG, &sweep, NULL, "per trace: acceptance per domain under a static threshold (Fig. 5)", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.md", "write the report to a file (default stdout)", 0, 0, 0},
         {"plot", OPT_STR, &plot, "DIR", "also write gnuplot PNGs of acceptance per position into DIR", 0, 0, 0},
         OPT_END};
@@ -244,7 +252,7 @@ int cmd_report(int argc, char **argv) {
     }
     fprintf(o, "# dspark-bench report\n\n");
     int bad = npos > 1 && print_summary(o, pos, npos, plot);
-    for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i) != 0;
+    for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i, sweep) != 0;
     if (out) {
         errno = 0;
         int werr = ferror(o) ? errno : 0;

@@ -200,6 +200,8 @@ int cmd_run(int argc, char **argv) {
     if (run_config_apply(&rc, ov, "command line", 1)) goto done;
     if (!rc.out[0]) snprintf(rc.out, sizeof rc.out, "out/run.h5");
     DS_CHECK(rc.drafter[0] || rc.baseline, "nothing to run: no drafter, and the baseline is off (--no-baseline)");
+    DS_CHECK(!rc.serve_cfg, "%s: the \"serve\" settings are read by `dspark-bench serve`, not `run`",
+             config_path ? config_path : "the config");
     /* everything that can be checked before the model loads */
     DS_TRYP(sets = ds_calloc((size_t)rc.n_datasets, sizeof *sets, "datasets"));
     int total = 0, skipped = 0;

@@ -11,5 +11,6 @@ int cmd_report(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_bench_train(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

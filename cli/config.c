@@ -26,7 +26,8 @@ void run_config_defaults(run_config *c) {
 void run_config_free(run_config *c) {
     cJSON_Delete(c->drafter_cfg);
     cJSON_Delete(c->scheduler_cfg);
-    c->drafter_cfg = c->scheduler_cfg = NULL;
+    cJSON_Delete(c->serve_cfg);
+    c->drafter_cfg = c->scheduler_cfg = c->serve_cfg = NULL;
 }
 
 static int take_str(const cJSON *v, const char *path, char *dst, size_t n) {
@@ -96,6 +97,14 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
     if ((v = jcfg_get(&r, "scheduler")) &&
         apply_module(v, "scheduler", c->scheduler, sizeof c->scheduler, &c->scheduler_cfg, merge, what))
         return -1;
+    if ((v = jcfg_get(&r, "serve"))) { /* checked key by key by the serve command */
+        if (!cJSON_IsObject(v)) {
+            ds_error("%s: serve must be an object", what);
+            return -1;
+        }
+        cJSON_Delete(c->serve_cfg);
+        if (!(c->serve_cfg = cJSON_Duplicate(v, 1))) return -1;
+    }
     const cJSON *ds = jcfg_get(&r, "datasets"), *d1 = jcfg_get(&r, "dataset");
     if (ds && d1) {
         ds_error("%s: give 'datasets' or 'dataset', not both", what);
@@ -175,5 +184,6 @@ cJSON *run_config_json(const run_config *c) {
     cJSON_AddBoolToObject(j, "baseline", c->baseline);
     cJSON_AddNumberToObject(j, "concurrency", c->concurrency);
     cJSON_AddStringToObject(j, "sps", c->sps);
+    if (c->serve_cfg) cJSON_AddItemToObject(j, "serve", cJSON_Duplicate(c->serve_cfg, 1));
     return j;
 }

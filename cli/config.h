@@ -32,6 +32,7 @@ typedef struct {
     int baseline;           /* also run the autoregressive baseline on the same prompts */
     int concurrency;        /* requests decoded together */
     char sps[1024];         /* SPS(B) table JSON ("" = bench/bench-target.json when present) */
+    cJSON *serve_cfg;       /* the "serve" object (read by `serve` only; `run` refuses it) */
 } run_config;
 
 void run_config_defaults(run_config *c);

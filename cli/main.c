@@ -18,6 +18,7 @@ static const command COMMANDS[] = {
     {"bench-target", cmd_bench_target, "benchmark the target runtime: prefill, decode, SPS(B) curve (JSON)"},
     {"bench-train", cmd_bench_train, "training throughput of a config, side by side with the reference path"},
     {"run", cmd_run, "an experiment: baseline and speculative decoding on benchmark prompts, HDF5 trace"},
+    {"serve", cmd_serve, "serving simulation: arrivals, continuous batching, throughput vs per-user speed per scheduler"},
     {"report", cmd_report, "Markdown tables (and gnuplot plots) from one or more traces"},
     {"train", cmd_train, "train a drafter (dflash, dspark-markov, dspark-rnn) against the frozen target"},
     {"calibrate", cmd_calibrate, "Sequential Temperature Scaling of a drafter's confidences from a trace (writes the checkpoint)"},

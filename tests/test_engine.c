@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include "../engine/decode.h"
+#include "../engine/serve.h"
 
 typedef struct {
     target t;
@@ -107,6 +108,53 @@ static void test_greedy_equals_autoregressive(void **state) {
     cJSON_Delete(dc);
 }
 
+/* Continuous batching: requests joining and leaving a running batch (closed loop at 2, and an open
+ * loop so slow that each request runs alone) decode greedily exactly what each decodes alone, with
+ * a learning per-request scheduler in the loop. */
+static void test_serve_continuous_batching(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"layers\": 20}");
+    assert_int_equal(drafter_open(&d, "vanilla", dc, &c->t), 0);
+    assert_int_equal(scheduler_open(&s, "hedge", NULL, 0), 0);
+    sampling_params greedy = {0, 0, 1};
+    int na[3];
+    decode_stats sa;
+    int **ar = decode_all(&c->t, NULL, NULL, 0, greedy, 24, 1, na, &sa, 1);
+    ivec prompts[3] = {{0}};
+    for (int i = 0; i < 3; i++) encode(&c->t, PROMPTS[i], &prompts[i]);
+    int B[2] = {1, 8};
+    double steps[2] = {100, 40};
+    sps_table sps;
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 2), 0);
+    decode_cfg cfg = {greedy, 4, &d, &s, &sps, NULL, MODE_SPEC};
+    for (int closed = 1; closed >= 0; closed--) {
+        uint64_t hash[5];
+        serve_params sp = {closed, closed ? 2 : 4, closed ? 0 : 0.01, 5, 24, 1, hash};
+        serve_result res;
+        assert_int_equal(serve_simulate(&c->t, &cfg, prompts, 3, &sp, "test serve", &res), 0);
+        for (int i = 0; i < 5; i++) {
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (int k = 0; k < na[i % 3]; k++) h = (h ^ (uint64_t)(uint32_t)ar[i % 3][k]) * 0x100000001b3ull;
+            assert_true(hash[i] == h);
+        }
+        fprintf(stderr, "serve %s: mean batch %.2f, idle %.1f s, wait %.3f s, %.1f tok/s aggregate\n",
+                closed ? "closed" : "open", res.mean_batch, res.idle_s, res.wait_s, res.agg_tok_s);
+        assert_int_equal(res.requests, 5);
+        assert_int_equal(res.tokens, na[0] + na[1] + na[2] + na[0] + na[1]);
+        if (closed) assert_true(res.mean_batch > 1.5 && res.mean_batch <= 2 && res.idle_s == 0);
+        else assert_true(res.mean_batch < 1.2 && res.idle_s > 100 && res.wait_s < 0.5); /* arrivals ~100 s apart */
+        assert_true(res.agg_tok_s > 0 && res.user_tok_s > 0 && res.tau >= 1);
+    }
+    for (int i = 0; i < 3; i++) ivec_free(&prompts[i]);
+    sps_free(&sps);
+    free_outs(ar);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+}
+
 static void test_full_depth_draft_always_accepted(void **state) {
     ctx *c = *state;
     drafter d;
@@ -182,6 +230,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_autoregressive),
         cmocka_unit_test(test_full_depth_draft_always_accepted),
+        cmocka_unit_test(test_serve_continuous_batching),
         cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
