@@ -115,7 +115,8 @@ FUZZ_FLAGS_trace := -fork=1 -ignore_ooms=1
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -march=x86-64-v2 -fopenmp -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(PKG_CFLAGS)
 FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_BUILD)/cli/train_config.o \
-            $(FUZZ_BUILD)/cli/cmd_report.o $(FUZZ_BUILD)/cli/args.o
+            $(FUZZ_BUILD)/cli/cmd_report.o $(FUZZ_BUILD)/cli/report_sweep.o $(FUZZ_BUILD)/cli/report_curve.o \
+            $(FUZZ_BUILD)/cli/plot.o $(FUZZ_BUILD)/cli/args.o
 .SECONDARY: $(FUZZ_OBJ)
 $(FUZZ_BUILD)/runtime/kernels_avx2.o: FUZZ_CFLAGS += $(ISA_AVX2)
 $(FUZZ_BUILD)/runtime/kernels_avx512.o: FUZZ_CFLAGS += $(ISA_AVX512)

@@ -12,6 +12,8 @@
 #include "../engine/metrics.h"
 #include "../runtime/common.h"
 #include "args.h"
+#include "plot.h"
+#include "report_curve.h"
 #include "report_sweep.h"
 #include "commands.h"
 
@@ -20,26 +22,6 @@ static const char *cond_str(const metrics *m, int k, const char *fmt, const char
     if (!m->att[k]) return none;
     snprintf(buf, n, fmt, (double)m->acc[k] / m->att[k]);
     return buf;
-}
-
-/* Write BASE.gp, run gnuplot to BASE.png, link the PNG from the report (or say why not). */
-static void gnuplot(FILE *o, const char *base, const char *title, const char *plot_cmd) {
-    char gp[1200], png[1200];
-    snprintf(gp, sizeof gp, "%s.gp", base);
-    snprintf(png, sizeof png, "%s.png", base);
-    FILE *f = fopen(gp, "w");
-    if (!f) {
-        fprintf(o, "\n(cannot write the plot script %s)\n", gp);
-        return;
-    }
-    fprintf(f, "set terminal pngcairo size 800,500 noenhanced\nset output '%s'\nset title '%s'\n"
-               "set xlabel 'draft position k'\nset ylabel 'acceptance'\nset yrange [0:1]\nset xtics 1\nset grid\n%s\n",
-            png, title, plot_cmd);
-    fclose(f);
-    char cmd[2600];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", gp);
-    if (system(cmd) == 0) fprintf(o, "\n![%s](%s)\n", title, png);
-    else fprintf(o, "\n(gnuplot not available: plot script left at %s)\n", gp);
 }
 
 /* a number from the trace's recorded config, NAN when absent or not a number */
@@ -150,7 +132,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx,
                  "plot '%s' using 1:2 with linespoints title 'conditional', '' using 1:3 with linespoints title "
                  "'unconditional', '' using 1:4 with linespoints title 'analytic c*'",
                  dat);
-        gnuplot(o, base, title, plotcmd);
+        plot_write(o, base, NULL, title, "draft position k", "acceptance", "set yrange [0:1]\nset xtics 1\n", plotcmd);
     }
     int sw = sweep ? report_threshold_sweep(o, &d) : 0;
     fprintf(o, "\n");
@@ -213,7 +195,8 @@ static int print_summary(FILE *o, const char **paths, int n, const char *plot_di
         for (int i = 0; i < n && w < (int)sizeof cmd - 200; i++)
             w += snprintf(cmd + w, sizeof cmd - (size_t)w, "%s '%s' using 1:%d with linespoints title '%s'", i ? "," : "",
                           dat, i + 2, label[i]);
-        gnuplot(o, base, "Conditional acceptance per draft position", cmd);
+        plot_write(o, base, NULL, "Conditional acceptance per draft position", "draft position k", "acceptance",
+                   "set yrange [0:1]\nset xtics 1\n", cmd);
     }
     fprintf(o, "\n");
     rc = 0;
@@ -225,17 +208,18 @@ done:
 
 int cmd_report(int argc, char **argv) {
     const char *out = NULL, *plot = NULL;
-    int sweep = 0;
+    int sweep = 0, curve = 0;
     opt_def opts[] = {
+        {"train-curve", OPT_FLAG, &curve, NULL, "the arguments are training run folders: their held-out tau proxy against positions seen", 0, 0, 0},
         {"threshold-sweep", OPT_FLAG, &sweep, NULL, "per trace: acceptance per domain under a static threshold (Fig. 5)", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.md", "write the report to a file (default stdout)", 0, 0, 0},
         {"plot", OPT_STR, &plot, "DIR", "also write gnuplot PNGs of acceptance per position into DIR", 0, 0, 0},
         OPT_END};
     const char *pos[64];
-    int npos, rc = args_parse("report", "TRACE.h5 [TRACE.h5 ...] [options]", opts, argc, argv, pos, 64, &npos);
+    int npos, rc = args_parse("report", "TRACE.h5 [TRACE.h5 ...] [options]  |  --train-curve RUN_DIR [RUN_DIR ...]", opts, argc, argv, pos, 64, &npos);
     if (rc) return rc < 0 ? -1 : 0;
     if (npos == 0) {
-        ds_error("report: give at least one trace file (see dspark-bench report --help)");
+        ds_error("report: give at least one %s (see dspark-bench report --help)", curve ? "run folder" : "trace file");
         return -1;
     }
     if (plot && ds_mkdirs(plot, "the plot folder")) return -1;
@@ -251,8 +235,12 @@ int cmd_report(int argc, char **argv) {
         }
     }
     fprintf(o, "# dspark-bench report\n\n");
-    int bad = npos > 1 && print_summary(o, pos, npos, plot);
-    for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i, sweep) != 0;
+    int bad = 0;
+    if (curve) bad = report_train_curve(o, pos, npos, plot) != 0;
+    else {
+        bad = npos > 1 && print_summary(o, pos, npos, plot);
+        for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i, sweep) != 0;
+    }
     if (out) {
         errno = 0;
         int werr = ferror(o) ? errno : 0;

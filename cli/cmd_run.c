@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../datasets/datasets.h"
 #include "../engine/decode.h"
@@ -12,6 +11,7 @@
 #include "args.h"
 #include "commands.h"
 #include "config.h"
+#include "setup.h"
 
 static uint64_t fnv_ids(const int *v, int n) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -184,12 +184,12 @@ int cmd_run(int argc, char **argv) {
     scheduler s;
     memset(&s, 0, sizeof s);
     sps_table sps = {0};
-    prompt_set *sets = NULL;
+    run_prompts rp = {0};
     job *jobs = NULL;
     trace *tr = NULL;
     cJSON *resolved = NULL;
     char *cfg_txt = NULL;
-    int ret = -1, n_sets = 0;
+    int ret = -1;
     if (config_path && run_config_load(&rc, config_path)) goto done;
     /* flags with no drafter configured anywhere: the vanilla self-draft, as documented */
     {
@@ -203,33 +203,13 @@ int cmd_run(int argc, char **argv) {
     DS_CHECK(!rc.serve_cfg, "%s: the \"serve\" settings are read by `dspark-bench serve`, not `run`",
              config_path ? config_path : "the config");
     /* everything that can be checked before the model loads */
-    DS_TRYP(sets = ds_calloc((size_t)rc.n_datasets, sizeof *sets, "datasets"));
-    int total = 0, skipped = 0;
-    for (int i = 0; i < rc.n_datasets; i++, n_sets++) {
-        DS_TRY(dataset_load(rc.datasets[i], rc.data_root[0] ? rc.data_root : NULL, rc.limit, rc.skip_bad, &sets[i]));
-        skipped += sets[i].skipped;
-        DS_CHECK(sets[i].n > 0, "dataset '%s' has no usable prompts", rc.datasets[i]);
-        total += sets[i].n;
-    }
+    DS_TRY(run_prompts_load(&rc, &rp));
+    int total = rp.total, skipped = rp.skipped;
     if (rc.drafter[0] && !drafter_find(rc.drafter)) goto fail;
     if (!scheduler_find(rc.scheduler, 0)) goto fail;
-    DS_TRY(target_open(&t, rc.target[0] ? rc.target : target_default_path(), &(backend_opts){rc.backend, rc.threads, rc.exact, rc.isa}));
-    DS_CHECK(t.has_tokenizer, "the target has no tokenizer; run needs a GGUF target");
-    if (rc.drafter[0]) DS_TRY(drafter_open(&d, rc.drafter, rc.drafter_cfg, &t));
-    DS_CHECK(!rc.drafter[0] || !d.max_gamma || rc.gamma <= d.max_gamma,
-             "gamma %d: the drafter was trained to draft %d tokens a round (its checkpoint's gamma); use gamma <= %d",
-             rc.gamma, d.max_gamma, d.max_gamma);
+    DS_TRY(run_models_open(&rc, "run", &t, &d));
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
-    {
-        const char *sp_path = rc.sps[0] ? rc.sps : "bench/bench-target.json";
-        struct stat stt;
-        if (rc.sps[0] || stat(sp_path, &stt) == 0) DS_TRY(sps_load(&sps, sp_path));
-        else if (s.ops->needs_conf) {
-            int B[1] = {1};
-            double one[1] = {1};
-            DS_TRY(sps_from_arrays(&sps, B, one, 1));
-        }
-    }
+    DS_TRY(run_sps_load(&rc, s.ops->needs_conf, &sps));
     DS_TRY(ds_mkdirs_for(rc.out, "the trace folder"));
     DS_TRYP(tr = trace_create(rc.out));
     DS_TRYP(resolved = run_config_json(&rc));
@@ -248,8 +228,8 @@ int cmd_run(int argc, char **argv) {
             rc.drafter[0] ? d.describe : "baseline only", rc.gamma, rc.scheduler, (double)rc.sp.temperature, rc.out);
 
     DS_TRYP(jobs = ds_malloc(sizeof *jobs * (size_t)total, "jobs"));
-    for (int i = 0, g = 0; i < n_sets; i++)
-        for (int k = 0; k < sets[i].n; k++, g++) jobs[g] = (job){&sets[i].v[k], g};
+    for (int i = 0, g = 0; i < rp.n_sets; i++)
+        for (int k = 0; k < rp.sets[i].n; k++, g++) jobs[g] = (job){&rp.sets[i].v[k], g};
     decode_cfg cfg_ar = {rc.sp, rc.gamma, NULL, NULL, &sps, tr, MODE_AR};
     decode_cfg cfg_sp = {rc.sp, rc.gamma, rc.drafter[0] ? &d : NULL, &s, &sps, tr, MODE_SPEC};
     decode_stats st_ar, st_sp;
@@ -304,8 +284,7 @@ done:
     cJSON_Delete(resolved);
     free(cfg_txt);
     free(jobs);
-    for (int i = 0; i < n_sets; i++) prompt_set_free(&sets[i]);
-    free(sets);
+    run_prompts_free(&rp);
     sps_free(&sps);
     scheduler_close(&s);
     if (d.ops) drafter_close(&d);

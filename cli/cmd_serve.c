@@ -17,6 +17,8 @@
 #include "args.h"
 #include "commands.h"
 #include "config.h"
+#include "plot.h"
+#include "setup.h"
 
 #define MAX_POINTS 16
 #define MAX_ARMS 12 /* schedulers compared, + the baseline */
@@ -131,25 +133,6 @@ static int sla_best(const arm *a, int n, double sla) {
     return best;
 }
 
-static void plot(FILE *md, const char *dir, const char *name, const char *title, const char *xl, const char *yl,
-                 const char *body, int logx) {
-    char gp[1200], png[1200], cmd[2600];
-    snprintf(gp, sizeof gp, "%s/%s.gp", dir, name);
-    snprintf(png, sizeof png, "%s/%s.png", dir, name);
-    FILE *f = fopen(gp, "w");
-    if (!f) {
-        fprintf(md, "\n(cannot write the plot script %s)\n", gp);
-        return;
-    }
-    fprintf(f, "set terminal pngcairo size 800,500 noenhanced\nset output '%s'\nset title '%s'\nset xlabel '%s'\n"
-               "set ylabel '%s'\nset grid\nset key outside right\n%s%s\n",
-            png, title, xl, yl, logx ? "set logscale x 2\n" : "", body);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", gp);
-    if (system(cmd) == 0) fprintf(md, "\n![%s](%s.png)\n", title, name);
-    else fprintf(md, "\n(gnuplot not available: plot script left at %s)\n", gp);
-}
-
 /* a data block per arm for gnuplot: x, aggregate, per-user, verify budget */
 static void plot_data(FILE *f, const arm *arms, int n_arms, const serve_cfg *c) {
     for (int a = 0; a < n_arms; a++) {
@@ -256,11 +239,15 @@ static int write_outputs(const char *dir, const arm *arms, int n_arms, const ser
     }
     char *b7 = plot_body(arms, n_arms, c, "3:2"), *b8 = plot_body(arms, n_arms, c, "1:2"), *b8v = plot_body(arms, n_arms, c, "1:4");
     if (b7 && b8 && b8v) {
-        plot(md, dir, "fig7-throughput-vs-user", "aggregate throughput against per-user speed (Fig. 7)",
-             "per-user tok/s", "aggregate tok/s", b7, 0);
-        plot(md, dir, "fig8-throughput", "aggregate throughput (Fig. 8)", xn, "aggregate tok/s", b8, c->closed);
-        plot(md, dir, "fig8-verify-budget", "drafts verified per request per round (Fig. 8)", xn, "verified drafts", b8v,
-             c->closed);
+        char base[1100];
+        const char *logx = c->closed ? "set key outside right\nset logscale x 2\n" : "set key outside right\n";
+        snprintf(base, sizeof base, "%s/fig7-throughput-vs-user", dir);
+        plot_write(md, base, "", "aggregate throughput against per-user speed (Fig. 7)", "per-user tok/s",
+                   "aggregate tok/s", "set key outside right\n", b7);
+        snprintf(base, sizeof base, "%s/fig8-throughput", dir);
+        plot_write(md, base, "", "aggregate throughput (Fig. 8)", xn, "aggregate tok/s", logx, b8);
+        snprintf(base, sizeof base, "%s/fig8-verify-budget", dir);
+        plot_write(md, base, "", "drafts verified per request per round (Fig. 8)", xn, "verified drafts", logx, b8v);
     }
     free(b7), free(b8), free(b8v);
     fclose(md);
@@ -287,11 +274,11 @@ int cmd_serve(int argc, char **argv) {
     drafter d;
     memset(&d, 0, sizeof d);
     sps_table sps = {0};
-    prompt_set *sets = NULL;
+    run_prompts rp = {0};
     ivec *prompts = NULL;
     arm *arms = NULL;
     cJSON *resolved = NULL;
-    int ret = -1, n_sets = 0, n_prompts = 0, n_arms = 0;
+    int ret = -1, n_prompts = 0, n_arms = 0;
     serve_cfg sc;
     DS_CHECK(config_path, "serve: --config FILE.json is required (a run config with a \"serve\" object)");
     DS_TRY(run_config_load(&rc, config_path));
@@ -305,12 +292,8 @@ int cmd_serve(int argc, char **argv) {
     }
     if (requests) sc.n_requests = requests;
     DS_CHECK(rc.drafter[0] || rc.baseline, "serve: nothing to run: no drafter, and the baseline is off");
-    DS_TRYP(sets = ds_calloc((size_t)rc.n_datasets, sizeof *sets, "datasets"));
-    for (int i = 0; i < rc.n_datasets; i++, n_sets++) {
-        DS_TRY(dataset_load(rc.datasets[i], rc.data_root[0] ? rc.data_root : NULL, rc.limit, rc.skip_bad, &sets[i]));
-        n_prompts += sets[i].n;
-    }
-    DS_CHECK(n_prompts > 0, "serve: the datasets have no usable prompts");
+    DS_TRY(run_prompts_load(&rc, &rp));
+    n_prompts = rp.total;
     if (!sc.n_requests) sc.n_requests = n_prompts;
     /* the arms: the baseline, then the listed schedulers (or the config's one) */
     DS_TRYP(arms = ds_calloc(MAX_ARMS, sizeof *arms, "serving arms"));
@@ -331,21 +314,16 @@ int cmd_serve(int argc, char **argv) {
             DS_TRY(orc);
         }
     }
-    DS_TRY(target_open(&t, rc.target[0] ? rc.target : target_default_path(), &(backend_opts){rc.backend, rc.threads, rc.exact, rc.isa}));
-    DS_CHECK(t.has_tokenizer, "the target has no tokenizer; serve needs a GGUF target");
-    if (rc.drafter[0]) DS_TRY(drafter_open(&d, rc.drafter, rc.drafter_cfg, &t));
-    DS_CHECK(!rc.drafter[0] || !d.max_gamma || rc.gamma <= d.max_gamma,
-             "gamma %d: the drafter was trained to draft %d tokens a round; use gamma <= %d", rc.gamma, d.max_gamma,
-             d.max_gamma);
+    DS_TRY(run_models_open(&rc, "serve", &t, &d));
     for (int a = 0; a < n_arms; a++)
         DS_CHECK(arms[a].ar || !arms[a].s.ops->needs_conf || d.has_conf,
                  "serve: scheduler '%s' needs a drafter with confidences, and '%s' has none", arms[a].label, rc.drafter);
-    DS_TRY(sps_load(&sps, rc.sps[0] ? rc.sps : "bench/bench-target.json"));
+    DS_TRY(run_sps_load(&rc, 1, &sps));
     /* prompts: turn 1, chat-encoded once */
     DS_TRYP(prompts = ds_calloc((size_t)n_prompts, sizeof *prompts, "prompts"));
-    for (int i = 0, g = 0; i < n_sets; i++)
-        for (int k = 0; k < sets[i].n; k++, g++) {
-            chat_msg m = {"user", sets[i].v[k].text};
+    for (int i = 0, g = 0; i < rp.n_sets; i++)
+        for (int k = 0; k < rp.sets[i].n; k++, g++) {
+            chat_msg m = {"user", rp.sets[i].v[k].text};
             DS_TRY(chat_encode(&t.ct, &t.tk, &m, 1, 1, &prompts[g]));
         }
     char machine[256], what[2048];
@@ -391,8 +369,7 @@ fail:
     if (prompts)
         for (int i = 0; i < n_prompts; i++) ivec_free(&prompts[i]);
     free(prompts);
-    for (int i = 0; i < n_sets; i++) prompt_set_free(&sets[i]);
-    free(sets);
+    run_prompts_free(&rp);
     if (arms)
         for (int a = 0; a < n_arms; a++)
             if (!arms[a].ar) scheduler_close(&arms[a].s);

@@ -274,6 +274,34 @@ static void test_strict_configs(void **state) {
     remove(cfg);
 }
 
+/* report --train-curve: positions seen are the logged rows summed up to each evaluation; a torn
+ * log line is an error naming the file and the line, and no report is left behind. */
+static void test_train_curve(void **state) {
+    (void)state;
+    char dir[600], p[700], args[2000];
+    snprintf(dir, sizeof dir, "%s", tmp_path("curve-run"));
+    snprintf(args, sizeof args, "mkdir -p '%s'", dir);
+    assert_int_equal(system(args), 0);
+    snprintf(p, sizeof p, "%s/train_log.jsonl", dir);
+    put(p, "{\"step\": 1, \"rows\": 100}\n{\"step\": 2, \"rows\": 90}\n{\"step\": 3, \"rows\": 80}\n{\"step\": 4, \"rows\": 70}\n");
+    snprintf(p, sizeof p, "%s/eval_log.jsonl", dir);
+    put(p, "{\"step\": 2, \"tau_proxy\": 1.25}\n{\"step\": 4, \"tau_proxy\": 1.5}\n");
+    run_result r;
+    run(&r, "report --train-curve %s", dir);
+    if (r.status != 0) fail_msg("report --train-curve: exit %d:\n%s", r.status, r.out);
+    if (!strstr(r.out, "| 2 | 190 | 1.2500 |") || !strstr(r.out, "| 4 | 340 | 1.5000 |"))
+        fail_msg("report --train-curve: wrong table:\n%s", r.out);
+    put(p, "{\"step\": 2, \"tau_proxy\": 1.25}\n{\"step\": 4, \"tau_pr");
+    char out[700];
+    snprintf(out, sizeof out, "%s", tmp_path("curve.md"));
+    remove(out);
+    snprintf(args, sizeof args, "report --train-curve %s --out %s", dir, out);
+    expect_error(args, 1, "eval_log.jsonl:2: not a JSON object");
+    assert_int_equal(access(out, F_OK), -1);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    assert_int_equal(system(args), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_usage),
@@ -283,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_run_and_report),
         cmocka_unit_test(test_train_errors),
         cmocka_unit_test(test_strict_configs),
+        cmocka_unit_test(test_train_curve),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

@@ -1,0 +1,53 @@
+/* setup.c — the shared loading of `run` and `serve` (setup.h). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../runtime/common.h"
+#include "setup.h"
+
+int run_prompts_load(const run_config *rc, run_prompts *p) {
+    memset(p, 0, sizeof *p);
+    DS_TRYP(p->sets = ds_calloc((size_t)rc->n_datasets, sizeof *p->sets, "datasets"));
+    for (int i = 0; i < rc->n_datasets; i++, p->n_sets++) {
+        DS_TRY(dataset_load(rc->datasets[i], rc->data_root[0] ? rc->data_root : NULL, rc->limit, rc->skip_bad, &p->sets[i]));
+        p->skipped += p->sets[i].skipped;
+        DS_CHECK(p->sets[i].n > 0, "dataset '%s' has no usable prompts", rc->datasets[i]);
+        p->total += p->sets[i].n;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+void run_prompts_free(run_prompts *p) {
+    for (int i = 0; i < p->n_sets; i++) prompt_set_free(&p->sets[i]);
+    free(p->sets);
+    memset(p, 0, sizeof *p);
+}
+
+int run_models_open(const run_config *rc, const char *cmd, target *t, drafter *d) {
+    DS_TRY(target_open(t, rc->target[0] ? rc->target : target_default_path(),
+                       &(backend_opts){rc->backend, rc->threads, rc->exact, rc->isa}));
+    DS_CHECK(t->has_tokenizer, "the target has no tokenizer; %s needs a GGUF target", cmd);
+    if (!rc->drafter[0]) return 0;
+    DS_TRY(drafter_open(d, rc->drafter, rc->drafter_cfg, t));
+    DS_CHECK(!d->max_gamma || rc->gamma <= d->max_gamma,
+             "gamma %d: the drafter was trained to draft %d tokens a round (its checkpoint's gamma); use gamma <= %d",
+             rc->gamma, d->max_gamma, d->max_gamma);
+    return 0;
+fail:
+    return -1;
+}
+
+int run_sps_load(const run_config *rc, int needed, sps_table *sps) {
+    const char *path = rc->sps[0] ? rc->sps : "bench/bench-target.json";
+    struct stat st;
+    if (rc->sps[0] || stat(path, &st) == 0) return sps_load(sps, path);
+    if (!needed) return 0;
+    fprintf(stderr, "note: no SPS table (%s is missing): the schedulers see a flat cost per round; "
+                    "`make bench-target` measures one\n", path);
+    int B[1] = {1};
+    double one[1] = {1};
+    return sps_from_arrays(sps, B, one, 1);
+}

@@ -1,0 +1,32 @@
+/* setup.h — what `run` and `serve` load from a resolved run config before they decode: the
+ * prompt sets, the target with its tokenizer, the drafter (gamma within its training), and the
+ * SPS(B) cost table. One place, so both commands check the same things with the same words. */
+#ifndef DS_SETUP_H
+#define DS_SETUP_H
+
+#include "../datasets/datasets.h"
+#include "../drafters/drafter.h"
+#include "../runtime/target.h"
+#include "../schedulers/scheduler.h"
+#include "config.h"
+
+typedef struct {
+    prompt_set *sets;
+    int n_sets;
+    int total;   /* prompts over all sets */
+    int skipped; /* malformed lines skipped on request (skip_bad_lines) */
+} run_prompts;
+
+/* Every configured dataset; each must have a usable prompt. */
+int run_prompts_load(const run_config *rc, run_prompts *p);
+void run_prompts_free(run_prompts *p);
+
+/* The target (a GGUF with a tokenizer) and, when one is configured, the drafter, with the
+ * config's gamma no longer than the drafter was trained to draft. `cmd` names the command in errors. */
+int run_models_open(const run_config *rc, const char *cmd, target *t, drafter *d);
+
+/* The SPS(B) table: the configured file; else bench/bench-target.json when it exists; else, when
+ * `needed`, a flat unit-cost table (one step per second at every batch); else left empty. */
+int run_sps_load(const run_config *rc, int needed, sps_table *sps);
+
+#endif
