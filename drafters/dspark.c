@@ -29,6 +29,7 @@ typedef struct {
     qmat Eq, fcq, W2q;
     qmat headq;          /* the target's quantized head, or its draft-vocabulary rows gathered */
     uint8_t *head_rows;  /* owned bytes of that gather */
+    block_q8_0 *w2_q8;   /* the Markov/RNN factor W2 in Q8_0 (head_precision "q8_0"), owned */
     struct dlayer { qmat wq, wk, wv, wo, w_gate, w_up, w_down; } *lq;
     /* backend buffers for one block of B rows */
     float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *h, *Ud, *w2in, *w2out;
@@ -53,6 +54,13 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     const char *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    /* the sequential head reads all of W2 (Vd x rank) once per drafted position: in Q8_0 it moves a
+     * quarter of fp32's bytes. q stays the law the token is drawn from, so verification is exact
+     * either way; only the draft distribution moves (by the Q8_0 rounding of W2). */
+    const char *hp = "auto";
+    DS_TRY(jcfg_str(&r, "head_precision", &hp));
+    DS_CHECK(!strcmp(hp, "auto") || !strcmp(hp, "q8_0") || !strcmp(hp, "f32"),
+             "drafter: head_precision '%s' is not one of auto, q8_0, f32", hp);
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture: nothing else may be given */
         DS_TRY(bd_load(&s->m, ck, &t->m));
@@ -86,6 +94,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_noise");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "vocab_ids");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "head_precision");
         }
         int rc = bd_config_init(&c, &t->m, d->ops->name, arch); /* the rest, strictly */
         cJSON_Delete(arch);
@@ -112,7 +121,20 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
     int Vd = s->m.Vd;
-    if (c->head != HEAD_NONE) s->W2q = F32Q(Vd, c->rank, s->m.W2);
+    if (c->head != HEAD_NONE) {
+        int q8 = !strcmp(hp, "q8_0") || (!strcmp(hp, "auto") && c->rank % QK8_0 == 0);
+        DS_CHECK(!q8 || c->rank % QK8_0 == 0, "drafter: head_precision q8_0 needs a rank that is a multiple of %d (it is %d)",
+                 QK8_0, c->rank);
+        if (q8) {
+            size_t nb = (size_t)c->rank / QK8_0;
+            DS_TRYP(s->w2_q8 = ds_malloc(sizeof *s->w2_q8 * nb * (size_t)Vd, "Q8_0 head factor"));
+            quantize_q8_0(s->m.W2, s->w2_q8, (int64_t)Vd * c->rank);
+            s->W2q = (qmat){GGML_Q8_0, Vd, c->rank, sizeof *s->w2_q8 * nb, s->w2_q8};
+        } else
+            s->W2q = F32Q(Vd, c->rank, s->m.W2);
+        snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", head %s",
+                 q8 ? "q8_0" : "f32");
+    }
     int B = bd_rows(c), D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
     int V = c->vocab, L = c->n_layers;
     s->headq = t->m.output;
@@ -383,7 +405,10 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
             }
             law = s->qalt;
         }
-        if ((out->tok[k] = rng_draw(&r->rng_draft, law, c->vocab)) < 0) return -1;
+        /* with a draft vocabulary, the same law drawn over its rows only (a third of the vocabulary) */
+        out->tok[k] = law == qk && s->m.vid ? rng_draw_ids(&r->rng_draft, s->qsub, s->m.vid, s->m.Vd)
+                                            : rng_draw(&r->rng_draft, law, c->vocab);
+        if (out->tok[k] < 0) return -1;
         prev = out->tok[k];
     }
     out->n = gamma;
@@ -426,6 +451,8 @@ static void dspark_close(drafter *d) {
     free(s->lq);
     if (s->head_rows && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->headq}, 1);
     free(s->head_rows);
+    if (s->w2_q8 && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->W2q}, 1);
+    free(s->w2_q8);
     free(s->U), free(s->hh), free(s->zrow), free(s->bias), free(s->qalt), free(s->qsub), free(s->cos), free(s->sin);
     free(s->pos), free(s->vis), free(s->seq), free(s->tok);
     free(s->state), free(s->state_new), free(s->o), free(s->cell_inp), free(s->cell_pre), free(s->cin);

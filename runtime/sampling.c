@@ -69,6 +69,11 @@ int rng_draw(rng_t *r, const float *probs, int n) {
     return sample_probs(probs, n, rng_uniform(r));
 }
 
+int rng_draw_ids(rng_t *r, const float *probs, const int *ids, int n) {
+    if (r->en) return draw_enum_pick_ids_f(r->en, probs, ids, n);
+    return ids[sample_probs(probs, n, rng_uniform(r))];
+}
+
 int rng_draw_d(rng_t *r, const double *probs, int n) {
     if (r->en) return draw_enum_pick_d(r->en, probs, n);
     return sample_probs_d(probs, n, rng_uniform(r));

@@ -36,6 +36,9 @@ int sample_probs_d(const double *probs, int n, double u); /* the same for double
  * set) only under an enumerator, when the replayed path no longer matches the program. */
 int rng_draw(rng_t *r, const float *probs, int n);
 int rng_draw_d(rng_t *r, const double *probs, int n);
+/* ids[j] for j drawn from probs[0..n) (a law over a subset of the vocabulary, e.g. a draft
+ * vocabulary): under an enumerator the branches are the ids, so the gate sees token ids */
+int rng_draw_ids(rng_t *r, const float *probs, const int *ids, int n);
 /* 1 with probability min(1, exp(log_thr)): log(u) < log_thr for u uniform in (0, 1). *u gets the
  * uniform (NAN under an enumerator, which has none); -1 as above. */
 int rng_accept(rng_t *r, double log_thr, double *u);

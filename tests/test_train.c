@@ -468,6 +468,37 @@ static void test_overfit_gate(void **state) {
     overfit_gate("dspark-rnn", "");
 }
 
+/* The sequential head's W2 in Q8_0 for serving: chosen by "auto" when the rank allows it, refused
+ * by name when asked for where it cannot be, and an unknown precision is an error. (Its losslessness
+ * is the gate's: the gate's DSpark drafters have rank 256, so they serve a Q8_0 W2.) */
+static void test_head_precision(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    const char *cases[][2] = {
+        {"{\"rank\": 32, \"layers\": 1}", "head q8_0"},
+        {"{\"rank\": 32, \"layers\": 1, \"head_precision\": \"f32\"}", "head f32"},
+        {"{\"rank\": 6, \"layers\": 1}", "head f32"},
+        {"{\"rank\": 6, \"layers\": 1, \"head_precision\": \"q8_0\"}", "multiple of 32"},
+        {"{\"rank\": 32, \"layers\": 1, \"head_precision\": \"q4\"}", "head_precision 'q4'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *j = cJSON_Parse(cases[i][0]);
+        assert_non_null(j);
+        drafter d;
+        int rc = drafter_open(&d, "dspark-markov", j, &tt->t);
+        if (strstr(cases[i][1], "head ")) {
+            if (rc) fail_msg("%s: %s", cases[i][0], ds_errmsg());
+            if (!strstr(d.describe, cases[i][1])) fail_msg("%s: '%s' does not say %s", cases[i][0], d.describe, cases[i][1]);
+            drafter_close(&d);
+        } else {
+            assert_int_equal(rc, -1);
+            if (!strstr(ds_errmsg(), cases[i][1])) fail_msg("%s: error '%s' does not say %s", cases[i][0], ds_errmsg(), cases[i][1]);
+        }
+        cJSON_Delete(j);
+    }
+    tiny_close(tt);
+}
+
 static void test_resume_continues_the_curve(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -554,6 +585,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_resume_continues_the_curve), cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_head_precision),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }

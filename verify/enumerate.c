@@ -89,21 +89,24 @@ static int pick(draw_enum *e, int kind, int n, const int *idx, const long double
     return f->opt[0];
 }
 
-/* normalised by the positive total, as sample_probs does */
-#define PICK_BODY(probs, n)                                                  \
+/* normalised by the positive total, as sample_probs does; a branch is named by ID(i) */
+#define PICK_BODY(probs, n, ID)                                              \
     int idx[DRAW_ENUM_MAX_OPT + 1], m = 0;                                   \
     long double w[DRAW_ENUM_MAX_OPT + 1], total = 0;                         \
     for (int i = 0; i < n; i++)                                              \
         if (probs[i] > 0) {                                                  \
             total += probs[i];                                               \
-            if (m <= DRAW_ENUM_MAX_OPT) idx[m] = i, w[m] = probs[i];         \
+            if (m <= DRAW_ENUM_MAX_OPT) idx[m] = ID(i), w[m] = probs[i];     \
             m++;                                                             \
         }                                                                    \
     for (int i = 0; i < m && i <= DRAW_ENUM_MAX_OPT; i++) w[i] /= total;    \
     return pick(e, 0, n, idx, w, m);
 
-int draw_enum_pick_f(draw_enum *e, const float *probs, int n) { PICK_BODY(probs, n) }
-int draw_enum_pick_d(draw_enum *e, const double *probs, int n) { PICK_BODY(probs, n) }
+#define SELF(i) (i)
+#define MAPPED(i) ids[i]
+int draw_enum_pick_f(draw_enum *e, const float *probs, int n) { PICK_BODY(probs, n, SELF) }
+int draw_enum_pick_d(draw_enum *e, const double *probs, int n) { PICK_BODY(probs, n, SELF) }
+int draw_enum_pick_ids_f(draw_enum *e, const float *probs, const int *ids, int n) { PICK_BODY(probs, n, MAPPED) }
 
 int draw_enum_pick_accept(draw_enum *e, double log_thr) {
     long double a = log_thr >= 0 ? 1.0L : expl((long double)log_thr); /* P(log u < t) = e^t for t < 0 */

@@ -43,6 +43,8 @@ int draw_enum_next(draw_enum *e);        /* 1: another path to run; 0: done */
 /* the draw hooks (runtime/sampling.c) */
 int draw_enum_pick_f(draw_enum *e, const float *probs, int n);
 int draw_enum_pick_d(draw_enum *e, const double *probs, int n);
+/* a draw over n entries whose branches are named ids[i] (a draft vocabulary's token ids) */
+int draw_enum_pick_ids_f(draw_enum *e, const float *probs, const int *ids, int n);
 int draw_enum_pick_accept(draw_enum *e, double log_thr);
 
 #endif

@@ -59,6 +59,19 @@ static int cmp_cand(const void *a, const void *b, void *vals) {
     return x - y;
 }
 
+/* softmax of the n candidates' values v into probs[id[j]] (the rest of probs is already 0) */
+static void softmax_cand(const float *v, const int *id, int n, float *probs) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = v[j] > mx ? v[j] : mx; /* no NaN here: fmaxf without its libm call */
+    double sum = 0;
+    for (int j = 0; j < n; j++) {
+        float e = expf(v[j] - mx);
+        probs[id[j]] = e;
+        sum += e;
+    }
+    for (int j = 0; j < n; j++) probs[id[j]] = (float)(probs[id[j]] / sum);
+}
+
 int logits_process(const float *logits, int V, const sampling_params *sp, float *probs, lp_scratch *scr) {
     if (sampling_params_check(sp)) return -1;
     if (scr->cap < V) {
@@ -107,23 +120,26 @@ int logits_process(const float *logits, int V, const sampling_params *sp, float 
                 sift_down(id, v, k, 0);
             }
         }
+        softmax_cand(v, id, n, probs);
     } else {
+        /* every token is a candidate: the softmax indexes probs directly (no id indirection) */
+        float mx = -INFINITY;
         for (int i = 0; i < V; i++) {
-            id[i] = i;
-            v[i] = logits[i] * invT;
+            float z = logits[i] * invT;
+            v[i] = z;
+            mx = z > mx ? z : mx; /* no NaN here (checked above): fmaxf without its libm call */
         }
+        double sum = 0;
+        for (int i = 0; i < V; i++) {
+            float e = expf(v[i] - mx);
+            probs[i] = e;
+            sum += e;
+        }
+        for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
+        if (sp->top_p < 1.0f)
+            for (int i = 0; i < V; i++) id[i] = i;
         n = V;
     }
-    /* softmax over the candidates, written straight into probs */
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = fmaxf(mx, v[j]);
-    double sum = 0;
-    for (int j = 0; j < n; j++) {
-        float e = expf(v[j] - mx);
-        probs[id[j]] = e;
-        sum += e;
-    }
-    for (int j = 0; j < n; j++) probs[id[j]] = (float)(probs[id[j]] / sum);
     if (sp->top_p < 1.0f) {
         /* a token inside the nucleus has p > (1 - top_p) / n: drop the rest before sorting */
         float cut = (1.0f - sp->top_p) / (float)n;
