@@ -2,7 +2,7 @@
 # Issue 13's figures on this machine, each one command (run from the repository root):
 #   Fig. 5  threshold sweep per domain, replayed on the fixed-scheduler trace of the trained DSpark-Markov
 #   Fig. 6  STS calibration of that drafter (ECE objective, the paper's), written into its checkpoint
-#   Fig. 7/8 closed-loop serving at concurrency 1, 4, 16: baseline + six schedulers (~13 min quiet)
+#   Fig. 7/8 closed-loop serving at concurrency 1, 4, 16: baseline + six schedulers (~17 min quiet)
 #   App. A  the exact first-token law of Algorithm 1 with and without its early stop (the gate)
 # Needs experiments/scale's trained DSpark-Markov and its T = 1 trace (sh experiments/scale/run.sh).
 # Nothing else may run on the machine during the serving sweep: it measures wall time.
