@@ -8,10 +8,12 @@
  * acceptances past l, from the drafter's confidences, or without a confidence head from the
  * request's own acceptance rate so far (Laplace estimate): neither blindly optimistic (a request that
  * never accepts would keep being pushed to verify) nor pessimistic (one that always accepts would
- * stop short of its best length). A length's gain is its tokens per second of the round's forward with
- * this request at length l' instead of l, from the SPS table (a counterfactual time cannot be
- * measured), scaled to [0, 1] by the best rate the table allows; its weight is multiplied by
- * exp(-eta (1 - gain)). Every length is updated every round: full information. */
+ * stop short of its best length). A length's gain is its tokens per second of what the request costs
+ * the round at length l' instead of l — its share (1/R) of a forward over the R next tokens alone plus
+ * all the time its own drafts add, from the SPS table (a counterfactual time cannot be measured) — scaled to
+ * [0, 1] by the best rate the table allows; its weight is multiplied by exp(-eta (1 - gain)). Every
+ * length is updated every round: full information. (Charging only the request's own tokens against
+ * the whole round made extra rows look free at B = 16: Hedge verified more as load grew.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,9 +81,15 @@ static int hedge_observe(scheduler *s, const round_result *rr) {
         hedge_req *q = hedge_get(h, sched_req_id(rr->req, r), rr->gamma);
         if (!q) return -1;
         int v = rr->verified[r], k = rr->accepted[r], n = rr->proposed[r];
-        double cost[HEDGE_MAX], best = 0;
-        for (int l = 0; l < q->n; l++) { /* this request at length l, the rest of the batch as it was */
-            cost[l] = rr->sps && rr->sps->n > 0 ? sps_seconds(rr->sps, rr->batch_tokens - v + l) : 1.0 + l;
+        /* this request at length l, the rest of the batch as it was: it pays its share of a forward
+         * over the batch's next tokens alone plus all the time its own drafts add, since every request
+         * waits for them (at R = 1, the round's time; under load, extra rows are not free to the others) */
+        int has_sps = rr->sps && rr->sps->n > 0, B0 = rr->batch_tokens - v;
+        double share = has_sps ? sps_seconds(rr->sps, rr->R) / rr->R : 1.0, cost[HEDGE_MAX], best = 0;
+        double base = has_sps ? sps_seconds(rr->sps, B0) : 0;
+        for (int l = 0; l < q->n; l++) {
+            double extra = has_sps ? sps_seconds(rr->sps, B0 + l) - base : l;
+            cost[l] = share + DS_MAX(extra, 0);
             best = DS_MAX(best, (l + 1) / cost[l]);
         }
         for (int l = 0; l < q->n; l++) {

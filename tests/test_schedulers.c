@@ -140,6 +140,44 @@ static void test_bandits_find_the_best_length(void **state) {
     sps_free(&sps);
 }
 
+/* Under load Hedge must charge a request for the batch time its drafts cost the others: with a cost
+ * curve like this CPU's past B = 8 (a row costs nearly a whole step) and requests whose first draft
+ * is always accepted and the second never, one request alone learns to verify 1, but each of 16
+ * requests in a batch learns to verify none. */
+static double hedge_mean_length(int R) {
+    int B[3] = {1, 8, 64};
+    double steps[3] = {1.0, 1.0 / 1.7, 1.0 / 52.1}; /* seconds 1, then +0.1 a row to B = 8, then +0.9 */
+    sps_table sps;
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 3), 0);
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "hedge", "{\"eta\": 1, \"seed\": 4}"), 0);
+    int req[16], nd[16], len[16], acc[16], emit[16], sum = 0, n = 0;
+    for (int r = 0; r < R; r++) req[r] = 100 + r, nd[r] = 4;
+    for (int t = 0; t < 300; t++) {
+        sched_batch b = {R, 4, nd, NULL, &sps, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        int rows = 0;
+        for (int r = 0; r < R; r++) {
+            acc[r] = len[r] >= 1 ? 1 : 0;
+            emit[r] = acc[r] + 1;
+            rows += 1 + len[r];
+            if (t >= 200) sum += len[r], n++;
+        }
+        round_result rr = {R, 4, req, nd, len, acc, emit, NULL, rows, 0, 0, &sps};
+        assert_int_equal(s.ops->observe(&s, &rr), 0);
+    }
+    scheduler_close(&s);
+    sps_free(&sps);
+    return (double)sum / n;
+}
+
+static void test_hedge_charges_batch_time(void **state) {
+    (void)state;
+    double alone = hedge_mean_length(1), loaded = hedge_mean_length(16);
+    fprintf(stderr, "hedge: mean verified length alone %.2f, in a batch of 16 %.2f\n", alone, loaded);
+    assert_true(alone > 0.8 && loaded < 0.3);
+}
+
 static void test_hedge_per_request(void **state) {
     (void)state;
     /* request 7 accepts every draft, request 9 none: Hedge must learn long for 7, zero for 9 */
@@ -223,6 +261,7 @@ int main(void) {
         cmocka_unit_test(test_async_topk_by_hand),
         cmocka_unit_test(test_bandits_find_the_best_length),
         cmocka_unit_test(test_hedge_per_request),
+        cmocka_unit_test(test_hedge_charges_batch_time),
         cmocka_unit_test(test_req_table),
         cmocka_unit_test(test_bad_settings),
     };
