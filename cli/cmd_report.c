@@ -30,7 +30,7 @@ static double cfg_num(const cJSON *cfg, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx, int sweep) {
+static int print_trace(FILE *o, const char *path, const char *plot_dir, const char *link, int idx, int sweep) {
     trace_data d;
     if (trace_read(path, &d)) return -1;
     cJSON *cfg = d.config ? cJSON_Parse(d.config) : NULL;
@@ -132,7 +132,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx,
                  "plot '%s' using 1:2 with linespoints title 'conditional', '' using 1:3 with linespoints title "
                  "'unconditional', '' using 1:4 with linespoints title 'analytic c*'",
                  dat);
-        plot_write(o, base, NULL, title, "draft position k", "acceptance", "set yrange [0:1]\nset xtics 1\n", plotcmd);
+        plot_write(o, base, link, title, "draft position k", "acceptance", "set yrange [0:1]\nset xtics 1\n", plotcmd);
     }
     int sw = sweep ? report_threshold_sweep(o, &d) : 0;
     fprintf(o, "\n");
@@ -148,7 +148,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, int idx,
 
 /* One line per trace and one plot of every trace's conditional acceptance per position (the
  * paper's Fig. 2): the comparison people read first. Labels are the trace file names. */
-static int print_summary(FILE *o, const char **paths, int n, const char *plot_dir) {
+static int print_summary(FILE *o, const char **paths, int n, const char *plot_dir, const char *link) {
     metrics *ms = calloc((size_t)n, sizeof *ms);
     char(*label)[64] = calloc((size_t)n, sizeof *label);
     int rc = -1, max_pos = 0;
@@ -195,7 +195,7 @@ static int print_summary(FILE *o, const char **paths, int n, const char *plot_di
         for (int i = 0; i < n && w < (int)sizeof cmd - 200; i++)
             w += snprintf(cmd + w, sizeof cmd - (size_t)w, "%s '%s' using 1:%d with linespoints title '%s'", i ? "," : "",
                           dat, i + 2, label[i]);
-        plot_write(o, base, NULL, "Conditional acceptance per draft position", "draft position k", "acceptance",
+        plot_write(o, base, link, "Conditional acceptance per draft position", "draft position k", "acceptance",
                    "set yrange [0:1]\nset xtics 1\n", cmd);
     }
     fprintf(o, "\n");
@@ -236,10 +236,11 @@ int cmd_report(int argc, char **argv) {
     }
     fprintf(o, "# dspark-bench report\n\n");
     int bad = 0;
-    if (curve) bad = report_train_curve(o, pos, npos, plot) != 0;
+    const char *link = plot_link_dir(out, plot); /* links that work from where the report is */
+    if (curve) bad = report_train_curve(o, pos, npos, plot, link) != 0;
     else {
-        bad = npos > 1 && print_summary(o, pos, npos, plot);
-        for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, i, sweep) != 0;
+        bad = npos > 1 && print_summary(o, pos, npos, plot, link);
+        for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, link, i, sweep) != 0;
     }
     if (out) {
         errno = 0;

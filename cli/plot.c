@@ -33,3 +33,12 @@ void plot_write(FILE *md, const char *base, const char *link_dir, const char *ti
     const char *name = strrchr(png, '/');
     fprintf(md, "\n![%s](%s%s%s)\n", title, link_dir, link_dir[0] ? "/" : "", name ? name + 1 : png);
 }
+
+const char *plot_link_dir(const char *report, const char *plot_dir) {
+    if (!report || !plot_dir) return NULL;
+    const char *slash = strrchr(report, '/');
+    if (!slash) return plot_dir[0] == '/' ? NULL : plot_dir;
+    size_t n = (size_t)(slash - report);
+    if (strncmp(plot_dir, report, n) == 0 && plot_dir[n] == '/' && plot_dir[n + 1]) return plot_dir + n + 1;
+    return NULL;
+}

@@ -12,4 +12,9 @@
 void plot_write(FILE *md, const char *base, const char *link_dir, const char *title, const char *xlabel,
                 const char *ylabel, const char *settings, const char *body);
 
+/* The plot folder as a link from a report written to `report`: the part of plot_dir under the
+ * report's own folder (plot_dir itself when the report is in the working folder), NULL when the
+ * plots are elsewhere (then links keep the path as given). */
+const char *plot_link_dir(const char *report, const char *plot_dir);
+
 #endif

@@ -106,7 +106,7 @@ fail:
     return -1;
 }
 
-int report_train_curve(FILE *o, const char **runs, int n, const char *plot_dir) {
+int report_train_curve(FILE *o, const char **runs, int n, const char *plot_dir, const char *link) {
     curve *cv = ds_calloc((size_t)n, sizeof *cv, "training curves");
     int ret = -1, maxn = 0;
     char *body = NULL;
@@ -144,8 +144,8 @@ int report_train_curve(FILE *o, const char **runs, int n, const char *plot_dir) 
                                   cv[i].name);
         char base[1200];
         snprintf(base, sizeof base, "%s/training-curve", plot_dir);
-        plot_write(o, base, NULL, "held-out tau proxy against supervised positions seen", "supervised positions seen",
-                   "tau proxy", "set key bottom right\n", body);
+        plot_write(o, base, link, "held-out tau proxy against supervised positions seen", "supervised positions seen",
+                   "tau proxy", "set key bottom right\nset format x '%.1s%c'\n", body);
     }
     fprintf(o, "\n");
     ret = 0;

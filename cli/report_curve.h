@@ -6,7 +6,8 @@
 
 #include <stdio.h>
 
-/* -1 with the file and line named when a log is missing or malformed. plot_dir may be NULL. */
-int report_train_curve(FILE *o, const char **runs, int n, const char *plot_dir);
+/* -1 with the file and line named when a log is missing or malformed. plot_dir may be NULL; link is
+ * how the report links the plot folder (plot_link_dir; NULL = the path as given). */
+int report_train_curve(FILE *o, const char **runs, int n, const char *plot_dir, const char *link);
 
 #endif
