@@ -187,8 +187,6 @@ int cmd_run(int argc, char **argv) {
     run_prompts rp = {0};
     job *jobs = NULL;
     trace *tr = NULL;
-    cJSON *resolved = NULL;
-    char *cfg_txt = NULL;
     int ret = -1;
     if (config_path && run_config_load(&rc, config_path)) goto done;
     /* flags with no drafter configured anywhere: the vanilla self-draft, as documented */
@@ -210,18 +208,7 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(run_models_open(&rc, "run", &t, &d));
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
     DS_TRY(run_sps_load(&rc, s.ops->needs_conf, &sps));
-    DS_TRY(ds_mkdirs_for(rc.out, "the trace folder"));
-    DS_TRYP(tr = trace_create(rc.out));
-    DS_TRYP(resolved = run_config_json(&rc));
-    DS_TRYP(cfg_txt = cJSON_PrintUnformatted(resolved));
-    DS_TRY(trace_attr(tr, "config", cfg_txt));
-    DS_TRY(trace_attr(tr, "target_fingerprint", t.m.fingerprint));
-    DS_TRY(trace_attr(tr, "drafter_fingerprint", rc.drafter[0] ? d.fingerprint : "none"));
-    DS_TRY(trace_attr(tr, "drafter", rc.drafter[0] ? d.describe : "none"));
-    DS_TRY(trace_attr(tr, "backend", t.be->name));
-    DS_TRY(trace_attr(tr, "kernels", t.be->kernels));
-    DS_TRY(trace_attr(tr, "version", DSPARK_VERSION));
-    DS_TRY(trace_attr_u64(tr, "seed", rc.seed));
+    DS_TRYP(tr = run_trace_open(&rc, rc.out, &t, &d));
     DS_TRY(trace_attr_u64(tr, "skipped_lines", (uint64_t)skipped)); /* malformed dataset lines skipped on request */
     if (skipped) fprintf(stderr, "run: %d malformed dataset line(s) skipped (skip_bad_lines)\n", skipped);
     fprintf(stderr, "run: %d prompts from %d dataset(s); %s; gamma %d, %s scheduler, T=%g -> %s\n", total, rc.n_datasets,
@@ -281,8 +268,6 @@ fail:
 done:
     if (tr) trace_abort(tr);
     cJSON_Delete(ov);
-    cJSON_Delete(resolved);
-    free(cfg_txt);
     free(jobs);
     run_prompts_free(&rp);
     sps_free(&sps);

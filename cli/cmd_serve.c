@@ -28,6 +28,7 @@ typedef struct {
     scheduler s;
     int ar;              /* the baseline: no drafter */
     serve_result res[MAX_POINTS];
+    char trace[MAX_POINTS][1200]; /* each point's HDF5 trace */
 } arm;
 
 typedef struct {
@@ -162,6 +163,20 @@ static char *plot_body(const arm *arms, int n_arms, const serve_cfg *c, const ch
     return b;
 }
 
+/* DIR/traces/NN-<label as a file name>-c<concurrency> (or -r<rate>).h5 */
+static void trace_path(char *buf, size_t n, const char *dir, const arm *a, int ai, const serve_cfg *c, int i) {
+    char slug[64];
+    int k = 0;
+    for (const char *p = a->label; *p && k < (int)sizeof slug - 1; p++) {
+        int ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.';
+        if (ok) slug[k++] = *p;
+        else if (k > 0 && slug[k - 1] != '-') slug[k++] = '-';
+    }
+    while (k > 0 && slug[k - 1] == '-') k--;
+    slug[k] = 0;
+    snprintf(buf, n, "%s/traces/%02d-%s-%s%g.h5", dir, ai, slug, c->closed ? "c" : "r", c->x[i]);
+}
+
 static int write_outputs(const char *dir, const arm *arms, int n_arms, const serve_cfg *c, const char *machine,
                          const char *what, const cJSON *resolved) {
     char path[1100];
@@ -189,6 +204,7 @@ static int write_outputs(const char *dir, const arm *arms, int n_arms, const ser
             cJSON_AddNumberToObject(p, "tau", r->tau);
             cJSON_AddNumberToObject(p, "prefill_s", r->prefill_s);
             cJSON_AddNumberToObject(p, "idle_s", r->idle_s);
+            cJSON_AddStringToObject(p, "trace", arms[a].trace[i]);
             cJSON_AddItemToArray(pts, p);
         }
     char *txt = cJSON_Print(j);
@@ -207,6 +223,9 @@ static int write_outputs(const char *dir, const arm *arms, int n_arms, const ser
     }
     const char *xn = c->closed ? "concurrency" : "rate (req/s)";
     fprintf(md, "# Serving simulation\n\n%s\n\nMachine: %s.\n\n", what, machine);
+    fprintf(md, "Traces: one HDF5 file per point in `traces/` (`dspark-bench report traces/FILE.h5`): round rows "
+                "(a batch round's time split evenly over its requests), confidences, request rows, per-position "
+                "acceptance.\n\n");
     fprintf(md, "| scheduler | %s | mean batch | aggregate tok/s | per-user tok/s | p10 per-user | verified / req / round | "
                 "tau | latency s | queue s |\n|---|---|---|---|---|---|---|---|---|---|\n", xn);
     for (int a = 0; a < n_arms; a++)
@@ -278,6 +297,8 @@ int cmd_serve(int argc, char **argv) {
     ivec *prompts = NULL;
     arm *arms = NULL;
     cJSON *resolved = NULL;
+    trace_request *meta = NULL;
+    trace *tr = NULL;
     int ret = -1, n_prompts = 0, n_arms = 0;
     serve_cfg sc;
     DS_CHECK(config_path, "serve: --config FILE.json is required (a run config with a \"serve\" object)");
@@ -341,30 +362,51 @@ int cmd_serve(int argc, char **argv) {
     printf("serve: %s\nmachine: %s\n\n", what, machine);
     printf("%-34s %8s %7s %10s %10s %9s %6s\n", "scheduler", sc.closed ? "conc" : "rate", "batch", "agg tok/s",
            "user tok/s", "verif/rr", "tau");
+    const char *dir = out ? out : "out/serve";
+    DS_TRYP(meta = ds_calloc((size_t)n_prompts, sizeof *meta, "prompt metadata"));
+    for (int i = 0, g = 0; i < rp.n_sets; i++)
+        for (int k = 0; k < rp.sets[i].n; k++, g++) {
+            snprintf(meta[g].dataset, sizeof meta[g].dataset, "%s", rp.sets[i].v[k].dataset);
+            snprintf(meta[g].domain, sizeof meta[g].domain, "%s", rp.sets[i].v[k].domain);
+            meta[g].index = rp.sets[i].v[k].index;
+        }
     for (int i = 0; i < sc.n_points; i++)
         for (int a = 0; a < n_arms; a++) {
             serve_params sp = {sc.closed, sc.closed ? (int)sc.x[i] : sc.max_batch, sc.closed ? 0 : sc.x[i], sc.n_requests,
-                               rc.max_new, rc.seed};
-            decode_cfg cfg = {rc.sp, rc.gamma, arms[a].ar ? NULL : &d, arms[a].ar ? NULL : &arms[a].s, &sps, NULL,
+                               rc.max_new, rc.seed, NULL, meta};
+            char point[96];
+            snprintf(point, sizeof point, "%s %g", sc.closed ? "closed loop, concurrency" : "open loop, rate (req/s)", sc.x[i]);
+            trace_path(arms[a].trace[i], sizeof arms[a].trace[i], dir, &arms[a], a, &sc, i);
+            DS_TRYP(tr = run_trace_open(&rc, arms[a].trace[i], &t, &d));
+            DS_TRY(trace_attr(tr, "serve_arm", arms[a].label));
+            DS_TRY(trace_attr(tr, "serve_point", point));
+            decode_cfg cfg = {rc.sp, rc.gamma, arms[a].ar ? NULL : &d, arms[a].ar ? NULL : &arms[a].s, &sps, tr,
                               arms[a].ar ? MODE_AR : MODE_SPEC};
             if (!arms[a].ar && arms[a].s.ops->reset) arms[a].s.ops->reset(&arms[a].s); /* each point learns afresh */
             char label[160];
             snprintf(label, sizeof label, "serve: %s at %s %g", arms[a].label, sc.closed ? "concurrency" : "rate", sc.x[i]);
+            double loop0 = d.t_seq_loop;
             DS_TRY(serve_simulate(&t, &cfg, prompts, n_prompts, &sp, label, &arms[a].res[i]));
+            if (!arms[a].ar) DS_TRY(trace_attr_f64(tr, "draft_seq_loop_s", d.t_seq_loop - loop0));
+            trace *done_tr = tr; /* trace_close frees it, whatever it returns */
+            tr = NULL;
+            DS_TRY(trace_close(done_tr));
             const serve_result *r = &arms[a].res[i];
             printf("%-34.34s %8g %7.1f %10.1f %10.2f %9.2f %6.3f\n", arms[a].label, sc.x[i], r->mean_batch, r->agg_tok_s,
                    r->user_tok_s, r->verify_per_req, r->tau);
             fflush(stdout);
         }
-    const char *dir = out ? out : "out/serve";
     char probe[1100];
     snprintf(probe, sizeof probe, "%s/serve.md", dir);
     DS_TRY(ds_mkdirs_for(probe, "the serve output folder"));
     DS_TRYP(resolved = run_config_json(&rc));
     DS_TRY(write_outputs(dir, arms, n_arms, &sc, machine, what, resolved));
-    printf("\nwrote %s/serve.md, %s/serve.json and the Fig. 7 / Fig. 8 plots\n", dir, dir);
+    printf("\nwrote %s/serve.md, %s/serve.json, the Fig. 7 / Fig. 8 plots and a trace per point in %s/traces/\n", dir,
+           dir, dir);
     ret = 0;
 fail:
+    if (tr) trace_abort(tr);
+    free(meta);
     cJSON_Delete(resolved);
     if (prompts)
         for (int i = 0; i < n_prompts; i++) ivec_free(&prompts[i]);

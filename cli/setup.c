@@ -1,5 +1,7 @@
 /* setup.c — the shared loading of `run` and `serve` (setup.h). */
+#include <cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -50,4 +52,25 @@ int run_sps_load(const run_config *rc, int needed, sps_table *sps) {
     int B[1] = {1};
     double one[1] = {1};
     return sps_from_arrays(sps, B, one, 1);
+}
+
+trace *run_trace_open(const run_config *rc, const char *path, const target *t, const drafter *d) {
+    cJSON *resolved = NULL;
+    char *txt = NULL;
+    trace *tr = NULL;
+    int has_d = rc->drafter[0] != 0;
+    if (ds_mkdirs_for(path, "the trace folder") || !(tr = trace_create(path))) return NULL;
+    if (!(resolved = run_config_json(rc)) || !(txt = cJSON_PrintUnformatted(resolved)) ||
+        trace_attr(tr, "config", txt) || trace_attr(tr, "target_fingerprint", t->m.fingerprint) ||
+        trace_attr(tr, "drafter_fingerprint", has_d ? d->fingerprint : "none") ||
+        trace_attr(tr, "drafter", has_d ? d->describe : "none") || trace_attr(tr, "backend", t->be->name) ||
+        trace_attr(tr, "kernels", t->be->kernels) || trace_attr(tr, "version", DSPARK_VERSION) ||
+        trace_attr_u64(tr, "seed", rc->seed)) {
+        if (!resolved || !txt) ds_error("%s: cannot render the resolved config", path);
+        trace_abort(tr);
+        tr = NULL;
+    }
+    cJSON_Delete(resolved);
+    free(txt);
+    return tr;
 }

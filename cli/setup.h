@@ -8,6 +8,7 @@
 #include "../drafters/drafter.h"
 #include "../runtime/target.h"
 #include "../schedulers/scheduler.h"
+#include "../engine/trace.h"
 #include "config.h"
 
 typedef struct {
@@ -28,5 +29,9 @@ int run_models_open(const run_config *rc, const char *cmd, target *t, drafter *d
 /* The SPS(B) table: the configured file; else bench/bench-target.json when it exists; else, when
  * `needed`, a flat unit-cost table (one step per second at every batch); else left empty. */
 int run_sps_load(const run_config *rc, int needed, sps_table *sps);
+
+/* A new trace at `path` (its folder made) with the root attributes every run writes: the resolved
+ * config, target and drafter fingerprints, backend, kernels, version, seed. NULL with a message. */
+trace *run_trace_open(const run_config *rc, const char *path, const target *t, const drafter *d);
 
 #endif

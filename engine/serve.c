@@ -91,10 +91,16 @@ int serve_simulate(target *t, const decode_cfg *cfg, const ivec *prompts, int n_
             slot *q = &slots[s];
             if (!q->live || !q->r.done) continue;
             int nout = request_n_out(&q->r);
-            if (sp->hash) {
-                uint64_t h = 0xcbf29ce484222325ull;
-                for (int i = 0; i < nout; i++) h = (h ^ (uint64_t)(uint32_t)q->r.toks.v[q->r.n_prompt + i]) * 0x100000001b3ull;
-                sp->hash[q->r.id] = h;
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (int i = 0; i < nout; i++) h = (h ^ (uint64_t)(uint32_t)q->r.toks.v[q->r.n_prompt + i]) * 0x100000001b3ull;
+            if (sp->hash) sp->hash[q->r.id] = h;
+            if (cfg->tr) {
+                trace_request row = {0};
+                if (sp->meta) row = sp->meta[q->r.id % n_prompts];
+                row.request = q->r.id, row.mode = cfg->mode, row.prompt_tokens = q->r.n_prompt;
+                row.output_tokens = nout, row.rounds = q->r.rounds, row.wall_s = now - q->admit;
+                row.output_hash = (int64_t)h;
+                DS_TRY(trace_add_request(cfg->tr, &row));
             }
             out->tokens += nout;
             lat += now - q->arrive;
@@ -110,6 +116,10 @@ int serve_simulate(target *t, const decode_cfg *cfg, const ivec *prompts, int n_
     }
     ds_progress_end(&prog);
     out->clock_s = CLOCK();
+    for (int j = 1; cfg->tr && cfg->d && j <= cfg->gamma; j++) {
+        trace_position row = {j, st.pos_attempted[j], st.pos_accepted[j]};
+        DS_TRY(trace_add_position(cfg->tr, &row));
+    }
 #undef CLOCK
     out->requests = N;
     out->batch_rounds = st.batch_rounds;

@@ -23,6 +23,8 @@ typedef struct {
     int max_new;      /* output budget per request */
     uint64_t seed;    /* request sampling streams and arrival times */
     uint64_t *hash;   /* NULL, or [n_requests]: FNV-1a of each request's output ids (request i = prompt i % n) */
+    const trace_request *meta; /* NULL, or [n_prompts]: dataset, domain and index of each prompt, copied into
+                                * the request rows of cfg->tr */
 } serve_params;
 
 typedef struct {
@@ -39,7 +41,10 @@ typedef struct {
 } serve_result;
 
 /* Run one simulation point over prompts[0..n_prompts) (token ids, chat-encoded), progress on stderr
- * under `label`. cfg->tr, when set, receives the round rows. */
+ * under `label`. cfg->tr, when set, receives the round rows (a batch round's time split evenly over
+ * its requests, so the rows sum to the time computed, not C times it), the confidence rows, one
+ * request row per finished request (wall_s = admission to last token) and the per-position
+ * acceptance counts. */
 int serve_simulate(target *t, const decode_cfg *cfg, const ivec *prompts, int n_prompts, const serve_params *sp,
                    const char *label, serve_result *out);
 

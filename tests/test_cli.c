@@ -302,6 +302,53 @@ static void test_train_curve(void **state) {
     assert_int_equal(system(args), 0);
 }
 
+/* serve: a broken "serve" object gets one error naming the key; on the real model a two-point sweep
+ * writes serve.md, serve.json and one trace per (scheduler, point) that `report` reads */
+static void test_serve(void **state) {
+    (void)state;
+    char cfg[600], dir[600], args[2000], p[1300];
+    snprintf(cfg, sizeof cfg, "%s", tmp_path("serve.json"));
+    snprintf(dir, sizeof dir, "%s", tmp_path("serve-out"));
+    snprintf(args, sizeof args, "serve --config %s --out %s", cfg, dir);
+    put(cfg, "{\"dataset\": \"builtin\"}");
+    expect_error(args, 1, "no \"serve\" object");
+    put(cfg, "{\"dataset\": \"builtin\", \"serve\": {\"arrival\": \"poisson\"}}");
+    expect_error(args, 1, "serve.arrival: 'poisson' is not an arrival process");
+    put(cfg, "{\"dataset\": \"builtin\", \"serve\": {\"concurrency\": [1, 0]}}");
+    expect_error(args, 1, "serve.concurrency: a positive integer");
+    put(cfg, "{\"dataset\": \"builtin\", \"serve\": {\"concurency\": 2}}");
+    expect_error(args, 1, "unknown key 'concurency'");
+    if (!need_real_model()) return;
+    put(cfg, "{\"dataset\": \"builtin\", \"limit\": 2, \"max_new_tokens\": 6, \"gamma\": 3, \"temperature\": 1,"
+             " \"drafter\": {\"name\": \"vanilla\", \"layers\": 10},"
+             " \"serve\": {\"concurrency\": [1, 2], \"requests\": 3, \"sla_tok_s\": 0.5, \"schedulers\": [\"hedge\"]}}");
+    run_result r;
+    run(&r, "%s", args);
+    if (r.status != 0) fail_msg("serve: exit %d:\n%s", r.status, r.out);
+    assert_non_null(strstr(r.out, "a trace per point"));
+    snprintf(p, sizeof p, "%s/serve.md", dir);
+    char *txt;
+    size_t n;
+    assert_int_equal(ds_read_file(p, &txt, &n), 0);
+    assert_non_null(strstr(txt, "| autoregressive | 2 |"));
+    assert_non_null(strstr(txt, "| hedge | 1 |"));
+    assert_non_null(strstr(txt, "SLA view"));
+    free(txt);
+    snprintf(p, sizeof p, "%s/serve.json", dir);
+    assert_int_equal(ds_read_file(p, &txt, &n), 0);
+    assert_non_null(strstr(txt, "traces/01-hedge-c2.h5"));
+    free(txt);
+    run(&r, "report %s/traces/01-hedge-c2.h5", dir);
+    if (r.status != 0) fail_msg("report of a serve trace: exit %d:\n%s", r.status, r.out);
+    assert_non_null(strstr(r.out, "| **all** |"));
+    assert_non_null(strstr(r.out, "conditional acceptance"));
+    run(&r, "report %s/traces/00-autoregressive-c1.h5", dir);
+    if (r.status != 0) fail_msg("report of a baseline serve trace: exit %d:\n%s", r.status, r.out);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    assert_int_equal(system(args), 0);
+    remove(cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_usage),
@@ -312,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_train_errors),
         cmocka_unit_test(test_strict_configs),
         cmocka_unit_test(test_train_curve),
+        cmocka_unit_test(test_serve),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

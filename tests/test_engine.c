@@ -6,6 +6,7 @@
 
 #include "../engine/decode.h"
 #include "../engine/serve.h"
+#include "../engine/trace.h"
 
 typedef struct {
     target t;
@@ -129,16 +130,46 @@ static void test_serve_continuous_batching(void **state) {
     sps_table sps;
     assert_int_equal(sps_from_arrays(&sps, B, steps, 2), 0);
     decode_cfg cfg = {greedy, 4, &d, &s, &sps, NULL, MODE_SPEC};
+    trace_request meta[3] = {{.dataset = "d0", .index = 10}, {.dataset = "d1", .index = 11}, {.dataset = "d2", .index = 12}};
     for (int closed = 1; closed >= 0; closed--) {
         uint64_t hash[5];
-        serve_params sp = {closed, closed ? 2 : 4, closed ? 0 : 0.01, 5, 24, 1, hash};
+        serve_params sp = {closed, closed ? 2 : 4, closed ? 0 : 0.01, 5, 24, 1, hash, meta};
         serve_result res;
+        const char *h5 = tmp_path("serve.h5");
+        assert_non_null(cfg.tr = trace_create(h5));
         assert_int_equal(serve_simulate(&c->t, &cfg, prompts, 3, &sp, "test serve", &res), 0);
+        assert_int_equal(trace_close(cfg.tr), 0);
+        cfg.tr = NULL;
         for (int i = 0; i < 5; i++) {
             uint64_t h = 0xcbf29ce484222325ull;
             for (int k = 0; k < na[i % 3]; k++) h = (h ^ (uint64_t)(uint32_t)ar[i % 3][k]) * 0x100000001b3ull;
             assert_true(hash[i] == h);
         }
+        /* the trace: a request row per request with its prompt's metadata, a round row per request
+         * round, and the rows' times summing to at most the time spent in rounds: a batch round's
+         * time is split over its requests, not charged to each (that would be ~2x here) */
+        trace_data td;
+        assert_int_equal(trace_read(h5, &td), 0);
+        assert_int_equal(td.n_requests, 5);
+        long rounds = 0;
+        for (long i = 0; i < td.n_requests; i++) {
+            const trace_request *q = &td.requests[i];
+            assert_true(q->request >= 0 && q->request < 5 && (uint64_t)q->output_hash == hash[q->request]);
+            assert_int_equal(q->index, 10 + q->request % 3);
+            assert_int_equal(q->output_tokens, na[q->request % 3]);
+            rounds += q->rounds;
+        }
+        assert_int_equal(td.n_rounds, rounds);
+        assert_int_equal(td.n_rounds, res.req_rounds);
+        assert_int_equal(td.n_positions, 4);
+        double row_s = 0;
+        for (long i = 0; i < td.n_rounds; i++)
+            row_s += 1e-6 * (td.rounds[i].t_draft_us + td.rounds[i].t_sched_us + td.rounds[i].t_verify_us);
+        double in_rounds = res.clock_s - res.prefill_s - res.idle_s;
+        fprintf(stderr, "serve trace: rows sum to %.3f s of %.3f s in rounds\n", row_s, in_rounds);
+        assert_true(row_s > 0.5 * in_rounds && row_s <= in_rounds * 1.001);
+        trace_data_free(&td);
+        remove(h5);
         fprintf(stderr, "serve %s: mean batch %.2f, idle %.1f s, wait %.3f s, %.1f tok/s aggregate\n",
                 closed ? "closed" : "open", res.mean_batch, res.idle_s, res.wait_s, res.agg_tok_s);
         assert_int_equal(res.requests, 5);
