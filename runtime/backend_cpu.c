@@ -475,6 +475,7 @@ backend *backend_cpu_new(const backend_opts *o) {
         return NULL;
     }
     c->k = qk_kernels_for(isa);
+    qk_exp_use(c->k); /* sampling's softmax on the same path (bit-identical on every path) */
     openblas_set_num_threads(1);
     be->name = "cpu";
     snprintf(be->kernels, sizeof be->kernels, "%s %s", c->k->name, o->exact ? "fp32 (exact)" : "int8");

@@ -19,6 +19,16 @@ const qk_kernels *qk_kernels_for(cpu_isa isa) {
     }
 }
 
+static const qk_kernels *qk_exp_path;
+
+void qk_exp_use(const qk_kernels *k) { __atomic_store_n(&qk_exp_path, k, __ATOMIC_RELAXED); }
+
+double qk_exp_sum(const float *x, float shift, float *out, int n) {
+    const qk_kernels *k = __atomic_load_n(&qk_exp_path, __ATOMIC_RELAXED);
+    if (!k) qk_exp_use(k = qk_kernels_for(cpu_isa_best()));
+    return k->exp_sum(x, shift, out, n);
+}
+
 int qk_supported(const qmat *w) { return (w->type == GGML_Q4_1 || w->type == GGML_Q8_0) && w->cols % 32 == 0; }
 
 int qk_pack(const qmat *w, qk_mat *out) {

@@ -58,10 +58,50 @@ typedef struct {
      * (the canonical dot), qk_softmax(s), o = sum_j s[j] V[j] (axpy in order of j); s has n floats */
     void (*attend)(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
                    float *s);
+    /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */
+    double (*exp_sum)(const float *x, float shift, float *out, int n);
 } qk_kernels;
 
 /* softmax of s[0..n) in place: max, exp(s - max) summed in order, times 1/sum (shared by every path) */
 void qk_softmax(float *s, int n);
+
+/* exp(t) for t <= 0 with the same float operations on every path (no FMA, -ffp-contract=off):
+ * t = n ln2 + r with n = rint(t log2 e) and ln2 in two parts (Cody-Waite, |r| <= ln2/2), Cephes'
+ * degree-7 polynomial e^r = 1 + r + r^2 P(r), times 2^n built from its exponent bits; 0 below
+ * QK_EXP_LO (where 2^n would leave the normal range). Within 2 ulp of exp over [QK_EXP_LO, 0]. */
+#define QK_EXP_LO (-87.33654f)
+static inline float qk_exp1(float t) {
+    if (!(t >= QK_EXP_LO)) return 0.0f; /* also -inf, a masked token */
+    float n = __builtin_rintf(t * 1.44269504088896341f);
+    float r = (t - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float e = (p * (r * r) + r) + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } s = {((int32_t)n + 127) * (1 << 23)};
+    return e * s.f;
+}
+
+/* The sum of an exp_sum is defined, not left to a path: 16 double lanes, lane[i mod 16] +=
+ * (double)out[i] in order of i, then halved pairwise (l[j] + l[j+8], + l[j+4], + l[j+2], + l[j+1]).
+ * A path does the 16-aligned part in SIMD and hands the lanes to this shared tail. */
+static inline double qk_exp_sum_tail(const float *x, float shift, float *out, int from, int n, double *l) {
+    for (int i = from; i < n; i++) l[i % 16] += (double)(out[i] = qk_exp1(x[i] - shift));
+    for (int h = 8; h >= 1; h /= 2)
+        for (int j = 0; j < h; j++) l[j] = l[j] + l[j + h];
+    return l[0];
+}
+
+/* exp_sum on the process's path (the best this CPU runs, or the one qk_exp_use chose); the paths
+ * are bit-identical, so the choice only changes speed */
+double qk_exp_sum(const float *x, float shift, float *out, int n);
+void qk_exp_use(const qk_kernels *k);
 
 /* The table of a path (NULL if this CPU cannot run it). */
 const qk_kernels *qk_kernels_for(cpu_isa isa);

@@ -102,4 +102,9 @@ static void attend(float *o, const float *q, const float *K, const float *V, siz
     for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
 }
 
-const qk_kernels qk_scalar = {"scalar", ISA_SCALAR, rows_f32, rows_i8, dot_rows, axpy, attend};
+static double exp_sum(const float *x, float shift, float *out, int n) {
+    double l[16] = {0};
+    return qk_exp_sum_tail(x, shift, out, 0, n, l);
+}
+
+const qk_kernels qk_scalar = {"scalar", ISA_SCALAR, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum};

@@ -292,6 +292,62 @@ static void test_fp32_helpers(void **state) {
         }
 }
 
+/* sampling's exp: within 2 ulp of the float64 exp over its whole range (every float in a sweep of
+ * [QK_EXP_LO, 0]), 0 below it and at -inf, and exp_sum bit-identical on every path (values and
+ * the defined 16-lane sum), in place too */
+static void test_exp_sum(void **state) {
+    (void)state;
+    double worst = 0;
+    long checked = 0;
+    for (float t = 0.0f; t >= QK_EXP_LO; t = nextafterf(t, -INFINITY) - (float)(checked % 7) * 1e-6f, checked++) {
+        double want = exp((double)t), got = qk_exp1(t);
+        double ulp = ldexp(1.0, ilogb(want) - 23);
+        if (want < 0x1p-126) ulp = 0x1p-149; /* subnormal results: one step of the last bit */
+        double err = fabs(got - want) / ulp;
+        if (err > worst) worst = err;
+        if (err > 2.0) fail_msg("exp(%.9g): %.9g, want %.9g (%.2f ulp)", (double)t, got, want, err);
+    }
+    fprintf(stderr, "exp: %ld points of [%g, 0], worst %.2f ulp\n", checked, (double)QK_EXP_LO, worst);
+    assert_true(checked > 1000000);
+    assert_true(qk_exp1(-INFINITY) == 0.0f && qk_exp1(-88.0f) == 0.0f && qk_exp1(0.0f) == 1.0f);
+
+    rng_t r;
+    rng_seed(&r, 5);
+    enum { N = 49157 };
+    float *x = malloc(sizeof(float) * N), *ref = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    assert_non_null(x);
+    assert_non_null(ref);
+    assert_non_null(got);
+    for (int i = 0; i < N; i++) x[i] = (float)(rng_uniform(&r) * 40 - 30);
+    x[3] = -INFINITY, x[20] = -200.0f, x[N - 1] = -INFINITY;
+    int lens[] = {0, 1, 15, 16, 17, 100, N};
+    for (int li = 0; li < 7; li++) {
+        int n = lens[li];
+        double sref = qk_scalar.exp_sum(x, 10.0f, ref, n), naive = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(ref[i] == qk_exp1(x[i] - 10.0f));
+            naive += ref[i];
+        }
+        assert_true(fabs(sref - naive) <= 1e-15 * n * naive + 1e-300);
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+            if (!k) continue;
+            memset(got, 0xff, sizeof(float) * N);
+            double s = k->exp_sum(x, 10.0f, got, n);
+            assert_memory_equal(&s, &sref, sizeof s);
+            if (n) assert_memory_equal(got, ref, sizeof(float) * (size_t)n);
+            memcpy(got, x, sizeof(float) * N); /* in place */
+            s = k->exp_sum(got, 10.0f, got, n);
+            assert_memory_equal(&s, &sref, sizeof s);
+            if (n) assert_memory_equal(got, ref, sizeof(float) * (size_t)n);
+        }
+    }
+    assert_true(ref[3] == 0.0f && ref[20] == 0.0f && ref[N - 1] == 0.0f);
+    free(x);
+    free(ref);
+    free(got);
+}
+
 /* which paths ran: a machine without AVX2 must still run the scalar one; say what was covered */
 static void test_paths_present(void **state) {
     (void)state;
@@ -314,6 +370,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
+        cmocka_unit_test(test_exp_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

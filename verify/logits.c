@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../runtime/common.h"
+#include "../runtime/kernels_cpu.h"
 #include "../runtime/sampling.h"
 
 int sampling_is_greedy(const sampling_params *sp) { return sp->temperature < 1e-5f; }
@@ -59,17 +60,13 @@ static int cmp_cand(const void *a, const void *b, void *vals) {
     return x - y;
 }
 
-/* softmax of the n candidates' values v into probs[id[j]] (the rest of probs is already 0) */
-static void softmax_cand(const float *v, const int *id, int n, float *probs) {
+/* softmax of the n candidates' values v into probs[id[j]] (the rest of probs is already 0); v is
+ * overwritten with exp(v - max) */
+static void softmax_cand(float *v, const int *id, int n, float *probs) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) mx = v[j] > mx ? v[j] : mx; /* no NaN here: fmaxf without its libm call */
-    double sum = 0;
-    for (int j = 0; j < n; j++) {
-        float e = expf(v[j] - mx);
-        probs[id[j]] = e;
-        sum += e;
-    }
-    for (int j = 0; j < n; j++) probs[id[j]] = (float)(probs[id[j]] / sum);
+    double sum = qk_exp_sum(v, mx, v, n);
+    for (int j = 0; j < n; j++) probs[id[j]] = (float)(v[j] / sum);
 }
 
 int logits_process(const float *logits, int V, const sampling_params *sp, float *probs, lp_scratch *scr) {
@@ -129,12 +126,7 @@ int logits_process(const float *logits, int V, const sampling_params *sp, float 
             v[i] = z;
             mx = z > mx ? z : mx; /* no NaN here (checked above): fmaxf without its libm call */
         }
-        double sum = 0;
-        for (int i = 0; i < V; i++) {
-            float e = expf(v[i] - mx);
-            probs[i] = e;
-            sum += e;
-        }
+        double sum = qk_exp_sum(v, mx, probs, V);
         for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
         if (sp->top_p < 1.0f)
             for (int i = 0; i < V; i++) id[i] = i;
