@@ -208,7 +208,7 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(run_models_open(&rc, "run", &t, &d));
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
     DS_TRY(run_sps_load(&rc, s.ops->needs_conf, &sps));
-    DS_TRYP(tr = run_trace_open(&rc, rc.out, &t, &d));
+    DS_TRYP(tr = run_trace_open(&rc, rc.out, &t, &d, NULL));
     DS_TRY(trace_attr_u64(tr, "skipped_lines", (uint64_t)skipped)); /* malformed dataset lines skipped on request */
     if (skipped) fprintf(stderr, "run: %d malformed dataset line(s) skipped (skip_bad_lines)\n", skipped);
     fprintf(stderr, "run: %d prompts from %d dataset(s); %s; gamma %d, %s scheduler, T=%g -> %s\n", total, rc.n_datasets,

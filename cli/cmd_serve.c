@@ -26,6 +26,7 @@
 typedef struct {
     char label[96];      /* "fixed", "greedy", "fixed {"length":1}", "autoregressive" */
     scheduler s;
+    cJSON *sched;        /* {"name": ..., settings} as recorded in its traces (null: the baseline) */
     int ar;              /* the baseline: no drafter */
     serve_result res[MAX_POINTS];
     char trace[MAX_POINTS][1200]; /* each point's HDF5 trace */
@@ -118,6 +119,11 @@ static int open_arm(arm *a, const cJSON *e, int i) {
         cJSON_DeleteItemFromObjectCaseSensitive(set, "name");
     }
     int rc = scheduler_open(&a->s, name->valuestring, set, 0);
+    if (!(a->sched = cJSON_IsObject(e) ? cJSON_Duplicate(e, 1) : cJSON_CreateObject()) ||
+        (!cJSON_IsObject(e) && !cJSON_AddStringToObject(a->sched, "name", name->valuestring))) {
+        ds_error("serve.schedulers[%d]: out of memory", i);
+        rc = -1;
+    }
     char *txt = set && set->child ? cJSON_PrintUnformatted(set) : NULL;
     snprintf(a->label, sizeof a->label, "%s%s%s", name->valuestring, txt ? " " : "", txt ? txt : "");
     free(txt);
@@ -320,6 +326,7 @@ int cmd_serve(int argc, char **argv) {
     DS_TRYP(arms = ds_calloc(MAX_ARMS, sizeof *arms, "serving arms"));
     if (rc.baseline) {
         arms[n_arms].ar = 1;
+        DS_TRYP(arms[n_arms].sched = cJSON_CreateNull());
         snprintf(arms[n_arms++].label, sizeof arms[0].label, "autoregressive");
     }
     if (rc.drafter[0]) {
@@ -377,7 +384,7 @@ int cmd_serve(int argc, char **argv) {
             char point[96];
             snprintf(point, sizeof point, "%s %g", sc.closed ? "closed loop, concurrency" : "open loop, rate (req/s)", sc.x[i]);
             trace_path(arms[a].trace[i], sizeof arms[a].trace[i], dir, &arms[a], a, &sc, i);
-            DS_TRYP(tr = run_trace_open(&rc, arms[a].trace[i], &t, &d));
+            DS_TRYP(tr = run_trace_open(&rc, arms[a].trace[i], &t, &d, arms[a].sched));
             DS_TRY(trace_attr(tr, "serve_arm", arms[a].label));
             DS_TRY(trace_attr(tr, "serve_point", point));
             decode_cfg cfg = {rc.sp, rc.gamma, arms[a].ar ? NULL : &d, arms[a].ar ? NULL : &arms[a].s, &sps, tr,
@@ -413,8 +420,10 @@ fail:
     free(prompts);
     run_prompts_free(&rp);
     if (arms)
-        for (int a = 0; a < n_arms; a++)
+        for (int a = 0; a < n_arms; a++) {
             if (!arms[a].ar) scheduler_close(&arms[a].s);
+            cJSON_Delete(arms[a].sched);
+        }
     free(arms);
     sps_free(&sps);
     if (d.ops) drafter_close(&d);

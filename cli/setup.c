@@ -54,13 +54,15 @@ int run_sps_load(const run_config *rc, int needed, sps_table *sps) {
     return sps_from_arrays(sps, B, one, 1);
 }
 
-trace *run_trace_open(const run_config *rc, const char *path, const target *t, const drafter *d) {
+trace *run_trace_open(const run_config *rc, const char *path, const target *t, const drafter *d, const cJSON *scheduler) {
     cJSON *resolved = NULL;
     char *txt = NULL;
     trace *tr = NULL;
     int has_d = rc->drafter[0] != 0;
     if (ds_mkdirs_for(path, "the trace folder") || !(tr = trace_create(path))) return NULL;
-    if (!(resolved = run_config_json(rc)) || !(txt = cJSON_PrintUnformatted(resolved)) ||
+    if ((resolved = run_config_json(rc)) && scheduler)
+        cJSON_ReplaceItemInObjectCaseSensitive(resolved, "scheduler", cJSON_Duplicate(scheduler, 1));
+    if (!resolved || !(txt = cJSON_PrintUnformatted(resolved)) ||
         trace_attr(tr, "config", txt) || trace_attr(tr, "target_fingerprint", t->m.fingerprint) ||
         trace_attr(tr, "drafter_fingerprint", has_d ? d->fingerprint : "none") ||
         trace_attr(tr, "drafter", has_d ? d->describe : "none") || trace_attr(tr, "backend", t->be->name) ||

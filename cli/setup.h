@@ -31,7 +31,9 @@ int run_models_open(const run_config *rc, const char *cmd, target *t, drafter *d
 int run_sps_load(const run_config *rc, int needed, sps_table *sps);
 
 /* A new trace at `path` (its folder made) with the root attributes every run writes: the resolved
- * config, target and drafter fingerprints, backend, kernels, version, seed. NULL with a message. */
-trace *run_trace_open(const run_config *rc, const char *path, const target *t, const drafter *d);
+ * config, target and drafter fingerprints, backend, kernels, version, seed. `scheduler`, when not
+ * NULL, replaces the config's scheduler in the recorded config (serve: the arm that ran; JSON null
+ * for the baseline). NULL with a message. */
+trace *run_trace_open(const run_config *rc, const char *path, const target *t, const drafter *d, const cJSON *scheduler);
 
 #endif

@@ -342,6 +342,7 @@ static void test_serve(void **state) {
     if (r.status != 0) fail_msg("report of a serve trace: exit %d:\n%s", r.status, r.out);
     assert_non_null(strstr(r.out, "| **all** |"));
     assert_non_null(strstr(r.out, "conditional acceptance"));
+    assert_non_null(strstr(r.out, "scheduler `{\"name\":\"hedge\"}`")); /* the arm that ran, not the config's default */
     run(&r, "report %s/traces/00-autoregressive-c1.h5", dir);
     if (r.status != 0) fail_msg("report of a baseline serve trace: exit %d:\n%s", r.status, r.out);
     snprintf(args, sizeof args, "rm -rf '%s'", dir);
