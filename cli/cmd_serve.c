@@ -280,7 +280,7 @@ static int write_outputs(const char *dir, const arm *arms, int n_arms, const ser
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *config_path = NULL, *out = NULL;
+    const char *config_path = NULL, *out = NULL, *sps_path = NULL;
     int limit = -1, requests = 0, threads = -1;
     opt_def opts[] = {
         {"config", OPT_STR, &config_path, "FILE.json", "experiment config with a \"serve\" object (required)", 0, 0, 0},
@@ -288,6 +288,8 @@ int cmd_serve(int argc, char **argv) {
         {"limit", OPT_INT, &limit, "N", "prompts per dataset (overrides the config)", 0, 1000000, 0},
         {"requests", OPT_INT, &requests, "N", "requests per point (overrides serve.requests)", 1, 1 << 20, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"sps", OPT_STR, &sps_path, "FILE.json", "SPS(B) table of this machine (overrides the config's; "
+                                                 "`bench-target --out FILE.json` measures one)", 0, 0, 0},
         OPT_END};
     const char *pos[1];
     int npos, prc = args_parse("serve", "--config FILE.json [options]", opts, argc, argv, pos, 0, &npos);
@@ -311,6 +313,10 @@ int cmd_serve(int argc, char **argv) {
     DS_TRY(run_config_load(&rc, config_path));
     if (limit >= 0) rc.limit = limit;
     if (threads >= 0) rc.threads = threads;
+    if (sps_path) {
+        DS_CHECK(strlen(sps_path) < sizeof rc.sps, "--sps: path longer than %zu bytes", sizeof rc.sps - 1);
+        snprintf(rc.sps, sizeof rc.sps, "%s", sps_path);
+    }
     DS_CHECK(rc.serve_cfg, "%s: no \"serve\" object (arrival, concurrency or rate, requests, schedulers, sla_tok_s)",
              config_path);
     if (parse_serve(rc.serve_cfg, &sc)) {
