@@ -310,14 +310,16 @@ static void test_serve(void **state) {
     snprintf(cfg, sizeof cfg, "%s", tmp_path("serve.json"));
     snprintf(dir, sizeof dir, "%s", tmp_path("serve-out"));
     snprintf(args, sizeof args, "serve --config %s --out %s", cfg, dir);
-    put(cfg, "{\"dataset\": \"builtin\"}");
-    expect_error(args, 1, "no \"serve\" object");
-    put(cfg, "{\"dataset\": \"builtin\", \"serve\": {\"arrival\": \"poisson\"}}");
-    expect_error(args, 1, "serve.arrival: 'poisson' is not an arrival process");
-    put(cfg, "{\"dataset\": \"builtin\", \"serve\": {\"concurrency\": [1, 0]}}");
-    expect_error(args, 1, "serve.concurrency: a positive integer");
-    put(cfg, "{\"dataset\": \"builtin\", \"serve\": {\"concurency\": 2}}");
-    expect_error(args, 1, "unknown key 'concurency'");
+    static const char *bad[][2] = { /* config, what the error must say */
+        {"{\"dataset\": \"builtin\"}", "no \"serve\" object"},
+        {"{\"dataset\": \"builtin\", \"serve\": {\"arrival\": \"poisson\"}}", "serve.arrival: 'poisson' is not an arrival process"},
+        {"{\"dataset\": \"builtin\", \"serve\": {\"concurrency\": [1, 0]}}", "serve.concurrency: a positive integer"},
+        {"{\"dataset\": \"builtin\", \"serve\": {\"concurency\": 2}}", "unknown key 'concurency'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        put(cfg, bad[i][0]);
+        expect_error(args, 1, bad[i][1]);
+    }
     if (!need_real_model()) return;
     put(cfg, "{\"dataset\": \"builtin\", \"limit\": 2, \"max_new_tokens\": 6, \"gamma\": 3, \"temperature\": 1,"
              " \"drafter\": {\"name\": \"vanilla\", \"layers\": 10},"
