@@ -21,6 +21,26 @@
 
 int bd_rows(const bd_config *c) { return c->anchor_first ? c->gamma : c->gamma + 1; }
 
+/* an optional array of lo..hi target layer ids (taps, init_layers); absent leaves *n as it is */
+static int layer_ids(const cJSON *a, const char *key, int lo, int hi, int *ids, int *n, const char *what) {
+    if (!a) return 0;
+    int k = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || k < lo || k > hi) {
+        ds_error("%s: '%s' must be an array of %d..%d target layer ids", what, key, lo, hi);
+        return -1;
+    }
+    for (int i = 0; i < k; i++) {
+        const cJSON *t = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble > 1023) {
+            ds_error("%s: '%s'[%d] must be a layer id (an integer >= 0)", what, key, i);
+            return -1;
+        }
+        ids[i] = t->valueint;
+    }
+    *n = k;
+    return 0;
+}
+
 /* every field of the config: the schema of a checkpoint's config.json (bd_config_json writes the
  * same keys); a drafter object in a run or train config uses the architecture keys of it. Unknown
  * keys are errors (jcfg). */
@@ -47,23 +67,9 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         return -1;
     c->anchor_first = af;
     c->head = (bd_head)hk;
-    const cJSON *taps = jcfg_get(&r, "taps");
-    if (taps) {
-        int n = cJSON_GetArraySize(taps);
-        if (!cJSON_IsArray(taps) || n < 1 || n > 8) {
-            ds_error("%s: 'taps' must be an array of 1..8 target layer ids", what);
-            return -1;
-        }
-        c->n_tap = n;
-        for (int i = 0; i < n; i++) {
-            const cJSON *t = cJSON_GetArrayItem(taps, i);
-            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble > 1023) {
-                ds_error("%s: 'taps'[%d] must be a layer id (an integer >= 0)", what, i);
-                return -1;
-            }
-            c->tap[i] = t->valueint;
-        }
-    }
+    if (layer_ids(jcfg_get(&r, "taps"), "taps", 1, 8, c->tap, &c->n_tap, what) ||
+        layer_ids(jcfg_get(&r, "init_layers"), "init_layers", 0, 16, c->init_layer, &c->n_init, what))
+        return -1;
     const cJSON *cal = jcfg_get(&r, "calibration");
     if (cal) {
         int n = cJSON_GetArraySize(cal);
@@ -137,6 +143,17 @@ int bd_config_init(bd_config *c, const model *target, const char *kind, const cJ
             ds_error("drafter: 'taps': layer %d does not exist (the target has layers 0..%d)", c->tap[i], t->n_layers - 1);
             return -1;
         }
+    if (c->n_init && c->n_init != c->n_layers) {
+        ds_error("drafter: 'init_layers' names %d target layers but the drafter has %d layers (one each)", c->n_init,
+                 c->n_layers);
+        return -1;
+    }
+    for (int i = 0; i < c->n_init; i++)
+        if (c->init_layer[i] >= t->n_layers) {
+            ds_error("drafter: 'init_layers': layer %d does not exist (the target has layers 0..%d)", c->init_layer[i],
+                     t->n_layers - 1);
+            return -1;
+        }
     if (c->lambda <= 0) c->lambda = (float)c->gamma; /* the paper's choice; DeepSpec's code uses 4 */
     snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
     for (int i = 0; i < c->n_tap; i++)
@@ -182,6 +199,10 @@ cJSON *bd_config_json(const bd_config *c) {
     cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
     cJSON_AddStringToObject(j, "chat_template", c->chat_template);
     cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
+    if (c->n_init) { /* provenance: what the layers started from */
+        cJSON *il = cJSON_AddArrayToObject(j, "init_layers");
+        for (int i = 0; i < c->n_init; i++) cJSON_AddItemToArray(il, cJSON_CreateNumber(c->init_layer[i]));
+    }
     cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
     for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
     return j;
@@ -316,6 +337,41 @@ fail:
     return -1;
 }
 
+/* init_layers: the target's layer weights and output norm as a starting point (the same geometry,
+ * the same interleaved RoPE pairs as the training step's rope_rotate; the context rows' fc stays random) */
+static void copy_qmat(float *dst, const qmat *w) {
+    for (int r = 0; r < w->rows; r++) qmat_row_f32(w, r, dst + (size_t)r * w->cols);
+}
+
+static int copy_target_layers(bd_model *m, const model *target) {
+    const bd_config *c = &m->cfg;
+    const model_config *tc = &target->cfg;
+    if (!c->n_init) return 0;
+    if (c->n_heads != tc->n_heads || c->n_kv_heads != tc->n_kv_heads || c->head_dim != tc->head_dim ||
+        c->hidden_dim != tc->hidden_dim || tc->rope_neox) {
+        ds_error("drafter: 'init_layers' needs the target's layer geometry and interleaved RoPE (heads %d/%d, kv %d/%d, "
+                 "head_dim %d/%d, hidden %d/%d%s)", c->n_heads, tc->n_heads, c->n_kv_heads, tc->n_kv_heads, c->head_dim,
+                 tc->head_dim, c->hidden_dim, tc->hidden_dim, tc->rope_neox ? ", the target's RoPE is NEOX" : "");
+        bd_model_free(m);
+        return -1;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *s = &target->layers[c->init_layer[l]];
+        const bd_layer_pv_f *d = &m->pv.layer[l];
+        if (s->q_norm || s->k_norm) {
+            ds_error("drafter: 'init_layers': target layer %d has q/k norms the draft layers do not", c->init_layer[l]);
+            bd_model_free(m);
+            return -1;
+        }
+        memcpy(d->attn_norm, s->attn_norm, sizeof(float) * c->dim);
+        memcpy(d->ffn_norm, s->ffn_norm, sizeof(float) * c->dim);
+        copy_qmat(d->wq, &s->wq), copy_qmat(d->wk, &s->wk), copy_qmat(d->wv, &s->wv), copy_qmat(d->wo, &s->wo);
+        copy_qmat(d->w_gate, &s->w_gate), copy_qmat(d->w_up, &s->w_up), copy_qmat(d->w_down, &s->w_down);
+    }
+    memcpy(m->pv.final_norm, target->out_norm, sizeof(float) * c->dim); /* the stack ends as the target's does */
+    return 0;
+}
+
 int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise) {
     return bd_model_init_vocab(m, c, target, seed, zero_noise, NULL);
 }
@@ -349,7 +405,7 @@ int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, ui
             }
         }
     }
-    return 0;
+    return copy_target_layers(m, target);
 }
 
 void bd_model_rescale(bd_model *m, float f) {

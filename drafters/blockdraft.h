@@ -40,6 +40,8 @@ typedef struct {
     char tokenizer[20];    /* tokenizer_fingerprint of the target it was trained with ("" = not recorded) */
     int n_calib;           /* calibration temperatures per position (0 = none) */
     float calib[16];
+    int n_init;            /* draft layer l starts as a copy of target layer init_layer[l] (0 = random) */
+    int init_layer[16];
 } bd_config;
 
 /* Defaults for a target and a family; JSON fields (layers, rank, gamma, anchor_first, lambda,
@@ -118,7 +120,9 @@ typedef struct {
 
 /* Random init (seeded). The Markov/RNN output and the confidence head start at zero (no correction,
  * c = 1/2); zero_noise > 0 draws them from N(0, zero_noise^2) instead (an untrained but
- * non-trivial head, for tests and the losslessness gate). */
+ * non-trivial head, for tests and the losslessness gate). With init_layers, draft layer l's norms
+ * and matrices then become target layer init_layer[l]'s (dequantized) and the final norm the
+ * target's output norm (the draft layers share the target's geometry). */
 int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise);
 /* the same with a draft vocabulary: ids[0..c->draft_vocab) (distinct vocabulary ids), or NULL */
 int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise,

@@ -319,6 +319,61 @@ static void test_checkpoint_every_kind(void **state) {
     tiny_close(tt);
 }
 
+/* init_layers: each draft layer starts as the named target layer (norms and dequantized matrices),
+ * the final norm as the target's, everything else as the random init; the checkpoint records it;
+ * bad lists are refused by name */
+static void test_init_from_target_layers(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    const model *t = &tt->t.m;
+    bd_config c, c0;
+    cJSON *j = arch(", \"init_layers\": [1, 0]");
+    assert_int_equal(bd_config_init(&c, t, "dspark-markov", j), 0);
+    cJSON_Delete(j);
+    j = arch("");
+    assert_int_equal(bd_config_init(&c0, t, "dspark-markov", j), 0);
+    cJSON_Delete(j);
+    bd_model m, m0, m2;
+    assert_int_equal(bd_model_init(&m, &c, t, 4, 0), 0);
+    assert_int_equal(bd_model_init(&m0, &c0, t, 4, 0), 0);
+    int D = c.dim, QD = c.n_heads * c.head_dim;
+    float *row = malloc(sizeof(float) * (size_t)(c.hidden_dim > QD ? c.hidden_dim : QD));
+    for (int l = 0; l < 2; l++) {
+        const layer_weights *s = &t->layers[1 - l];
+        assert_memory_equal(m.layer[l].attn_norm, s->attn_norm, sizeof(float) * D);
+        assert_memory_equal(m.layer[l].ffn_norm, s->ffn_norm, sizeof(float) * D);
+        for (int r = 0; r < QD; r += 7) {
+            qmat_row_f32(&s->wq, r, row);
+            assert_memory_equal(m.layer[l].wq + (size_t)r * D, row, sizeof(float) * D);
+        }
+        qmat_row_f32(&s->w_down, D - 1, row);
+        assert_memory_equal(m.layer[l].w_down + (size_t)(D - 1) * c.hidden_dim, row, sizeof(float) * c.hidden_dim);
+        assert_true(memcmp(m.layer[l].wk, m0.layer[l].wk, sizeof(float) * D) != 0);
+    }
+    assert_memory_equal(m.final_norm, t->out_norm, sizeof(float) * D);
+    assert_memory_equal(m.fc, m0.fc, sizeof(float) * (size_t)c.n_tap * D * D); /* the rest: the random init */
+    assert_memory_equal(m.W2, m0.W2, sizeof(float) * (size_t)c.vocab * c.rank);
+    const char *dir = tmp_path("ckpt-init");
+    assert_int_equal(bd_save(&m, dir), 0);
+    assert_int_equal(bd_load(&m2, dir, t), 0);
+    assert_int_equal(m2.cfg.n_init, 2);
+    assert_int_equal(m2.cfg.init_layer[0], 1);
+    assert_memory_equal(m2.params, m.params, sizeof(float) * m.n_params);
+    bd_model_free(&m), bd_model_free(&m0), bd_model_free(&m2);
+    free(row);
+    const char *bad[][2] = {{", \"init_layers\": [0]", "names 1 target layers but the drafter has 2"},
+                            {", \"init_layers\": [0, 9]", "layer 9 does not exist"},
+                            {", \"init_layers\": [0, -1]", "'init_layers'[1] must be a layer id"},
+                            {", \"init_layers\": 3", "'init_layers' must be an array"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = arch(bad[i][0]);
+        assert_int_equal(bd_config_init(&c, t, "dflash", j), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: got '%s'", bad[i][0], ds_errmsg());
+        cJSON_Delete(j);
+    }
+    tiny_close(tt);
+}
+
 static void test_checkpoint_roundtrip(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -584,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_topk_loss_matches_full),
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
+        cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve), cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_head_precision),
     };
