@@ -3,6 +3,7 @@
  * target's distribution recomputed from its cached final states through the frozen head (the
  * trainer before top-K caches and draft vocabularies). Rounds alternate between the two so a
  * noisy machine affects both alike; --profile adds where a step's time goes. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,6 @@
 #include "commands.h"
 #include "train_config.h"
 
-void openblas_set_num_threads(int);
 
 
 typedef struct {
@@ -78,7 +78,7 @@ int cmd_bench_train(int argc, char **argv) {
         P[k].m.ws.profile = profile;
         P[k].m.ws.loop_attention = k == 1; /* the reference: the attention loops training used before */
     }
-    openblas_set_num_threads(t.be->n_threads);
+    omp_set_num_threads(t.be->n_threads); /* the training ops' loops and GEMM split follow --threads */
     fprintf(stderr, "bench-train: %s, %d layers, gamma %d; %d sequences x %d anchors a step; cache %s (%d sequences, top-%d)\n",
             c.kind, c.n_layers, c.gamma, tc.train.seqs_per_step, tc.train.anchors, dir, data.n_seq, data.top_k);
     for (int r = 0; r < rounds; r++)
@@ -99,7 +99,6 @@ int cmd_bench_train(int argc, char **argv) {
             for (int i = 1; i < nh && P[k].n < 64; i++) P[k].pos_s[P[k].n++] = h[i].rows_per_s; /* step 1 warms up */
             fprintf(stderr, "  round %d, %s: %.0f positions/s\n", r + 1, P[k].name, h[nh - 1].rows_per_s);
         }
-    openblas_set_num_threads(1);
     char cpu[256];
     cpu_describe(cpu, sizeof cpu);
     printf("\ntraining throughput: supervised draft positions per second (forward + backward + AdamW + loading),\n"

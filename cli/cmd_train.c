@@ -3,6 +3,7 @@
  * checkpoints in the run folder; a killed run resumes from its last checkpoint. */
 #include <cJSON.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,6 @@
 #include "commands.h"
 #include "train_config.h"
 
-void openblas_set_num_threads(int);
 
 
 int cmd_train(int argc, char **argv) {
@@ -83,9 +83,8 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "train: %s, %zu parameters (%d layers, gamma %d, %s, lambda %g); data %s: %d sequences, %ld tokens\n",
             c.kind, m.n_params, c.n_layers, c.gamma, c.head == HEAD_NONE ? "no head" : c.head == HEAD_MARKOV ? "Markov head" : "RNN head",
             (double)c.lambda, d.dir, data.n_seq, data.n_tok);
-    openblas_set_num_threads(t.be->n_threads); /* training is GEMM-bound: let OpenBLAS use every core */
+    omp_set_num_threads(t.be->n_threads); /* the training ops' loops and GEMM split follow --threads */
     DS_TRY(train_run(&tr, &data, &o, NULL, 0, NULL));
-    openblas_set_num_threads(1);
     printf("trained %s: checkpoint %s/last (model.safetensors + config.json); logs %s/train_log.jsonl, eval_log.jsonl\n",
            c.kind, out, out);
     ret = 0;

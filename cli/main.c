@@ -1,10 +1,15 @@
 /* main.c — dspark-bench entry point: dispatch to a subcommand, turn its error into one line on
  * stderr and a non-zero exit status. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../runtime/common.h"
+#include "../runtime/cpu_features.h"
 #include "commands.h"
+
+char *openblas_get_corename(void); /* OpenBLAS extension */
 
 typedef struct {
     const char *name;
@@ -32,6 +37,13 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    const char *core = cpu_blas_core_override();
+    if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) { /* start again with the kernels this CPU runs */
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "dspark-bench: OpenBLAS runs its %s kernels here (set OPENBLAS_CORETYPE=%s to use the wide ones)\n",
+                openblas_get_corename(), core);
+        unsetenv("OPENBLAS_CORETYPE");
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

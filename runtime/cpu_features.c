@@ -1,12 +1,16 @@
 #include "cpu_features.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
 #include "common.h"
+
+char *openblas_get_corename(void); /* OpenBLAS extension */
 
 #if defined(__x86_64__) || defined(__i386__)
 /* F16C from cpuid leaf 1 (ECX bit 29): not every compiler's __builtin_cpu_supports knows "f16c" */
@@ -88,5 +92,26 @@ void cpu_describe(char *buf, size_t n) {
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (has[i]) snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", *flags ? " " : "", names[i]);
 #endif
-    snprintf(buf, n, "%s (%s)", model, *flags ? flags : "no SIMD extensions used");
+    snprintf(buf, n, "%s (%s; OpenBLAS %s kernels)", model, *flags ? flags : "no SIMD extensions used",
+             openblas_get_corename());
+}
+
+/* OpenBLAS's names for the x86 cores whose kernels use AVX2 or AVX-512 */
+static const char *const BLAS_WIDE[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"};
+
+const char *cpu_blas_core_override(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (getenv("OPENBLAS_CORETYPE") || !cpu_isa_supported(ISA_AVX2)) return NULL;
+    const char *have = openblas_get_corename();
+    for (size_t i = 0; i < sizeof BLAS_WIDE / sizeof *BLAS_WIDE; i++)
+        if (have && strcasecmp(have, BLAS_WIDE[i]) == 0) return NULL;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512cd")
+               ? "SkylakeX"
+               : "Haswell";
+#else
+    return NULL;
+#endif
 }

@@ -18,7 +18,14 @@ cpu_isa cpu_isa_best(void);
 const char *cpu_isa_name(cpu_isa isa);
 /* "auto" -> the best supported; a path name -> that path if this CPU runs it; else -1 + message */
 int cpu_isa_parse(const char *name, cpu_isa *out);
-/* "AMD EPYC 7B13 (avx2 fma f16c)" — the CPU model from /proc/cpuinfo and the flags that matter */
+/* "AMD EPYC 7B13 (avx2 fma f16c; OpenBLAS Zen kernels)" — the CPU model from /proc/cpuinfo, the
+ * flags that matter and the kernels OpenBLAS chose */
 void cpu_describe(char *buf, size_t n);
+/* OpenBLAS picks its kernels from the CPU model when it loads; a model newer than the library
+ * falls back to SSE3 "Prescott" kernels (seen: an Intel Xeon family 6 model 207 with 0.3.21, 6x
+ * slower sgemm than its AVX-512 ones). Returns the OPENBLAS_CORETYPE that fixes it here ("SkylakeX",
+ * "Haswell"), or NULL when the choice is already a wide one, the user set the variable, or the CPU
+ * has no AVX2. The choice only takes effect in a process started with the variable set. */
+const char *cpu_blas_core_override(void);
 
 #endif

@@ -2,6 +2,8 @@
  * precision, on random small shapes; and the float build of each op against the double one.
  * Loss for an op with output y: L = sum(R * y) for a fixed random R, so dL/dy = R. The worst
  * relative error over all checks is printed. */
+#include <omp.h>
+
 #include "testutil.h"
 
 #include "../runtime/train_ops.h"
@@ -100,6 +102,47 @@ static double rms_loss(void *p) {
     rmsnorm_forward_d(c->y, c->rstd, c->x, c->w, c->N, c->C, 1e-5);
     return dot(c->y, c->R, (size_t)c->N * c->C);
 }
+/* the float linear ops on GEMMs large enough to be split over threads (by rows and by columns of
+ * C, with A or B transposed): against plain double loops, dinp and dW accumulating into nonzero */
+static void test_linear_f32_split(void **state) {
+    (void)state;
+    int shapes[][3] = {{200, 64, 160}, {64, 200, 160}, {64, 160, 200}, {150, 170, 64}}; /* N, In, O */
+    omp_set_num_threads(2);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int N = shapes[si][0], In = shapes[si][1], O = shapes[si][2];
+        float *x = malloc(sizeof(float) * N * In), *W = malloc(sizeof(float) * O * In), *y = malloc(sizeof(float) * N * O);
+        float *dy = malloc(sizeof(float) * N * O), *dx = malloc(sizeof(float) * N * In), *dW = malloc(sizeof(float) * O * In);
+        rng_t r;
+        rng_seed(&r, 7 + si);
+        for (int i = 0; i < N * In; i++) x[i] = (float)rng_uniform(&r) - 0.5f, dx[i] = 0.25f;
+        for (int i = 0; i < O * In; i++) W[i] = (float)rng_uniform(&r) - 0.5f, dW[i] = -0.5f;
+        for (int i = 0; i < N * O; i++) dy[i] = (float)rng_uniform(&r) - 0.5f;
+        linear_forward_f(y, x, W, NULL, N, In, O);
+        linear_backward_f(dx, dW, NULL, dy, x, W, N, In, O);
+        double worst = 0;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < O; o++) {
+                double a = 0;
+                for (int i = 0; i < In; i++) a += (double)x[n * In + i] * W[o * In + i];
+                worst = fmax(worst, fabs(a - y[n * O + o]));
+            }
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < In; i++) {
+                double a = 0.25;
+                for (int o = 0; o < O; o++) a += (double)dy[n * O + o] * W[o * In + i];
+                worst = fmax(worst, fabs(a - dx[n * In + i]));
+            }
+        for (int o = 0; o < O; o++)
+            for (int i = 0; i < In; i++) {
+                double a = -0.5;
+                for (int n = 0; n < N; n++) a += (double)dy[n * O + o] * x[n * In + i];
+                worst = fmax(worst, fabs(a - dW[o * In + i]));
+            }
+        if (worst > 1e-4) fail_msg("N %d In %d O %d: largest difference %g", N, In, O, worst);
+        free(x), free(W), free(y), free(dy), free(dx), free(dW);
+    }
+}
+
 static void test_rmsnorm(void **state) {
     (void)state;
     rms_ctx c = {3, 9};
@@ -360,7 +403,7 @@ static int report(void **state) {
 int main(void) {
     rng_seed(&g_rng, 1234);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_linear),    cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_linear), cmocka_unit_test(test_linear_f32_split),    cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),    cmocka_unit_test(test_attention),        cmocka_unit_test(test_losses),
         cmocka_unit_test(test_markov_confidence), cmocka_unit_test(test_rnn),
     };

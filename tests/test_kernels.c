@@ -348,6 +348,29 @@ static void test_exp_sum(void **state) {
     free(got);
 }
 
+/* the OpenBLAS kernel check behind main's re-exec: never overrides a user's OPENBLAS_CORETYPE; asks
+ * for wide kernels only on an AVX2 machine whose OpenBLAS fell back to narrow ones, and names them */
+char *openblas_get_corename(void);
+static void test_blas_core_override(void **state) {
+    (void)state;
+    char ubuf[64] = "";
+    const char *user = getenv("OPENBLAS_CORETYPE") ? strncpy(ubuf, getenv("OPENBLAS_CORETYPE"), sizeof ubuf - 1) : NULL;
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    assert_null(cpu_blas_core_override());
+    unsetenv("OPENBLAS_CORETYPE");
+    const char *want = cpu_blas_core_override(), *have = openblas_get_corename();
+    fprintf(stderr, "OpenBLAS kernels here: %s%s%s\n", have, want ? "; dspark-bench runs with OPENBLAS_CORETYPE=" : "",
+            want ? want : "");
+    if (want) {
+        assert_true(cpu_isa_supported(ISA_AVX2));
+        assert_true(strcmp(want, "SkylakeX") == 0 || strcmp(want, "Haswell") == 0);
+        assert_true(strcasecmp(have, "Haswell") && strcasecmp(have, "Zen") && strcasecmp(have, "SkylakeX"));
+    } else if (!user && cpu_isa_supported(ISA_AVX2)) /* nothing to fix: OpenBLAS already runs wide kernels */
+        assert_true(!strcasecmp(have, "Haswell") || !strcasecmp(have, "Zen") || !strcasecmp(have, "SkylakeX") ||
+                    !strcasecmp(have, "Cooperlake") || !strcasecmp(have, "SapphireRapids") || !strcasecmp(have, "Excavator"));
+    if (user) setenv("OPENBLAS_CORETYPE", user, 1);
+}
+
 /* which paths ran: a machine without AVX2 must still run the scalar one; say what was covered */
 static void test_paths_present(void **state) {
     (void)state;
@@ -368,7 +391,7 @@ static void test_paths_present(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
     };
