@@ -15,7 +15,6 @@
 #include "../runtime/safetensors.h"
 #include "../runtime/sampling.h"
 
-
 static uint64_t mix(uint64_t a, uint64_t b) {
     uint64_t x = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
     x ^= x >> 31;

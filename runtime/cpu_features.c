@@ -99,12 +99,16 @@ void cpu_describe(char *buf, size_t n) {
 /* OpenBLAS's names for the x86 cores whose kernels use AVX2 or AVX-512 */
 static const char *const BLAS_WIDE[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"};
 
+int cpu_blas_core_is_wide(const char *name) {
+    for (size_t i = 0; i < sizeof BLAS_WIDE / sizeof *BLAS_WIDE; i++)
+        if (name && strcasecmp(name, BLAS_WIDE[i]) == 0) return 1;
+    return 0;
+}
+
 const char *cpu_blas_core_override(void) {
 #if defined(__x86_64__) || defined(__i386__)
     if (getenv("OPENBLAS_CORETYPE") || !cpu_isa_supported(ISA_AVX2)) return NULL;
-    const char *have = openblas_get_corename();
-    for (size_t i = 0; i < sizeof BLAS_WIDE / sizeof *BLAS_WIDE; i++)
-        if (have && strcasecmp(have, BLAS_WIDE[i]) == 0) return NULL;
+    if (cpu_blas_core_is_wide(openblas_get_corename())) return NULL;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&

@@ -27,5 +27,7 @@ void cpu_describe(char *buf, size_t n);
  * "Haswell"), or NULL when the choice is already a wide one, the user set the variable, or the CPU
  * has no AVX2. The choice only takes effect in a process started with the variable set. */
 const char *cpu_blas_core_override(void);
+/* 1 if an OpenBLAS core name is one whose kernels use AVX2 or AVX-512 (Haswell, Zen, SkylakeX, ...) */
+int cpu_blas_core_is_wide(const char *name);
 
 #endif
