@@ -9,6 +9,7 @@
 
 typedef struct {
     const char *name, *file, *field, *domain;
+    const char *cats; /* NULL, or the records kept: their "category" is one of these (",a,b,") */
 } dataset_def;
 
 /* The paper's prompt files where they exist (DeepSpec eval_datasets), per MANIFEST.md. */
@@ -23,6 +24,14 @@ static const dataset_def DATASETS[] = {
     {"alpaca", "alpaca/alpaca_eval_805.json", "instruction", "chat"},
     {"arenahard", "arenahard/deepspec_arena-hard-v2.jsonl", "turns", "chat"},
     {"trainmix", "trainmix/trainmix.jsonl", "turns", NULL /* per record: category */},
+    /* Spec-Bench's six categories (its question.jsonl; multi-turn = the 80 MT-Bench questions, both turns) */
+    {"sb-mt", "specbench/question.jsonl", "turns", "chat",
+     ",writing,roleplay,reasoning,math,coding,extraction,stem,humanities,"},
+    {"sb-trans", "specbench/question.jsonl", "turns", "chat", ",translation,"},
+    {"sb-sum", "specbench/question.jsonl", "turns", "chat", ",summarization,"},
+    {"sb-qa", "specbench/question.jsonl", "turns", "chat", ",qa,"},
+    {"sb-math", "specbench/question.jsonl", "turns", "math", ",math_reasoning,"},
+    {"sb-rag", "specbench/question.jsonl", "turns", "chat", ",rag,"},
 };
 #define N_DATASETS (int)(sizeof DATASETS / sizeof *DATASETS)
 
@@ -43,8 +52,8 @@ static const struct {
 #define N_BUILTIN (int)(sizeof BUILTIN / sizeof *BUILTIN)
 
 const char *dataset_names(void) {
-    return "gsm8k, math500, aime25, mbpp, humaneval, livecodebench, mtbench, alpaca, arenahard, trainmix, train20k, builtin, or "
-           "a .jsonl/.json path";
+    return "gsm8k, math500, aime25, mbpp, humaneval, livecodebench, mtbench, alpaca, arenahard, trainmix, train20k, builtin, "
+           "Spec-Bench's sb-mt, sb-trans, sb-sum, sb-qa, sb-math, sb-rag, or a .jsonl/.json path";
 }
 
 const char *dataset_default_root(void) {
@@ -137,6 +146,13 @@ static int add_record(prompt_set *out, const cJSON *rec, const dataset_def *def,
     const char *t1, *t2;
     if (!cJSON_IsObject(rec))
         return problem(out, skip_bad, "%s:%d: record is not a JSON object", path, line);
+    if (def->cats) { /* a category subset of the file: other records are not ours (not an error) */
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(rec, "category");
+        char key[64];
+        if (!cJSON_IsString(c)) return problem(out, skip_bad, "%s:%d: no 'category' string", path, line);
+        snprintf(key, sizeof key, ",%.60s,", c->valuestring);
+        if (!strstr(def->cats, key)) return 0;
+    }
     if (record_prompt(rec, def->field, &t1, &t2) || !*t1)
         return problem(out, skip_bad, "%s:%d: no non-empty '%s' prompt field", path, line, def->field ? def->field : "turns/prompt/question/...");
     const char *domain = def->domain;
@@ -214,7 +230,7 @@ int dataset_load(const char *name, const char *root, int limit, int skip_bad, pr
         const char *base = strrchr(name, '/');
         static char label[32];
         snprintf(label, sizeof label, "%.*s", (int)(strcspn(base ? base + 1 : name, ".")), base ? base + 1 : name);
-        dataset_def def = {label, name, NULL, NULL}; /* domain from a "category" field, else chat */
+        dataset_def def = {label, name, NULL, NULL, NULL}; /* domain from a "category" field, else chat */
         if (load_file(&def, name, limit, skip_bad, out)) goto fail;
         return 0;
     }

@@ -22,7 +22,7 @@ typedef struct {
 } prompt_set;
 
 /* name: gsm8k math500 aime25 mbpp humaneval livecodebench mtbench alpaca arenahard trainmix
- * builtin, or a path to a .jsonl / .json file (field: "turns"[0], "prompt", "question",
+ * builtin, Spec-Bench's categories sb-mt sb-trans sb-sum sb-qa sb-math sb-rag, or a path to a .jsonl / .json file (field: "turns"[0], "prompt", "question",
  * "problem", "instruction" or "text", whichever is present). root: the folder holding the shared
  * datasets (NULL: $DSPARK_DATA, else ../shared/datasets). limit <= 0: all. */
 int dataset_load(const char *name, const char *root, int limit, int skip_bad, prompt_set *out);

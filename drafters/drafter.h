@@ -56,11 +56,12 @@ struct drafter {
     char fingerprint[64];
     char describe[160];      /* one line for reports: family and configuration */
     int has_conf;
+    int deterministic;       /* drafts are a function of the context (q = delta(x), no draws): training-free */
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];
     double t_seq_loop;       /* seconds propose spent in a left-to-right sampling loop (DSpark's head) */
-    verify_fault fault;      /* FAULT_DRAFT_NO_TOP_P only in the gate's negative control */
+    verify_fault fault;      /* FAULT_DRAFT_NO_TOP_P / _WRONG_Q only in the gate's negative controls */
 };
 
 /* Registry: NULL and a message listing the known names when the name is unknown. drafter_nth

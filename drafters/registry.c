@@ -7,13 +7,15 @@
 #include "../runtime/common.h"
 #include "drafter.h"
 
-extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn;
+extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
+    drafter_ngram;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
     &drafter_dflash,
     &drafter_dspark_markov,
     &drafter_dspark_rnn,
+    &drafter_ngram,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 

@@ -174,8 +174,11 @@ static int rw_tune(rworld *w, int retro) {
                 c2[j] = c2[j - 1];
                 c2[j - 1] = t;
             }
-        /* the most balanced split between two distinct values of c_2 */
-        double m = c2[0];
+        /* the most balanced split between two distinct values of c_2; a deterministic drafter's c_2
+         * does not depend on the seed, so the split falls between c_2 and 1: x_1 alone is verified
+         * in the first round, and later rounds' confidences (updated from what was committed)
+         * decide by path */
+        double m = 0.5 * ((double)c2[0] + 1);
         for (int i = 1, best = 1 << 30; i < ns; i++)
             if (c2[i] > c2[i - 1] && abs(i - ns / 2) < best) best = abs(i - ns / 2), m = 0.5 * ((double)c2[i - 1] + c2[i]);
         w->thr = a1 * m;
@@ -409,11 +412,14 @@ static int q_exact(rworld *w, double *worst, long *paths) {
             int prc = w->d.ops->propose(&w->d, r, RGAMMA, &QSETS[ri], &blk);
             attach(r, NULL);
             if (prc || draw_enum_end(&en)) goto done;
-            DS_CHECK(en.n == blk.n, "gate: %s drew %d times for %d drafts", w->d.ops->name, en.n, blk.n);
+            /* a deterministic drafter draws nothing: its law at every position is delta(x_k) */
+            int det = w->d.deterministic;
+            DS_CHECK(en.n == (det ? 0 : blk.n), "gate: %s drew %d times for %d drafts", w->d.ops->name, en.n, blk.n);
             for (int k = 0; k < blk.n; k++) {
-                const draw_frame *f = &en.f[k];
                 long double law[RV] = {0}, s = 0;
-                for (int i = 0; i < f->n_opt; i++) law[f->opt[i]] = f->w[i];
+                if (det) law[blk.tok[k]] = 1;
+                else
+                    for (int i = 0; i < en.f[k].n_opt; i++) law[en.f[k].opt[i]] = en.f[k].w[i];
                 for (int v = 0; v < RV; v++) s += blk.q[(size_t)k * RV + v] > 0 ? blk.q[(size_t)k * RV + v] : 0;
                 for (int v = 0; v < RV; v++) {
                     long double qv = blk.q[(size_t)k * RV + v] > 0 ? blk.q[(size_t)k * RV + v] / s : 0;
@@ -444,7 +450,7 @@ static int q_sample(rworld *w, long S, qstat_out *o) {
     float q1[3][RV], q2[3][RV][RV];
     unsigned char seen[3][RV] = {{0}};
     long c1[3][RV] = {{0}}, c12[3][RV * RV] = {{0}};
-    int rc = -1, nb = 0;
+    int rc = -1, nb = 0, x1_first[3] = {0}, x2_first[3] = {0};
     memset(o, 0, sizeof *o);
     for (; nb < 3; nb++)
         if (draft_block_init(&blk[nb], RGAMMA + 1, RV, w->d.has_conf)) goto done;
@@ -453,6 +459,9 @@ static int q_sample(rworld *w, long S, qstat_out *o) {
             request *r = &w->req[ri];
             if (rw_reset(w, r, 7000 + (uint64_t)s) || w->d.ops->propose(&w->d, r, 2, &QSETS[ri], &blk[ri])) goto done;
             DS_CHECK(blk[ri].n == 2, "gate: %s proposed %d drafts, asked for 2", w->d.ops->name, blk[ri].n);
+            if (s > 0 && w->d.deterministic && (blk[ri].tok[0] != x1_first[ri] || blk[ri].tok[1] != x2_first[ri]))
+                o->seed_dependent = 1; /* a deterministic draft changed with the seed alone */
+            if (s == 0) x1_first[ri] = blk[ri].tok[0], x2_first[ri] = blk[ri].tok[1];
             int x1 = blk[ri].tok[0], x2 = blk[ri].tok[1];
             DS_CHECK(x1 >= 0 && x1 < RV && x2 >= 0 && x2 < RV, "gate: %s drafted a token outside the vocabulary",
                      w->d.ops->name);
@@ -515,6 +524,9 @@ static const control_case CONTROLS[] = {
     {"dspark-markov", "fixed", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
     {"dspark-rnn", "threshold", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
     {"dspark-markov", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
+    {"ngram", "fixed", S_TOPK, K_EXACT, FAULT_DRAFT_WRONG_Q},
+    {"ngram", "threshold", S_TOPP, K_EXACT, FAULT_DRAFT_WRONG_Q},
+    {"ngram", NULL, 0, K_QCONS, FAULT_DRAFT_WRONG_Q},
     {"dflash", "fixed", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"dspark-markov", "greedy", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_ACCEPT_BIAS},
@@ -602,6 +614,12 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
     if (control) {
         snprintf(name, sizeof name, "control q-consistency chi2 %s mutant %s: min p of 6 tests", w->d.ops->name, mut);
         gate_add(rep, name, "chi2", S, NAN, o.p_min, 1, o.p_min < CONTROL_P || o.seed_dependent);
+        return 0;
+    }
+    if (w->d.deterministic) { /* the exact check above saw one-hot rows; no law to sample here */
+        snprintf(name, sizeof name, "q-consistency %s: drafts and reported rows identical over %ld seeds, max q_1 %.2f "
+                 "(deterministic drafts)", w->d.ops->name, S, o.mean_max_q1);
+        gate_add(rep, name, "exact-tv", S, o.seed_dependent, NAN, 0, !o.seed_dependent && o.mean_max_q1 == 1);
         return 0;
     }
     snprintf(name, sizeof name, "q-consistency %s: reported rows depend only on the context and x_<k (not the seed); "

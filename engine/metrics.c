@@ -75,6 +75,11 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     }
     for (long i = 0; i < d->n_rounds; i++) {
         const trace_round *t = &d->rounds[i];
+        if (t->mode == MODE_AR) {
+            const trace_request *r = find_req(d, &ix, t->request, MODE_AR);
+            if (r && in_group(r, group)) m->ar_decode += (t->t_draft_us + t->t_sched_us + t->t_verify_us) * 1e-6;
+            continue;
+        }
         if (t->mode != MODE_SPEC) continue;
         const trace_request *r = find_req(d, &ix, t->request, MODE_SPEC);
         if (!r || !in_group(r, group)) continue;
@@ -120,5 +125,7 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     m->ar_tok_s = m->ar_wall > 0 ? m->ar_tokens / m->ar_wall : 0;
     m->sp_tok_s = m->sp_wall > 0 ? m->sp_tokens / m->sp_wall : 0;
     m->speedup = m->sp_wall > 0 && m->ar_wall > 0 ? m->ar_wall / m->sp_wall : 0;
+    m->sp_decode = m->t_draft + m->t_sched + m->t_verify;
+    m->decode_speedup = m->sp_decode > 0 && m->ar_decode > 0 ? m->ar_decode / m->sp_decode : 0;
     return 0;
 }

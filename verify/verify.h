@@ -24,8 +24,8 @@ typedef struct {
 } verify_rng;
 
 /* Deliberate bugs, used only by the losslessness gate's negative controls (each must turn the
- * gate red). The first four live here, SHIFTED_Q in the decoding loop, DRAFT_NO_TOP_P in a
- * drafter's propose. */
+ * gate red). The first four live here, SHIFTED_Q in the decoding loop, DRAFT_NO_TOP_P and
+ * DRAFT_WRONG_Q in a drafter's propose. */
 typedef enum {
     FAULT_NONE = 0,
     FAULT_UNNORMALISED_RESIDUAL, /* inverse CDF on max(0,p-q) without dividing by its mass */
@@ -34,6 +34,7 @@ typedef enum {
     FAULT_BONUS_ROW,             /* the bonus drawn from p[l-1] instead of p[l] */
     FAULT_SHIFTED_Q,             /* the loop hands the verifier q rows shifted by one position */
     FAULT_DRAFT_NO_TOP_P,        /* a drafter samples without top-p but reports the top-p'd q */
+    FAULT_DRAFT_WRONG_Q,         /* a deterministic drafter copies x but reports q(x) = 0.5 */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];

@@ -1,0 +1,83 @@
+/* accept_stats.c — online acceptance rates of deterministic drafts (see accept_stats.h). */
+#include "accept_stats.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+
+int accept_counts_init(accept_counts *c, int n_cells, float prior, float weight) {
+    size_t n = (size_t)n_cells * AS_POS;
+    c->n_cells = n_cells;
+    c->acc = ds_malloc(sizeof(float) * n, "acceptance counts");
+    c->obs = ds_malloc(sizeof(float) * n, "acceptance counts");
+    if (!c->acc || !c->obs) {
+        accept_counts_free(c);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) c->acc[i] = prior * weight, c->obs[i] = weight;
+    return 0;
+}
+
+void accept_counts_free(accept_counts *c) {
+    free(c->acc);
+    free(c->obs);
+    memset(c, 0, sizeof *c);
+}
+
+void accept_counts_zero(accept_counts *c) {
+    size_t n = (size_t)c->n_cells * AS_POS;
+    memset(c->acc, 0, sizeof(float) * n);
+    memset(c->obs, 0, sizeof(float) * n);
+}
+
+void accept_counts_add(accept_counts *dst, const accept_counts *src) {
+    size_t n = (size_t)dst->n_cells * AS_POS;
+    for (size_t i = 0; i < n; i++) dst->acc[i] += src->acc[i], dst->obs[i] += src->obs[i];
+}
+
+float accept_conf(const accept_counts *run, const accept_counts *own, int cell, int k, float shrink) {
+    size_t i = (size_t)cell * AS_POS + (size_t)DS_MIN(k, AS_POS - 1);
+    float rate = run->obs[i] > 0 ? run->acc[i] / run->obs[i] : 0.5f;
+    float c = (own->acc[i] + shrink * rate) / (own->obs[i] + shrink);
+    return DS_MIN(0.999f, DS_MAX(0.001f, c));
+}
+
+static void count(accept_counts *c, int cell, int k, int accepted) {
+    size_t i = (size_t)cell * AS_POS + (size_t)DS_MIN(k, AS_POS - 1);
+    c->obs[i] += 1;
+    c->acc[i] += (float)accepted;
+}
+
+int accept_observe(accept_counts *own, const int *cell, const int *tok, int n, int n_acc, int next, int after) {
+    if (n <= 0) return 0;
+    n_acc = DS_MIN(n_acc, n);
+    for (int k = 0; k < n_acc; k++) count(own, cell[k], k, 1);
+    if (n_acc < n) { /* position n_acc + 1 is observed through the committed token */
+        int hit = next == tok[n_acc];
+        count(own, cell[n_acc], n_acc, hit);
+        return n_acc + hit;
+    }
+    return n_acc + (after >= 0 && next == after);
+}
+
+int accept_calib_parse(const cJSON *arr, float *T, int *n_T, int max_T) {
+    *n_T = 0;
+    if (!arr) return 0;
+    DS_CHECK(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) <= max_T,
+             "drafter: 'calibration' must be an array of at most %d temperatures", max_T);
+    for (const cJSON *e = arr->child; e; e = e->next) {
+        DS_CHECK(cJSON_IsNumber(e) && e->valuedouble > 0 && isfinite(e->valuedouble),
+                 "drafter: 'calibration'[%d] must be a positive temperature", *n_T);
+        T[(*n_T)++] = (float)e->valuedouble;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+float accept_calibrated(const float *T, int n_T, int k, float c) {
+    if (k >= n_T) return c;
+    return 1.0f / (1.0f + expf(-logf(c / (1 - c)) / T[k]));
+}

@@ -1,0 +1,44 @@
+/* accept_stats.h — online acceptance rates for deterministic drafters (ngram, suffix): the
+ * confidence c_k a scheduler reads, learned from what the target committed.
+ *
+ * A drafter names a feature cell per drafted token (match length, source, count ratio, ...);
+ * counts of (observed, accepted) are kept per cell and draft position. A round observes every
+ * accepted position and the first one after them: for a deterministic draft, "the committed token
+ * at position k equals x_k" has probability p(x_k) whether x_k was verified and accepted, verified
+ * and rejected (the residual never emits x_k) or not verified at all (the bonus is drawn from p),
+ * so a scheduler that verifies nothing still teaches the table. A request's own counts are shrunk
+ * toward the run-wide ones, which take a request's counts when it ends and never during it (a
+ * request's drafts then depend only on its own past, so the gate can replay it). */
+#ifndef DS_ACCEPT_STATS_H
+#define DS_ACCEPT_STATS_H
+
+#include <cJSON.h>
+
+#define AS_POS 16 /* positions with their own counts (later ones share the last) */
+
+typedef struct {
+    int n_cells;
+    float *acc, *obs; /* [n_cells][AS_POS] */
+} accept_counts;
+
+/* every cell starts at rate prior with weight pseudo-observations (weight 0: all zero) */
+int accept_counts_init(accept_counts *c, int n_cells, float prior, float weight);
+void accept_counts_free(accept_counts *c);
+void accept_counts_zero(accept_counts *c);
+void accept_counts_add(accept_counts *dst, const accept_counts *src);
+
+/* c_k (k = 0-based position) of a cell: (own acc + shrink * run rate) / (own obs + shrink), in
+ * [0.001, 0.999] */
+float accept_conf(const accept_counts *run, const accept_counts *own, int cell, int k, float shrink);
+
+/* One round's outcome of the drafts tok[0..n) with cells cell[0..n): n_acc accepted, then next
+ * committed. Returns how many of the n_acc + 1 committed tokens equal the draft's (the draft ran
+ * that far; n_acc + 1 means the round committed only drafted tokens, or past its end when
+ * `after` (the token the copy would have drafted next, -1 if none) equals next). */
+int accept_observe(accept_counts *own, const int *cell, const int *tok, int n, int n_acc, int next, int after);
+
+/* "calibration": [T_1, ...] temperatures (from `calibrate`) on logit(c_k); absent: none */
+int accept_calib_parse(const cJSON *arr, float *T, int *n_T, int max_T);
+float accept_calibrated(const float *T, int n_T, int k, float c);
+
+#endif
