@@ -72,7 +72,11 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libdspark.a
 model:
 	@./scripts/fetch_model.sh
 
+# The greedy scheduler prices verification with this machine's SPS(B) table: measured once (~10 s)
 run: $(BIN) model
+	@mkdir -p $(BUILD)/quickstart
+	@[ -f $(BUILD)/quickstart/sps.json ] || { echo "make run: measuring this machine's SPS(B) table (bench-target)"; \
+	  $(BIN) bench-target --max-B 16 --reps 3 --decode-tokens 32 --out $(BUILD)/quickstart/sps.json > $(BUILD)/quickstart/sps.txt; }
 	$(BIN) run --config experiments/quickstart.json
 	$(BIN) report build/quickstart/run.h5 --out build/quickstart/report.md
 	@sed -n '5,/^Outputs/p' build/quickstart/report.md

@@ -8,7 +8,7 @@
 #include "drafter.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
-    drafter_ngram;
+    drafter_ngram, drafter_suffix;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
@@ -16,6 +16,7 @@ static const drafter_ops *const DRAFTERS[] = {
     &drafter_dspark_markov,
     &drafter_dspark_rnn,
     &drafter_ngram,
+    &drafter_suffix,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 

@@ -14,7 +14,7 @@
  *     (every draft path enumerated, law at each draw against the reported row) and by seed-matched
  *     resampling (chi-square of drawn tokens against the reported rows), at batch 3 with a
  *     different sampling setting per request.
- * Negative controls (FAULT_SHIFTED_Q, FAULT_DRAFT_NO_TOP_P, FAULT_ACCEPT_BIAS, FAULT_BONUS_ROW,
+ * Negative controls (FAULT_SHIFTED_Q, FAULT_DRAFT_NO_TOP_P, FAULT_DRAFT_WRONG_Q, FAULT_ACCEPT_BIAS, FAULT_BONUS_ROW,
  * FAULT_REUSED_UNIFORM) run through the same checks; each must be flagged by at least two. */
 #ifndef DS_GATE_ROUND_H
 #define DS_GATE_ROUND_H

@@ -88,14 +88,18 @@ static void test_shared_sets(void **state) {
     } sets[] = {{"gsm8k", "math", 1319},     {"math500", "math", 500},        {"aime25", "math", 30},
                 {"mbpp", "code", 257},       {"humaneval", "code", 164},      {"livecodebench", "code", 1055},
                 {"mtbench", "chat", 80},     {"alpaca", "chat", 805},         {"arenahard", "chat", 750},
-                {"trainmix", NULL, 1325}};
+                {"trainmix", NULL, 1325},
+                /* Spec-Bench's categories out of one file (MANIFEST: 480 = 80 MT-Bench + 5 x 80) */
+                {"sb-mt", "chat", 80},       {"sb-trans", "chat", 80},        {"sb-sum", "chat", 80},
+                {"sb-qa", "chat", 80},       {"sb-math", "math", 80},         {"sb-rag", "chat", 80}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
         prompt_set s;
         if (dataset_load(sets[i].name, NULL, 0, 0, &s)) fail_msg("%s: %s", sets[i].name, ds_errmsg());
         if (s.n != sets[i].n) fail_msg("%s: %d prompts, MANIFEST says %d", sets[i].name, s.n, sets[i].n);
         if (sets[i].domain) assert_string_equal(s.v[0].domain, sets[i].domain);
-        if (strcmp(sets[i].name, "mtbench") == 0)
+        if (strcmp(sets[i].name, "mtbench") == 0 || strcmp(sets[i].name, "sb-mt") == 0)
             for (int k = 0; k < s.n; k++) assert_non_null(s.v[k].text2);
+        if (strcmp(sets[i].name, "sb-sum") == 0) assert_non_null(strstr(s.v[0].text, "Summarize"));
         if (strcmp(sets[i].name, "arenahard") == 0) { /* a raw U+2028 stays inside its prompt */
             int found = 0;
             for (int k = 0; k < s.n; k++) found |= strstr(s.v[k].text, "\xe2\x80\xa8") != NULL;

@@ -1,0 +1,227 @@
+/* suffix — SuffixDecoding-style drafting from two depth-capped suffix trees (suffix_tree.h): one
+ * over the request's own tokens (prompt, earlier turns, committed output), one over the outputs of
+ * the requests already finished in this `run` or `serve` (the corpus, FIFO-evicted at
+ * max_nodes). In each tree the longest suffix of the context that has a continuation is matched,
+ * and the chain follows the most frequent child while the product of the count ratios stays at
+ * or above min_prob (re-matching the context + draft when the depth cap is reached); the chain with
+ * the larger sum of those products wins, ties to the request's own tree. Drafts are deterministic:
+ * q_k = delta(x_k), exact at every temperature.
+ *
+ * Confidence c_k: the online acceptance rate (accept_stats.h) of the cell (tree, match-length
+ * bucket, count-ratio bucket of this step), so the count ratio is a feature the acceptance of
+ * earlier drafts calibrates; optional "calibration" temperatures scale logit(c_k). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/common.h"
+#include "../runtime/jcfg.h"
+#include "accept_stats.h"
+#include "drafter.h"
+#include "suffix_tree.h"
+
+#define SF_LB 8 /* match length: 0, 1, 2, 3, 4-5, 6-8, 9-15, 16+ */
+#define SF_RB 5 /* count ratio: < 1/3, < 2/3, < 1, 1 of several, 1 of one */
+#define SF_CELLS (2 * SF_LB * SF_RB)
+#define SF_MAXG 64
+
+typedef struct {
+    int max_depth, max_nodes, min_match, use_corpus;
+    float min_prob, prior, prior_n, shrink;
+    int n_calib;
+    float calib[AS_POS];
+    suffix_tree corpus;
+    accept_counts run;
+    int eos_ok;
+} suffix;
+
+typedef struct {
+    suffix_tree local;
+    int synced;                 /* tokens of the request already in the local tree */
+    accept_counts own;
+    int n, tok[SF_MAXG], cell[SF_MAXG];
+    int *ext;                   /* the context's tail + the draft, for re-matching */
+} sf_state;
+
+typedef struct {
+    int n, tok[SF_MAXG], cell[SF_MAXG];
+    double score;
+} sf_chain;
+
+static int len_bucket(int m) { return m <= 3 ? m : m <= 5 ? 4 : m <= 8 ? 5 : m <= 15 ? 6 : 7; }
+
+static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
+    suffix *g = ds_calloc(1, sizeof *g, "suffix drafter");
+    if (!g) return -1;
+    d->impl = g;
+    g->max_depth = 24, g->max_nodes = 1 << 20, g->min_match = 1, g->use_corpus = 1;
+    g->min_prob = 0.1f, g->prior = 0.2f, g->prior_n = 2, g->shrink = 8;
+    jcfg r;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    DS_TRY(jcfg_int(&r, "max_depth", 2, 64, &g->max_depth));
+    DS_TRY(jcfg_int(&r, "max_nodes", 1024, 1 << 26, &g->max_nodes));
+    DS_TRY(jcfg_int(&r, "min_match", 0, 63, &g->min_match));
+    DS_TRY(jcfg_bool(&r, "corpus", &g->use_corpus));
+    DS_TRY(jcfg_float(&r, "min_prob", 0, 1, &g->min_prob));
+    DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &g->prior));
+    DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &g->prior_n));
+    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->shrink));
+    DS_TRY(accept_calib_parse(jcfg_get(&r, "calibration"), g->calib, &g->n_calib, AS_POS));
+    DS_TRY(jcfg_close(&r));
+    DS_CHECK(g->min_match < g->max_depth, "drafter: min_match %d must be below max_depth %d", g->min_match, g->max_depth);
+    DS_CHECK(g->max_nodes >= 64 * (g->max_depth + 1), "drafter: max_nodes %d is too small for max_depth %d", g->max_nodes,
+             g->max_depth);
+    if (g->use_corpus) DS_TRY(suffix_tree_init(&g->corpus, g->max_depth, g->max_nodes));
+    DS_TRY(accept_counts_init(&g->run, SF_CELLS, g->prior, g->prior_n));
+    g->eos_ok = t->has_tokenizer;
+    d->has_conf = 1;
+    d->deterministic = 1;
+    snprintf(d->describe, sizeof d->describe, "suffix: suffix trees (depth %d) over the request%s, min_prob %.2g",
+             g->max_depth, g->use_corpus ? " and the run's finished outputs" : "", (double)g->min_prob);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "suffix:%d:%d:%g", g->max_depth, g->use_corpus, (double)g->min_prob);
+    return 0;
+fail:
+    return -1; /* close() frees what was made */
+}
+
+static int suffix_begin(drafter *d, request *r, const float *prompt_hidden) {
+    DS_UNUSED(prompt_hidden);
+    suffix *g = d->impl;
+    sf_state *s = ds_calloc(1, sizeof *s, "suffix state");
+    if (!s) return -1;
+    r->dstate = s;
+    /* every appended token makes at most max_depth nodes */
+    long cap = (long)(r->n_prompt + r->max_new + 2) * g->max_depth + 2;
+    DS_TRY(suffix_tree_init(&s->local, g->max_depth, (int)DS_MIN(cap, 1L << 28)));
+    DS_TRY(suffix_tree_begin(&s->local, 0));
+    DS_TRY(accept_counts_init(&s->own, SF_CELLS, 0, 0));
+    DS_TRYP(s->ext = ds_malloc(sizeof(int) * (size_t)(g->max_depth + SF_MAXG + 1), "suffix context"));
+    return 0;
+fail:
+    return -1; /* end() frees what was made */
+}
+
+/* the chain of one tree: match the context's tail, follow the most frequent children */
+static void chain(suffix *g, sf_state *s, suffix_tree *t, int src, int n_ctx, int gamma, sf_chain *c) {
+    int len, node = suffix_tree_match(t, s->ext, n_ctx, &len);
+    double prob = 1;
+    c->n = 0, c->score = 0;
+    if (len < g->min_match || t->cont[node] == 0) return;
+    int lb = len_bucket(len);
+    while (c->n < gamma) {
+        int b = t->depth[node] < g->max_depth ? suffix_tree_best(t, node) : -1;
+        if (b < 0) { /* the depth cap or the end of what was seen: match the context + draft again */
+            node = suffix_tree_match(t, s->ext, n_ctx + c->n, &len);
+            if (len < g->min_match || t->cont[node] == 0 || (b = suffix_tree_best(t, node)) < 0) break;
+        }
+        double ratio = (double)t->count[b] / t->cont[node];
+        if (prob * ratio < g->min_prob) break;
+        prob *= ratio;
+        int rb = ratio < 1.0 / 3 ? 0 : ratio < 2.0 / 3 ? 1 : ratio < 1 ? 2 : t->cont[node] > 1 ? 3 : 4;
+        c->tok[c->n] = t->tok[b];
+        c->cell[c->n] = (src * SF_LB + lb) * SF_RB + rb;
+        s->ext[n_ctx + c->n++] = t->tok[b];
+        c->score += prob;
+        node = b;
+    }
+}
+
+static int suffix_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+    DS_UNUSED(sp);
+    suffix *g = d->impl;
+    sf_state *s = r->dstate;
+    int n = r->toks.n, V = out->V;
+    gamma = DS_MIN(gamma, DS_MIN(SF_MAXG, out->cap));
+    out->n = s->n = 0;
+    /* the local tree takes the tokens committed since the last proposal */
+    DS_TRY(suffix_tree_append(&s->local, r->toks.v + s->synced, n - s->synced));
+    s->synced = n;
+    if (gamma <= 0) return 0;
+    int n_ctx = DS_MIN(n, g->max_depth - 1);
+    sf_chain cl, cg = {0};
+    memcpy(s->ext, r->toks.v + n - n_ctx, sizeof(int) * (size_t)n_ctx);
+    chain(g, s, &s->local, 0, n_ctx, gamma, &cl);
+    if (g->use_corpus) {
+        memcpy(s->ext, r->toks.v + n - n_ctx, sizeof(int) * (size_t)n_ctx);
+        chain(g, s, &g->corpus, 1, n_ctx, gamma, &cg);
+    }
+    const sf_chain *c = cg.score > cl.score ? &cg : &cl;
+    int k = 0;
+    for (; k < c->n; k++) {
+        int tk = c->tok[k];
+        float *q = out->q + (size_t)k * V;
+        memset(q, 0, sizeof(float) * (size_t)V);
+        if (d->fault == FAULT_DRAFT_WRONG_Q) /* the control: x drafted, reported as a coin flip */
+            q[tk] = 0.5f, q[(tk + 1) % V] = 0.5f;
+        else
+            q[tk] = 1.0f;
+        out->tok[k] = s->tok[k] = tk;
+        s->cell[k] = c->cell[k];
+        out->conf_raw[k] = accept_conf(&g->run, &s->own, c->cell[k], k, g->shrink);
+        out->conf[k] = accept_calibrated(g->calib, g->n_calib, k, out->conf_raw[k]);
+        if (g->eos_ok && tokenizer_is_eog(&d->t->tk, tk)) {
+            k++;
+            break;
+        }
+    }
+    out->n = s->n = k;
+    return 0;
+fail:
+    return -1;
+}
+
+static int suffix_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+    DS_UNUSED(d), DS_UNUSED(hidden);
+    sf_state *s = r->dstate;
+    accept_observe(&s->own, s->cell, s->tok, s->n, n_accepted, next_token, -1);
+    s->n = 0;
+    return 0;
+}
+
+static void suffix_end(drafter *d, request *r) {
+    suffix *g = d->impl;
+    sf_state *s = r->dstate;
+    if (!s) return;
+    if (s->own.acc) accept_counts_add(&g->run, &s->own);
+    /* the corpus takes this request's output, at most the tail that fits the tree alone (evicting
+     * every older one); end() cannot fail, so a failure (out of memory) leaves the corpus empty */
+    int n_out = DS_MIN(r->toks.n - r->n_prompt, g->max_nodes / (g->max_depth + 1) - 1);
+    if (g->use_corpus && n_out > 0)
+        if (suffix_tree_begin(&g->corpus, 1) || suffix_tree_append(&g->corpus, r->toks.v + r->toks.n - n_out, n_out))
+            suffix_tree_clear(&g->corpus);
+    accept_counts_free(&s->own);
+    suffix_tree_free(&s->local);
+    free(s->ext);
+    free(s);
+    r->dstate = NULL;
+}
+
+static int suffix_rewind(drafter *d, request *r) {
+    DS_UNUSED(d);
+    sf_state *s = r->dstate;
+    suffix_tree_clear(&s->local);
+    DS_TRY(suffix_tree_begin(&s->local, 0));
+    s->synced = 0;
+    s->n = 0;
+    accept_counts_zero(&s->own);
+    return 0;
+fail:
+    return -1;
+}
+
+static void suffix_close(drafter *d) {
+    suffix *g = d->impl;
+    if (!g) return;
+    if (g->use_corpus) suffix_tree_free(&g->corpus);
+    accept_counts_free(&g->run);
+    free(g);
+    d->impl = NULL;
+}
+
+const drafter_ops drafter_suffix = {
+    "suffix",
+    "suffix trees over the request and the run's outputs (training-free): {\"max_depth\": 24, \"min_prob\": 0.1, "
+    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"prior\": 0.2, \"shrink\": 8, \"calibration\": [...]}",
+    suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, NULL, suffix_close,
+    "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0}",
+    NULL,
+};

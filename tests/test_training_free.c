@@ -1,0 +1,258 @@
+/* test_training_free — the deterministic drafters' pieces against brute force: the suffix trie's
+ * counts, continuations and most frequent children (with FIFO eviction), the acceptance counts,
+ * ngram's drafts on crafted contexts, and the suffix drafter drafting from the run's corpus. */
+#include "testutil.h"
+
+#include "../drafters/accept_stats.h"
+#include "../drafters/drafter.h"
+#include "../drafters/suffix_tree.h"
+
+/* occurrences of p[0..m) in x[0..n), and of those the ones followed by a token */
+static void brute(const int *x, int n, const int *p, int m, int *occ, int *cont) {
+    for (int i = 0; i + m <= n; i++) {
+        int ok = 1;
+        for (int j = 0; j < m && ok; j++) ok = x[i + j] == p[j];
+        if (ok) (*occ)++, *cont += i + m < n;
+    }
+}
+
+/* every substring (length <= D) of the kept sequences has its node with the right counts, the
+ * most frequent child is a child of maximal count, and nothing else is in the tree */
+static void check_tree(suffix_tree *t, int **seq, const int *len, int first, int last) {
+    int D = t->max_depth;
+    long distinct = 0;
+    for (int s = first; s < last; s++)
+        for (int i = 0; i < len[s]; i++)
+            for (int m = 1; m <= D && i + m <= len[s]; m++) {
+                const int *p = seq[s] + i;
+                /* count each distinct substring once: at its first occurrence over the kept sequences */
+                int seen = 0;
+                for (int s2 = first; s2 <= s && !seen; s2++)
+                    for (int i2 = 0; i2 + m <= len[s2] && !seen && (s2 < s || i2 < i); i2++)
+                        seen = memcmp(seq[s2] + i2, p, sizeof(int) * (size_t)m) == 0;
+                if (seen) continue;
+                distinct++;
+                int occ = 0, cont = 0;
+                for (int s2 = first; s2 < last; s2++) brute(seq[s2], len[s2], p, m, &occ, &cont);
+                int v = suffix_tree_find(t, p, m);
+                assert_true(v > 0);
+                assert_int_equal(t->count[v], occ);
+                if (m < D) {
+                    assert_int_equal(t->cont[v], cont);
+                    int b = suffix_tree_best(t, v);
+                    if (cont == 0) {
+                        assert_int_equal(b, -1);
+                    } else {
+                        assert_true(b >= 0);
+                        for (int c = t->child[v]; c >= 0; c = t->sib[c]) assert_true(t->count[c] <= t->count[b]);
+                    }
+                }
+            }
+    assert_int_equal(t->n_live, distinct + 1);
+}
+
+static void test_suffix_tree_counts(void **state) {
+    (void)state;
+    enum { NS = 12, L = 40, D = 5 };
+    int *seq[NS], len[NS];
+    rng_t rng;
+    rng_seed(&rng, 7);
+    suffix_tree t;
+    /* small enough that the later sequences evict the early ones */
+    assert_int_equal(suffix_tree_init(&t, D, 300), 0);
+    int first = 0;
+    for (int s = 0; s < NS; s++) {
+        len[s] = 10 + (int)(rng_u64(&rng) % L);
+        seq[s] = malloc(sizeof(int) * (size_t)len[s]);
+        for (int i = 0; i < len[s]; i++) seq[s][i] = (int)(rng_u64(&rng) % 5); /* 5 tokens: many repeats */
+        assert_int_equal(suffix_tree_begin(&t, 1), 0);
+        /* in two pieces: appends continue the sequence */
+        assert_int_equal(suffix_tree_append(&t, seq[s], len[s] / 2), 0);
+        assert_int_equal(suffix_tree_append(&t, seq[s] + len[s] / 2, len[s] - len[s] / 2), 0);
+        first = s + 1 - t.n_seq; /* FIFO: the kept ones are the newest */
+        check_tree(&t, seq, len, first, s + 1);
+    }
+    assert_true(first > 0); /* eviction happened */
+    /* match: the longest suffix with a continuation */
+    int ctx[3] = {seq[NS - 1][0], seq[NS - 1][1], 99}, ml;
+    suffix_tree_match(&t, ctx, 3, &ml);
+    assert_int_equal(ml, 0); /* token 99 never occurs */
+    suffix_tree_match(&t, ctx, 2, &ml);
+    assert_true(ml >= 1 && ml <= 2);
+    suffix_tree_free(&t);
+    for (int s = 0; s < NS; s++) free(seq[s]);
+}
+
+static void test_accept_observe(void **state) {
+    (void)state;
+    accept_counts run, own;
+    assert_int_equal(accept_counts_init(&run, 2, 0.25f, 4), 0);
+    assert_int_equal(accept_counts_init(&own, 2, 0, 0), 0);
+    int cell[3] = {1, 1, 1}, tok[3] = {5, 6, 7};
+    assert_float_equal(accept_conf(&run, &own, 1, 0, 8), 0.25f, 1e-6);
+    /* 1 accepted, then the committed token equals x_2 (not verified, bonus drawn as x_2) */
+    assert_int_equal(accept_observe(&own, cell, tok, 3, 1, 6, -1), 2);
+    assert_float_equal(own.obs[1 * AS_POS + 0], 1, 0);
+    assert_float_equal(own.acc[1 * AS_POS + 1], 1, 0);
+    /* nothing accepted, a different token committed: one observation, a miss */
+    assert_int_equal(accept_observe(&own, cell, tok, 3, 0, 9, -1), 0);
+    assert_float_equal(own.obs[1 * AS_POS + 0], 2, 0);
+    assert_float_equal(own.acc[1 * AS_POS + 0], 1, 0);
+    /* all accepted: positions 1..3, the bonus compared with what the copy would draft next */
+    assert_int_equal(accept_observe(&own, cell, tok, 3, 3, 8, 8), 4);
+    assert_float_equal(own.obs[1 * AS_POS + 2], 1, 0);
+    /* shrinkage: (own acc + 8 * 0.25) / (own obs + 8) at position 1 */
+    assert_float_equal(accept_conf(&run, &own, 1, 0, 8), (2 + 8 * 0.25f) / (3 + 8), 1e-6);
+    accept_counts_add(&run, &own);
+    assert_float_equal(run.obs[1 * AS_POS], 4 + 3, 0);
+    accept_counts_free(&run);
+    accept_counts_free(&own);
+}
+
+/* a drafter on a fake target: a vocabulary and no tokenizer is all the training-free ones read */
+typedef struct {
+    target t;
+    drafter d;
+    draft_block b;
+} fake;
+
+static void fake_open(fake *f, const char *name, const char *cfg) {
+    memset(f, 0, sizeof *f);
+    f->t.m.cfg.vocab_size = 16;
+    cJSON *c = cJSON_Parse(cfg);
+    assert_non_null(c);
+    assert_int_equal(drafter_open(&f->d, name, c, &f->t), 0);
+    cJSON_Delete(c);
+    assert_int_equal(draft_block_init(&f->b, 8, 16, 1), 0);
+}
+
+static void fake_close(fake *f) {
+    draft_block_free(&f->b);
+    drafter_close(&f->d);
+}
+
+static void req_set(request *r, const int *x, int n, int n_prompt) {
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < n; i++) assert_int_equal(ivec_push(&r->toks, x[i]), 0);
+    r->n_prompt = n_prompt;
+    r->max_new = 64;
+}
+
+static void check_onehot(const draft_block *b) {
+    for (int k = 0; k < b->n; k++)
+        for (int v = 0; v < b->V; v++) assert_float_equal(b->q[(size_t)k * b->V + v], v == b->tok[k] ? 1.0f : 0.0f, 0);
+}
+
+static void test_ngram_drafts(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "ngram", "{\"n_min\": 2, \"n_max\": 4}");
+    assert_true(f.d.deterministic && f.d.has_conf);
+    request r;
+    /* "1 2 3 4 9 ... 1 2 3": the longest match (1 2 3) is followed by 4 9 */
+    int x[] = {1, 2, 3, 4, 9, 5, 2, 3, 7, 1, 2, 3};
+    req_set(&r, x, 12, 12);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 4);
+    int want[] = {4, 9, 5, 2};
+    assert_memory_equal(f.b.tok, want, sizeof want);
+    check_onehot(&f.b);
+    for (int k = 0; k < 4; k++) assert_true(f.b.conf[k] > 0 && f.b.conf[k] < 1);
+    /* commit 2 accepted + a token that is not the copy's: the context grows, the cell learns */
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 2, 8, NULL), 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    /* the most recent of two equally long matches; a run that copies into its own draft */
+    int y[] = {6, 6, 5, 1, 6, 6, 7, 3, 6, 6};
+    req_set(&r, y, 10, 10);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    int want2[] = {7, 3, 6};
+    assert_int_equal(f.b.n, 3);
+    assert_memory_equal(f.b.tok, want2, sizeof want2);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    int z[] = {4, 4, 4};
+    req_set(&r, z, 3, 3);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 5, NULL, &f.b), 0);
+    int want3[] = {4, 4, 4, 4, 4};
+    assert_int_equal(f.b.n, 5);
+    assert_memory_equal(f.b.tok, want3, sizeof want3);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    /* below n_min: nothing */
+    int w[] = {1, 2, 3, 1};
+    req_set(&r, w, 4, 4);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+    /* bad settings name the key */
+    cJSON *c = cJSON_Parse("{\"n_min\": 5, \"n_max\": 2}");
+    drafter d;
+    assert_int_equal(drafter_open(&d, "ngram", c, &f.t), -1);
+    cJSON_Delete(c);
+    c = cJSON_Parse("{\"nmax\": 2}");
+    assert_int_equal(drafter_open(&d, "ngram", c, &f.t), -1);
+    cJSON_Delete(c);
+}
+
+static void test_suffix_corpus(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "suffix", "{\"max_depth\": 8, \"min_prob\": 0.1}");
+    request r;
+    /* request 1: its output 3 4 5 6 7 8 goes to the corpus when it ends */
+    int a[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    req_set(&r, a, 8, 2);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    /* request 2 never saw "5 6" continue, the corpus has: 7 8 */
+    int b[] = {9, 10, 11, 5, 6};
+    req_set(&r, b, 5, 5);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    int want[] = {7, 8};
+    assert_int_equal(f.b.n, 2);
+    assert_memory_equal(f.b.tok, want, sizeof want);
+    check_onehot(&f.b);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    /* a tie of scores (1 for one token each) goes to the request's own history */
+    int c[] = {1, 5, 6, 9, 1, 5, 6, 9, 1, 5, 6};
+    req_set(&r, c, 11, 11);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 1, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 1);
+    assert_int_equal(f.b.tok[0], 9); /* own: 1 5 6 -> 9 (twice); corpus: 5 6 -> 7 */
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    /* the chain follows the most frequent continuation, and stops where the product of the ratios
+     * falls under min_prob: 2 -> 3 (3 of 4), then 2 3 -> 4, 5 or 6 (1 of 3 each): 0.75 / 3 < 0.3 */
+    fake_close(&f);
+    fake_open(&f, "suffix", "{\"max_depth\": 8, \"min_prob\": 0.3, \"corpus\": false}");
+    int e[] = {2, 3, 4, 2, 3, 5, 2, 3, 6, 2, 7, 3, 8, 2};
+    req_set(&r, e, 14, 14);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 1);
+    assert_int_equal(f.b.tok[0], 3);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_suffix_tree_counts),
+        cmocka_unit_test(test_accept_observe),
+        cmocka_unit_test(test_ngram_drafts),
+        cmocka_unit_test(test_suffix_corpus),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
