@@ -28,6 +28,7 @@ void accept_counts_free(accept_counts *c) {
 
 void accept_counts_zero(accept_counts *c) {
     size_t n = (size_t)c->n_cells * AS_POS;
+    c->hits = c->expect = 0;
     memset(c->acc, 0, sizeof(float) * n);
     memset(c->obs, 0, sizeof(float) * n);
 }
@@ -37,26 +38,34 @@ void accept_counts_add(accept_counts *dst, const accept_counts *src) {
     for (size_t i = 0; i < n; i++) dst->acc[i] += src->acc[i], dst->obs[i] += src->obs[i];
 }
 
-float accept_conf(const accept_counts *run, const accept_counts *own, int cell, int k, float shrink) {
-    size_t i = (size_t)cell * AS_POS + (size_t)DS_MIN(k, AS_POS - 1);
+static float base_rate(const accept_counts *run, const accept_counts *own, float shrink, size_t i) {
     float rate = run->obs[i] > 0 ? run->acc[i] / run->obs[i] : 0.5f;
-    float c = (own->acc[i] + shrink * rate) / (own->obs[i] + shrink);
+    return (own->acc[i] + shrink * rate) / (own->obs[i] + shrink);
+}
+
+float accept_conf(const accept_counts *run, const accept_counts *own, const accept_prior *ap, int cell, int k) {
+    size_t i = (size_t)cell * AS_POS + (size_t)DS_MIN(k, AS_POS - 1);
+    float f = (float)((own->hits + ap->req_weight) / (own->expect + ap->req_weight));
+    float c = base_rate(run, own, ap->shrink, i) * f;
     return DS_MIN(0.999f, DS_MAX(0.001f, c));
 }
 
-static void count(accept_counts *c, int cell, int k, int accepted) {
+static void count(accept_counts *own, const accept_counts *run, const accept_prior *ap, int cell, int k, int accepted) {
     size_t i = (size_t)cell * AS_POS + (size_t)DS_MIN(k, AS_POS - 1);
-    c->obs[i] += 1;
-    c->acc[i] += (float)accepted;
+    own->expect += base_rate(run, own, ap->shrink, i); /* what was predicted before this outcome */
+    own->hits += accepted;
+    own->obs[i] += 1;
+    own->acc[i] += (float)accepted;
 }
 
-int accept_observe(accept_counts *own, const int *cell, const int *tok, int n, int n_acc, int next, int after) {
+int accept_observe(accept_counts *own, const accept_counts *run, const accept_prior *ap, const int *cell, const int *tok,
+                   int n, int n_acc, int next, int after) {
     if (n <= 0) return 0;
     n_acc = DS_MIN(n_acc, n);
-    for (int k = 0; k < n_acc; k++) count(own, cell[k], k, 1);
+    for (int k = 0; k < n_acc; k++) count(own, run, ap, cell[k], k, 1);
     if (n_acc < n) { /* position n_acc + 1 is observed through the committed token */
         int hit = next == tok[n_acc];
-        count(own, cell[n_acc], n_acc, hit);
+        count(own, run, ap, cell[n_acc], n_acc, hit);
         return n_acc + hit;
     }
     return n_acc + (after >= 0 && next == after);

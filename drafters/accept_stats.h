@@ -19,6 +19,7 @@
 typedef struct {
     int n_cells;
     float *acc, *obs; /* [n_cells][AS_POS] */
+    double hits, expect; /* a request's: accepted observations, and the rates predicted for them */
 } accept_counts;
 
 /* every cell starts at rate prior with weight pseudo-observations (weight 0: all zero) */
@@ -27,15 +28,22 @@ void accept_counts_free(accept_counts *c);
 void accept_counts_zero(accept_counts *c);
 void accept_counts_add(accept_counts *dst, const accept_counts *src);
 
-/* c_k (k = 0-based position) of a cell: (own acc + shrink * run rate) / (own obs + shrink), in
- * [0.001, 0.999] */
-float accept_conf(const accept_counts *run, const accept_counts *own, int cell, int k, float shrink);
+/* How the estimate is made: c_k of a cell at 0-based position k is the cell's rate,
+ *   base = (own acc + shrink * run rate) / (own obs + shrink),
+ * times the request's factor (hits + req_weight) / (expect + req_weight), the ratio of what this
+ * request accepted to what base predicted for it (a request that copies more or less than the run's
+ * average, in every cell), in [0.001, 0.999]. */
+typedef struct {
+    float shrink, req_weight;
+} accept_prior;
+float accept_conf(const accept_counts *run, const accept_counts *own, const accept_prior *ap, int cell, int k);
 
 /* One round's outcome of the drafts tok[0..n) with cells cell[0..n): n_acc accepted, then next
  * committed. Returns how many of the n_acc + 1 committed tokens equal the draft's (the draft ran
  * that far; n_acc + 1 means the round committed only drafted tokens, or past its end when
  * `after` (the token the copy would have drafted next, -1 if none) equals next). */
-int accept_observe(accept_counts *own, const int *cell, const int *tok, int n, int n_acc, int next, int after);
+int accept_observe(accept_counts *own, const accept_counts *run, const accept_prior *ap, const int *cell, const int *tok,
+                   int n, int n_acc, int next, int after);
 
 /* "calibration": [T_1, ...] temperatures (from `calibrate`) on logit(c_k); absent: none */
 int accept_calib_parse(const cJSON *arr, float *T, int *n_T, int max_T);

@@ -26,7 +26,7 @@
 typedef struct {
     int n_min, n_max;
     float prior, prior_n;   /* run-wide rates start at prior with this many pseudo-observations */
-    float shrink;           /* weight of the run-wide rate against a request's own counts */
+    accept_prior ap;        /* how own counts and run-wide rates combine (accept_stats.h) */
     int n_calib;
     float calib[AS_POS];
     accept_counts run;      /* finished requests */
@@ -50,14 +50,15 @@ static int ngram_open(drafter *d, const cJSON *cfg, target *t) {
     ngram *g = ds_calloc(1, sizeof *g, "ngram drafter");
     if (!g) return -1;
     d->impl = g;
-    g->n_min = 1, g->n_max = 8, g->prior = 0.2f, g->prior_n = 2, g->shrink = 8;
+    g->n_min = 1, g->n_max = 8, g->prior = 0.2f, g->prior_n = 2, g->ap.shrink = 8, g->ap.req_weight = 4;
     jcfg r;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_int(&r, "n_min", 0, 64, &g->n_min));
     DS_TRY(jcfg_int(&r, "n_max", 1, 64, &g->n_max));
     DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &g->prior));
     DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &g->prior_n));
-    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->shrink));
+    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->ap.shrink));
+    DS_TRY(jcfg_float(&r, "request_weight", 0.01f, 1e9, &g->ap.req_weight));
     DS_TRY(accept_calib_parse(jcfg_get(&r, "calibration"), g->calib, &g->n_calib, AS_POS));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(g->n_min <= g->n_max, "drafter: n_min %d exceeds n_max %d", g->n_min, g->n_max);
@@ -130,7 +131,7 @@ static int ngram_propose(drafter *d, request *r, int gamma, const sampling_param
             q[tk] = 0.5f, q[(tk + 1) % V] = 0.5f;
         else
             q[tk] = 1.0f;
-        out->conf_raw[k] = accept_conf(&g->run, &s->own, cell, k, g->shrink);
+        out->conf_raw[k] = accept_conf(&g->run, &s->own, &g->ap, cell, k);
         out->conf[k] = accept_calibrated(g->calib, g->n_calib, k, out->conf_raw[k]);
         s->cell[k++] = cell;
         if (g->eos_ok && tokenizer_is_eog(&d->t->tk, tk)) break;
@@ -145,10 +146,11 @@ fail:
 }
 
 static int ngram_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(d), DS_UNUSED(hidden);
+    DS_UNUSED(hidden);
+    ngram *g = d->impl;
     ng_state *s = r->dstate;
     int after = s->n ? s->ext[s->src + s->n] : -1;
-    int copied = accept_observe(&s->own, s->cell, s->tok, s->n, n_accepted, next_token, after);
+    int copied = accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, n_accepted, next_token, after);
     /* the round committed only copied tokens: a match continuing this copy starts at src_next */
     s->last_full = s->n > 0 && copied == n_accepted + 1;
     s->src_next = s->src + copied;
@@ -188,7 +190,7 @@ static void ngram_close(drafter *d) {
 
 const drafter_ops drafter_ngram = {
     "ngram",
-    "prompt lookup (training-free): {\"n_min\": 1, \"n_max\": 8, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
+    "prompt lookup (training-free): {\"n_min\": 1, \"n_max\": 8, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, \"request_weight\": 4, "
     "\"calibration\": [T_1, ...]}",
     ngram_open, ngram_begin, ngram_propose, ngram_commit, ngram_end, ngram_rewind, NULL, ngram_close,
     "{\"n_min\": 0, \"n_max\": 3}",

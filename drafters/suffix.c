@@ -26,7 +26,8 @@
 
 typedef struct {
     int max_depth, max_nodes, min_match, use_corpus;
-    float min_prob, prior, prior_n, shrink;
+    float min_prob, prior, prior_n;
+    accept_prior ap;
     int n_calib;
     float calib[AS_POS];
     suffix_tree corpus;
@@ -54,7 +55,7 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     if (!g) return -1;
     d->impl = g;
     g->max_depth = 24, g->max_nodes = 1 << 20, g->min_match = 1, g->use_corpus = 1;
-    g->min_prob = 0.1f, g->prior = 0.2f, g->prior_n = 2, g->shrink = 8;
+    g->min_prob = 0.1f, g->prior = 0.2f, g->prior_n = 2, g->ap.shrink = 8, g->ap.req_weight = 4;
     jcfg r;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_int(&r, "max_depth", 2, 64, &g->max_depth));
@@ -64,7 +65,8 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_float(&r, "min_prob", 0, 1, &g->min_prob));
     DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &g->prior));
     DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &g->prior_n));
-    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->shrink));
+    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->ap.shrink));
+    DS_TRY(jcfg_float(&r, "request_weight", 0.01f, 1e9, &g->ap.req_weight));
     DS_TRY(accept_calib_parse(jcfg_get(&r, "calibration"), g->calib, &g->n_calib, AS_POS));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(g->min_match < g->max_depth, "drafter: min_match %d must be below max_depth %d", g->min_match, g->max_depth);
@@ -156,7 +158,7 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
             q[tk] = 1.0f;
         out->tok[k] = s->tok[k] = tk;
         s->cell[k] = c->cell[k];
-        out->conf_raw[k] = accept_conf(&g->run, &s->own, c->cell[k], k, g->shrink);
+        out->conf_raw[k] = accept_conf(&g->run, &s->own, &g->ap, c->cell[k], k);
         out->conf[k] = accept_calibrated(g->calib, g->n_calib, k, out->conf_raw[k]);
         if (g->eos_ok && tokenizer_is_eog(&d->t->tk, tk)) {
             k++;
@@ -170,9 +172,10 @@ fail:
 }
 
 static int suffix_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(d), DS_UNUSED(hidden);
+    DS_UNUSED(hidden);
+    suffix *g = d->impl;
     sf_state *s = r->dstate;
-    accept_observe(&s->own, s->cell, s->tok, s->n, n_accepted, next_token, -1);
+    accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, n_accepted, next_token, -1);
     s->n = 0;
     return 0;
 }
@@ -220,7 +223,7 @@ static void suffix_close(drafter *d) {
 const drafter_ops drafter_suffix = {
     "suffix",
     "suffix trees over the request and the run's outputs (training-free): {\"max_depth\": 24, \"min_prob\": 0.1, "
-    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"prior\": 0.2, \"shrink\": 8, \"calibration\": [...]}",
+    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"prior\": 0.2, \"shrink\": 8, \"request_weight\": 4, \"calibration\": [...]}",
     suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, NULL, suffix_close,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0}",
     NULL,

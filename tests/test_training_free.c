@@ -86,25 +86,34 @@ static void test_suffix_tree_counts(void **state) {
 static void test_accept_observe(void **state) {
     (void)state;
     accept_counts run, own;
+    accept_prior flat = {8, 1e9f}; /* no request factor */
     assert_int_equal(accept_counts_init(&run, 2, 0.25f, 4), 0);
     assert_int_equal(accept_counts_init(&own, 2, 0, 0), 0);
     int cell[3] = {1, 1, 1}, tok[3] = {5, 6, 7};
-    assert_float_equal(accept_conf(&run, &own, 1, 0, 8), 0.25f, 1e-6);
+    assert_float_equal(accept_conf(&run, &own, &flat, 1, 0), 0.25f, 1e-6);
     /* 1 accepted, then the committed token equals x_2 (not verified, bonus drawn as x_2) */
-    assert_int_equal(accept_observe(&own, cell, tok, 3, 1, 6, -1), 2);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, 1, 6, -1), 2);
     assert_float_equal(own.obs[1 * AS_POS + 0], 1, 0);
     assert_float_equal(own.acc[1 * AS_POS + 1], 1, 0);
     /* nothing accepted, a different token committed: one observation, a miss */
-    assert_int_equal(accept_observe(&own, cell, tok, 3, 0, 9, -1), 0);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, 0, 9, -1), 0);
     assert_float_equal(own.obs[1 * AS_POS + 0], 2, 0);
     assert_float_equal(own.acc[1 * AS_POS + 0], 1, 0);
     /* all accepted: positions 1..3, the bonus compared with what the copy would draft next */
-    assert_int_equal(accept_observe(&own, cell, tok, 3, 3, 8, 8), 4);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, 3, 8, 8), 4);
     assert_float_equal(own.obs[1 * AS_POS + 2], 1, 0);
     /* shrinkage: (own acc + 8 * 0.25) / (own obs + 8) at position 1 */
-    assert_float_equal(accept_conf(&run, &own, 1, 0, 8), (2 + 8 * 0.25f) / (3 + 8), 1e-6);
+    assert_float_equal(accept_conf(&run, &own, &flat, 1, 0), (2 + 8 * 0.25f) / (3 + 8), 1e-6);
+    /* the request factor: 5 hits where the rates predicted less, so every cell is scaled up */
+    assert_float_equal((float)own.hits, 5, 0);
+    assert_true(own.expect > 0 && own.expect < 5);
+    accept_prior req = {8, 4};
+    float f = (float)((own.hits + 4) / (own.expect + 4));
+    assert_float_equal(accept_conf(&run, &own, &req, 0, 0), 0.25f * f, 1e-6); /* an unseen cell */
     accept_counts_add(&run, &own);
     assert_float_equal(run.obs[1 * AS_POS], 4 + 3, 0);
+    accept_counts_zero(&own);
+    assert_true(own.hits == 0 && own.expect == 0);
     accept_counts_free(&run);
     accept_counts_free(&own);
 }
