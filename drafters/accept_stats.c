@@ -71,22 +71,34 @@ int accept_observe(accept_counts *own, const accept_counts *run, const accept_pr
     return n_acc + (after >= 0 && next == after);
 }
 
-int accept_calib_parse(const cJSON *arr, float *T, int *n_T, int max_T) {
-    *n_T = 0;
+int accept_prior_read(jcfg *r, accept_prior *ap) {
+    *ap = (accept_prior){.prior = 0.2f, .prior_n = 2, .shrink = 8, .req_weight = 4};
+    DS_TRY(jcfg_float(r, "prior", 0.001, 0.999, &ap->prior));
+    DS_TRY(jcfg_float(r, "prior_weight", 0.01, 1e6, &ap->prior_n));
+    DS_TRY(jcfg_float(r, "shrink", 0, 1e6, &ap->shrink));
+    DS_TRY(jcfg_float(r, "request_weight", 0.01f, 1e9, &ap->req_weight));
+    const cJSON *arr = jcfg_get(r, "calibration");
     if (!arr) return 0;
-    DS_CHECK(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) <= max_T,
-             "drafter: 'calibration' must be an array of at most %d temperatures", max_T);
+    DS_CHECK(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) <= AS_POS,
+             "drafter: 'calibration' must be an array of at most %d temperatures", AS_POS);
     for (const cJSON *e = arr->child; e; e = e->next) {
         DS_CHECK(cJSON_IsNumber(e) && e->valuedouble > 0 && isfinite(e->valuedouble),
-                 "drafter: 'calibration'[%d] must be a positive temperature", *n_T);
-        T[(*n_T)++] = (float)e->valuedouble;
+                 "drafter: 'calibration'[%d] must be a positive temperature", ap->n_calib);
+        ap->calib[ap->n_calib++] = (float)e->valuedouble;
     }
     return 0;
 fail:
     return -1;
 }
 
-float accept_calibrated(const float *T, int n_T, int k, float c) {
-    if (k >= n_T) return c;
-    return 1.0f / (1.0f + expf(-logf(c / (1 - c)) / T[k]));
+void accept_draft(draft_block *out, int k, int tok, int cell, verify_fault fault, const accept_counts *run,
+                  const accept_counts *own, const accept_prior *ap) {
+    float *q = out->q + (size_t)k * out->V;
+    memset(q, 0, sizeof(float) * (size_t)out->V);
+    if (fault == FAULT_DRAFT_WRONG_Q) q[tok] = 0.5f, q[(tok + 1) % out->V] = 0.5f;
+    else q[tok] = 1.0f;
+    out->tok[k] = tok;
+    float c = out->conf_raw[k] = accept_conf(run, own, ap, cell, k);
+    if (k < ap->n_calib) c = 1.0f / (1.0f + expf(-logf(c / (1 - c)) / ap->calib[k]));
+    out->conf[k] = c;
 }

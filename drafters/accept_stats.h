@@ -12,7 +12,8 @@
 #ifndef DS_ACCEPT_STATS_H
 #define DS_ACCEPT_STATS_H
 
-#include <cJSON.h>
+#include "../runtime/jcfg.h"
+#include "drafter.h"
 
 #define AS_POS 16 /* positions with their own counts (later ones share the last) */
 
@@ -34,8 +35,15 @@ void accept_counts_add(accept_counts *dst, const accept_counts *src);
  * request accepted to what base predicted for it (a request that copies more or less than the run's
  * average, in every cell), in [0.001, 0.999]. */
 typedef struct {
+    float prior, prior_n;   /* run-wide rates start at prior with prior_n pseudo-observations */
     float shrink, req_weight;
+    int n_calib;
+    float calib[AS_POS];    /* "calibration" temperatures (from `calibrate`) on logit(c_k) */
 } accept_prior;
+
+/* the defaults (0.2, 2, 8, 4, none), then the drafter object's keys prior, prior_weight, shrink,
+ * request_weight and calibration */
+int accept_prior_read(jcfg *r, accept_prior *ap);
 float accept_conf(const accept_counts *run, const accept_counts *own, const accept_prior *ap, int cell, int k);
 
 /* One round's outcome of the drafts tok[0..n) with cells cell[0..n): n_acc accepted, then next
@@ -45,8 +53,9 @@ float accept_conf(const accept_counts *run, const accept_counts *own, const acce
 int accept_observe(accept_counts *own, const accept_counts *run, const accept_prior *ap, const int *cell, const int *tok,
                    int n, int n_acc, int next, int after);
 
-/* "calibration": [T_1, ...] temperatures (from `calibrate`) on logit(c_k); absent: none */
-int accept_calib_parse(const cJSON *arr, float *T, int *n_T, int max_T);
-float accept_calibrated(const float *T, int n_T, int k, float c);
+/* draft k of a deterministic drafter: x = tok with q = delta(x) (or, as the gate's draft-wrong-q
+ * control, reported as a coin flip between x and x + 1), and its raw and calibrated c_k */
+void accept_draft(draft_block *out, int k, int tok, int cell, verify_fault fault, const accept_counts *run,
+                  const accept_counts *own, const accept_prior *ap);
 
 #endif

@@ -25,10 +25,7 @@
 
 typedef struct {
     int n_min, n_max;
-    float prior, prior_n;   /* run-wide rates start at prior with this many pseudo-observations */
     accept_prior ap;        /* how own counts and run-wide rates combine (accept_stats.h) */
-    int n_calib;
-    float calib[AS_POS];
     accept_counts run;      /* finished requests */
     int eos_ok;             /* the target has a tokenizer: a draft stops after end-of-generation */
 } ngram;
@@ -50,19 +47,15 @@ static int ngram_open(drafter *d, const cJSON *cfg, target *t) {
     ngram *g = ds_calloc(1, sizeof *g, "ngram drafter");
     if (!g) return -1;
     d->impl = g;
-    g->n_min = 1, g->n_max = 8, g->prior = 0.2f, g->prior_n = 2, g->ap.shrink = 8, g->ap.req_weight = 4;
+    g->n_min = 1, g->n_max = 8;
     jcfg r;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_int(&r, "n_min", 0, 64, &g->n_min));
     DS_TRY(jcfg_int(&r, "n_max", 1, 64, &g->n_max));
-    DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &g->prior));
-    DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &g->prior_n));
-    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->ap.shrink));
-    DS_TRY(jcfg_float(&r, "request_weight", 0.01f, 1e9, &g->ap.req_weight));
-    DS_TRY(accept_calib_parse(jcfg_get(&r, "calibration"), g->calib, &g->n_calib, AS_POS));
+    DS_TRY(accept_prior_read(&r, &g->ap));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(g->n_min <= g->n_max, "drafter: n_min %d exceeds n_max %d", g->n_min, g->n_max);
-    DS_TRY(accept_counts_init(&g->run, NG_CELLS, g->prior, g->prior_n));
+    DS_TRY(accept_counts_init(&g->run, NG_CELLS, g->ap.prior, g->ap.prior_n));
     g->eos_ok = t->has_tokenizer;
     d->has_conf = 1;
     d->deterministic = 1;
@@ -92,7 +85,7 @@ static int ngram_propose(drafter *d, request *r, int gamma, const sampling_param
     ngram *g = d->impl;
     ng_state *s = r->dstate;
     const int *x = r->toks.v;
-    int n = r->toks.n, V = out->V;
+    int n = r->toks.n;
     gamma = DS_MIN(gamma, DS_MIN(NG_MAXG, out->cap));
     out->n = s->n = 0;
     if (n < 2 || gamma <= 0) return 0;
@@ -124,15 +117,7 @@ static int ngram_propose(drafter *d, request *r, int gamma, const sampling_param
     while (k < gamma) {
         int tk = s->ext[src + k];
         s->ext[n + k] = tk;
-        out->tok[k] = tk;
-        float *q = out->q + (size_t)k * V;
-        memset(q, 0, sizeof(float) * (size_t)V);
-        if (d->fault == FAULT_DRAFT_WRONG_Q) /* the control: copy x, report it as a coin flip */
-            q[tk] = 0.5f, q[(tk + 1) % V] = 0.5f;
-        else
-            q[tk] = 1.0f;
-        out->conf_raw[k] = accept_conf(&g->run, &s->own, &g->ap, cell, k);
-        out->conf[k] = accept_calibrated(g->calib, g->n_calib, k, out->conf_raw[k]);
+        accept_draft(out, k, tk, cell, d->fault, &g->run, &s->own, &g->ap);
         s->cell[k++] = cell;
         if (g->eos_ok && tokenizer_is_eog(&d->t->tk, tk)) break;
     }

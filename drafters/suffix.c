@@ -26,10 +26,8 @@
 
 typedef struct {
     int max_depth, max_nodes, min_match, use_corpus;
-    float min_prob, prior, prior_n;
+    float min_prob;
     accept_prior ap;
-    int n_calib;
-    float calib[AS_POS];
     suffix_tree corpus;
     accept_counts run;
     int eos_ok;
@@ -55,7 +53,7 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     if (!g) return -1;
     d->impl = g;
     g->max_depth = 24, g->max_nodes = 1 << 20, g->min_match = 1, g->use_corpus = 1;
-    g->min_prob = 0.1f, g->prior = 0.2f, g->prior_n = 2, g->ap.shrink = 8, g->ap.req_weight = 4;
+    g->min_prob = 0.1f;
     jcfg r;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_int(&r, "max_depth", 2, 64, &g->max_depth));
@@ -63,17 +61,13 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_int(&r, "min_match", 0, 63, &g->min_match));
     DS_TRY(jcfg_bool(&r, "corpus", &g->use_corpus));
     DS_TRY(jcfg_float(&r, "min_prob", 0, 1, &g->min_prob));
-    DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &g->prior));
-    DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &g->prior_n));
-    DS_TRY(jcfg_float(&r, "shrink", 0, 1e6, &g->ap.shrink));
-    DS_TRY(jcfg_float(&r, "request_weight", 0.01f, 1e9, &g->ap.req_weight));
-    DS_TRY(accept_calib_parse(jcfg_get(&r, "calibration"), g->calib, &g->n_calib, AS_POS));
+    DS_TRY(accept_prior_read(&r, &g->ap));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(g->min_match < g->max_depth, "drafter: min_match %d must be below max_depth %d", g->min_match, g->max_depth);
     DS_CHECK(g->max_nodes >= 64 * (g->max_depth + 1), "drafter: max_nodes %d is too small for max_depth %d", g->max_nodes,
              g->max_depth);
     if (g->use_corpus) DS_TRY(suffix_tree_init(&g->corpus, g->max_depth, g->max_nodes));
-    DS_TRY(accept_counts_init(&g->run, SF_CELLS, g->prior, g->prior_n));
+    DS_TRY(accept_counts_init(&g->run, SF_CELLS, g->ap.prior, g->ap.prior_n));
     g->eos_ok = t->has_tokenizer;
     d->has_conf = 1;
     d->deterministic = 1;
@@ -131,7 +125,7 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
     DS_UNUSED(sp);
     suffix *g = d->impl;
     sf_state *s = r->dstate;
-    int n = r->toks.n, V = out->V;
+    int n = r->toks.n;
     gamma = DS_MIN(gamma, DS_MIN(SF_MAXG, out->cap));
     out->n = s->n = 0;
     /* the local tree takes the tokens committed since the last proposal */
@@ -150,16 +144,9 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
     int k = 0;
     for (; k < c->n; k++) {
         int tk = c->tok[k];
-        float *q = out->q + (size_t)k * V;
-        memset(q, 0, sizeof(float) * (size_t)V);
-        if (d->fault == FAULT_DRAFT_WRONG_Q) /* the control: x drafted, reported as a coin flip */
-            q[tk] = 0.5f, q[(tk + 1) % V] = 0.5f;
-        else
-            q[tk] = 1.0f;
-        out->tok[k] = s->tok[k] = tk;
+        accept_draft(out, k, tk, c->cell[k], d->fault, &g->run, &s->own, &g->ap);
+        s->tok[k] = tk;
         s->cell[k] = c->cell[k];
-        out->conf_raw[k] = accept_conf(&g->run, &s->own, &g->ap, c->cell[k], k);
-        out->conf[k] = accept_calibrated(g->calib, g->n_calib, k, out->conf_raw[k]);
         if (g->eos_ok && tokenizer_is_eog(&d->t->tk, tk)) {
             k++;
             break;

@@ -86,7 +86,7 @@ static void test_suffix_tree_counts(void **state) {
 static void test_accept_observe(void **state) {
     (void)state;
     accept_counts run, own;
-    accept_prior flat = {8, 1e9f}; /* no request factor */
+    accept_prior flat = {.shrink = 8, .req_weight = 1e9f}; /* no request factor */
     assert_int_equal(accept_counts_init(&run, 2, 0.25f, 4), 0);
     assert_int_equal(accept_counts_init(&own, 2, 0, 0), 0);
     int cell[3] = {1, 1, 1}, tok[3] = {5, 6, 7};
@@ -107,7 +107,7 @@ static void test_accept_observe(void **state) {
     /* the request factor: 5 hits where the rates predicted less, so every cell is scaled up */
     assert_float_equal((float)own.hits, 5, 0);
     assert_true(own.expect > 0 && own.expect < 5);
-    accept_prior req = {8, 4};
+    accept_prior req = {.shrink = 8, .req_weight = 4};
     float f = (float)((own.hits + 4) / (own.expect + 4));
     assert_float_equal(accept_conf(&run, &own, &req, 0, 0), 0.25f * f, 1e-6); /* an unseen cell */
     accept_counts_add(&run, &own);
