@@ -35,6 +35,7 @@ typedef struct {
 
 typedef struct {
     const qk_kernels *k;
+    qk_layout layout;           /* rows for the exact contract's kernels, panels for the int8 ones */
     packed_slot *slots;         /* open addressing, power-of-two capacity */
     size_t n_slots, n_used;
     float *wbuf[MAX_THREADS];   /* [GEMM_ROWS][max_cols] dequantized weight rows */
@@ -84,7 +85,7 @@ static const qk_mat *packed_get(cpu_ctx *c, const qmat *w) {
         c->n_slots = cap;
     }
     packed_slot *s = &c->slots[slot_of(c->slots, c->n_slots, w->data)];
-    if (qk_pack(w, &s->m)) return NULL;
+    if (qk_pack(w, c->layout, &s->m)) return NULL;
     s->key = w->data;
     c->n_used++;
     return &s->m;
@@ -203,12 +204,13 @@ static int ensure_sbuf(backend *be, size_t len) {
 static int ensure_act(cpu_ctx *c, int T, int cols) {
     size_t n = (size_t)T * (size_t)cols;
     if (c->act_len >= n) return 0;
-    free(c->act.q), free(c->act.e), free(c->act.s);
+    free(c->act.q), free(c->act.e), free(c->act.s), free(c->act.ps);
     c->act_len = 0;
     c->act.q = ds_aligned_alloc(n, "int8 activations");
     c->act.e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
     c->act.s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
-    if (!c->act.q || !c->act.e || !c->act.s) return -1;
+    c->act.ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
+    if (!c->act.q || !c->act.e || !c->act.s || !c->act.ps) return -1;
     c->act_len = n;
     return 0;
 }
@@ -277,8 +279,9 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
             const qmat *w = W[i];
             int rows = w->rows;
             to_float_fn deq = ggml_type_get(w->type)->to_float;
-            if (pk[i]) { /* fused kernel on this thread's slice of rows */
-                int r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
+            if (pk[i]) { /* fused kernel on this thread's slice of rows (whole panels) */
+                int r0, r1;
+                qk_split(pk[i], tid, nth, &r0, &r1);
                 if (be->exact) k->rows_f32(pk[i], r0, r1, x, c->xsum, T, out[i], (size_t)rows);
                 else k->rows_i8(pk[i], r0, r1, &c->act, out[i], (size_t)rows);
             } else if (gemm) {
@@ -454,7 +457,7 @@ static void cpu_destroy(backend *be) {
             if (c->slots[i].key) qk_mat_free(&c->slots[i].m);
         free(c->slots);
         free(c->xsum);
-        free(c->act.q), free(c->act.e), free(c->act.s);
+        free(c->act.q), free(c->act.e), free(c->act.s), free(c->act.ps);
         free(c);
     }
     free(be);
@@ -475,6 +478,7 @@ backend *backend_cpu_new(const backend_opts *o) {
         return NULL;
     }
     c->k = qk_kernels_for(isa);
+    c->layout = o->exact ? QK_ROWS : QK_PANELS;
     qk_exp_use(c->k); /* sampling's softmax on the same path (bit-identical on every path) */
     openblas_set_num_threads(1);
     be->name = "cpu";

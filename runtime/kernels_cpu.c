@@ -31,44 +31,91 @@ double qk_exp_sum(const float *x, float shift, float *out, int n) {
 
 int qk_supported(const qmat *w) { return (w->type == GGML_Q4_1 || w->type == GGML_Q8_0) && w->cols % 32 == 0; }
 
-int qk_pack(const qmat *w, qk_mat *out) {
+/* the codes and scales of block i of GGUF row src: q[32] in element order, d, m (0 for Q8_0) */
+static void gguf_block(const qmat *w, const uint8_t *src, size_t i, int *q, float *d, float *m) {
+    if (w->type == GGML_Q4_1) {
+        const block_q4_1 *b = (const block_q4_1 *)src + i;
+        for (int j = 0; j < 16; j++) q[j] = b->qs[j] & 15, q[j + 16] = b->qs[j] >> 4; /* ggml: low nibbles first */
+        *d = ds_f16_to_f32(b->d), *m = ds_f16_to_f32(b->m);
+    } else {
+        const block_q8_0 *b = (const block_q8_0 *)src + i;
+        for (int j = 0; j < 32; j++) q[j] = b->qs[j];
+        *d = ds_f16_to_f32(b->d), *m = 0;
+    }
+}
+
+static void pack_rows(const qmat *w, uint8_t *p, size_t nb, size_t rb, size_t qoff) {
+    int q4 = w->type == GGML_Q4_1;
+    for (int r = 0; r < w->rows; r++) {
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        uint8_t *row = p + (size_t)r * rb;
+        float *d = (float *)(row + qoff), *m = d + nb;
+        for (size_t i = 0; i < nb; i++) {
+            int q[32];
+            float mm;
+            gguf_block(w, src, i, q, &d[i], &mm);
+            if (q4) {
+                m[i] = mm;
+                for (int j = 0; j < 32; j++) row[32 * (i / 2) + j] |= (uint8_t)(q[j] << (4 * (i % 2)));
+            } else {
+                for (int j = 0; j < 32; j++) row[32 * i + j] = (uint8_t)(int8_t)q[j];
+            }
+        }
+    }
+}
+
+static void pack_panels(const qmat *w, uint8_t *p, size_t nb, size_t pb, size_t bb, size_t qoff) {
+    int q4 = w->type == GGML_Q4_1;
+    for (int r = 0; r < w->rows; r++) {
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        int rr = r % QK_PANEL;
+        for (size_t i = 0; i < nb; i++) {
+            uint8_t *blk = p + (size_t)(r / QK_PANEL) * pb + i * bb;
+            float *d = (float *)(blk + qoff), *m = d + QK_PANEL;
+            int q[32];
+            float mm;
+            gguf_block(w, src, i, q, &d[rr], &mm);
+            if (q4) m[rr] = mm;
+            for (int k = 0; k < 32; k++) {
+                int step = k / 4, j = k % 4;
+                if (q4) blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(q[k] << (4 * (step / 4)));
+                else blk[64 * step + 4 * rr + j] = (uint8_t)(int8_t)q[k];
+            }
+        }
+    }
+}
+
+int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
     memset(out, 0, sizeof *out);
     if (!qk_supported(w)) {
         ds_error("no fused kernel for a %s matrix of %d columns", ggml_type_name(w->type), w->cols);
         return -1;
     }
-    size_t nb = (size_t)w->cols / 32, qoff = w->type == GGML_Q4_1 ? (nb + 1) / 2 * 32 : nb * 32;
-    size_t rb = qoff + (w->type == GGML_Q4_1 ? 8 : 4) * nb;
-    uint8_t *p = ds_aligned_alloc(rb * (size_t)w->rows, "repacked weights");
-    if (!p) return -1;
-    memset(p, 0, rb * (size_t)w->rows); /* an odd block count leaves the last pair's high nibbles 0 */
-    for (int r = 0; r < w->rows; r++) {
-        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-        uint8_t *row = p + (size_t)r * rb;
-        float *d = (float *)(row + qoff);
-        if (w->type == GGML_Q4_1) {
-            const block_q4_1 *b = (const block_q4_1 *)src;
-            float *m = d + nb;
-            for (size_t i = 0; i < nb; i++) {
-                uint8_t *pair = row + 32 * (i / 2);
-                int shift = 4 * (int)(i % 2);
-                for (int j = 0; j < 16; j++) { /* ggml: low nibbles are elements 0..15, high 16..31 */
-                    pair[j] |= (uint8_t)((b[i].qs[j] & 15) << shift);
-                    pair[j + 16] |= (uint8_t)((b[i].qs[j] >> 4) << shift);
-                }
-                d[i] = ds_f16_to_f32(b[i].d);
-                m[i] = ds_f16_to_f32(b[i].m);
-            }
-        } else {
-            const block_q8_0 *b = (const block_q8_0 *)src;
-            for (size_t i = 0; i < nb; i++) {
-                memcpy(row + 32 * i, b[i].qs, 32);
-                d[i] = ds_f16_to_f32(b[i].d);
-            }
-        }
+    int q4 = w->type == GGML_Q4_1;
+    size_t nb = (size_t)w->cols / 32, qoff, rb, bb = 0, n_units;
+    if (layout == QK_PANELS) {
+        qoff = q4 ? 4 * 64 : 8 * 64;
+        bb = qoff + (q4 ? 2 : 1) * QK_PANEL * sizeof(float);
+        rb = nb * bb;
+        n_units = ((size_t)w->rows + QK_PANEL - 1) / QK_PANEL;
+    } else {
+        qoff = q4 ? (nb + 1) / 2 * 32 : nb * 32;
+        rb = qoff + (q4 ? 8 : 4) * nb;
+        n_units = (size_t)w->rows;
     }
-    *out = (qk_mat){w->type, w->rows, w->cols, (int)nb, rb, qoff, p};
+    uint8_t *p = ds_aligned_alloc(rb * n_units, "repacked weights");
+    if (!p) return -1;
+    memset(p, 0, rb * n_units); /* nibbles are ORed in; padding rows and an odd block's pair stay 0 */
+    if (layout == QK_PANELS) pack_panels(w, p, nb, rb, bb, qoff);
+    else pack_rows(w, p, nb, rb, qoff);
+    *out = (qk_mat){w->type, w->rows, w->cols, (int)nb, layout, rb, qoff, bb, p};
     return 0;
+}
+
+void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1) {
+    long unit = m->layout == QK_PANELS ? QK_PANEL : 1, n = (m->rows + unit - 1) / unit;
+    *r0 = (int)DS_MIN((long)m->rows, n * tid / nth * unit);
+    *r1 = (int)DS_MIN((long)m->rows, n * (tid + 1) / nth * unit);
 }
 
 void qk_softmax(float *s, int n) {
@@ -126,5 +173,6 @@ void qk_quantize(const float *x, int T, int cols, qk_act *a) {
             /* a NaN or Inf activation must reach the logits (where it is an error), not become 127 */
             a->e[(size_t)t * nb + b] = isfinite(fin) && isfinite(amax) ? e : NAN;
             a->s[(size_t)t * nb + b] = e * (float)sum;
+            a->ps[(size_t)t * nb + b] = sum;
         }
 }

@@ -1,11 +1,19 @@
 /* kernels_cpu.h — quantized matrix x activation kernels for the CPU backend, one table per SIMD
  * path (scalar, AVX2, AVX-512 VNNI), chosen at run time from the CPU's features.
  *
- * Q4_1 and Q8_0 matrices are repacked once so that a row's codes are contiguous and its block
- * scales are fp32 arrays:
- *   Q4_1 row: pair[(nb+1)/2][32] | d[nb] | m[nb]   byte j of pair p = code j of block 2p | code j of block 2p+1 << 4
- *   Q8_0 row: qs[nb][32] | d[nb]
- * (codes in element order; a block pair unpacks with one load, two ANDs and a shift).
+ * Q4_1 and Q8_0 matrices are repacked once, in one of two layouts:
+ *  - rows (the exact contract's kernels): a row's codes contiguous, its block scales fp32 arrays
+ *      Q4_1 row: pair[(nb+1)/2][32] | d[nb] | m[nb]   byte j of pair p = code j of block 2p | code j of block 2p+1 << 4
+ *      Q8_0 row: qs[nb][32] | d[nb]
+ *  - panels (the int8 contract's kernels): QK_PANEL = 16 rows interleaved so that one 64-byte load
+ *    holds 4 consecutive codes of each of the 16 rows (one 32-bit lane per row: vpdpbusd / maddubs
+ *    against 4 broadcast activation bytes leave each row's dot in its own lane, no horizontal sums),
+ *    block after block:
+ *      Q4_1 block: chunk[4][64] | d[16] | m[16]   byte 4r + j of chunk c = code 4c + j of row r (low
+ *                  nibble) | code 4c + 16 + j << 4 (high nibble): one load, an AND and a shift give two steps
+ *      Q8_0 block: chunk[8][64] | d[16]           byte 4r + j of chunk s = code 4s + j of row r (signed)
+ *    Rows past the matrix's end are zero (their results are never stored). Bytes 0..31 of a chunk
+ *    are rows 0..7, so an AVX2 kernel takes a panel as two halves of 8 rows.
  *
  * Two numerical contracts:
  *  - exact (rows_f32): the integer codes dotted with fp32 activations, y = sum_b d_b (q_b . x_b)
@@ -28,11 +36,17 @@
 #include "cpu_features.h"
 #include "model.h"
 
+#define QK_PANEL 16 /* rows per panel of the int8 layout */
+
+typedef enum { QK_ROWS, QK_PANELS } qk_layout;
+
 typedef struct {
     uint32_t type;      /* GGML_Q4_1 or GGML_Q8_0 */
     int rows, cols, nb; /* nb = cols / 32 */
-    size_t rb;          /* bytes per packed row */
-    size_t qoff;        /* bytes of codes before the row's d[] */
+    qk_layout layout;
+    size_t rb;          /* bytes per packed row (QK_ROWS) or per panel of 16 rows (QK_PANELS) */
+    size_t qoff;        /* bytes of codes before the row's or the panel block's d[] */
+    size_t bb;          /* QK_PANELS: bytes per block of a panel (codes and scales) */
     uint8_t *data;
 } qk_mat;
 
@@ -42,6 +56,7 @@ typedef struct {
     int8_t *q;          /* [T][cols] */
     float *e;           /* [T][nb] scale */
     float *s;           /* [T][nb] e * sum(p): the block sum of the quantized activations */
+    int32_t *ps;        /* [T][nb] sum(p), the integer (a Q8_0 kernel with biased codes subtracts 128 of it) */
 } qk_act;
 
 typedef struct {
@@ -49,6 +64,7 @@ typedef struct {
     cpu_isa isa;
     /* out[t*ld + r] = W[r] . x[t] for r0 <= r < r1, t < T; xsum = qk_block_sums(x) (Q4_1) */
     void (*rows_f32)(const qk_mat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld);
+    /* the int8 contract on the panel layout; r0, r1 need not be panel-aligned (qk_split aligns them) */
     void (*rows_i8)(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld);
     /* res[j] = w[j] . x for nr (1..4) fp32 rows of length n, stride ldw; res[j] does not depend on nr */
     void (*dot_rows)(const float *w, size_t ldw, int nr, const float *x, int n, float *res);
@@ -107,12 +123,14 @@ void qk_exp_use(const qk_kernels *k);
 const qk_kernels *qk_kernels_for(cpu_isa isa);
 /* 1 for the weight types with fused kernels (Q4_1, Q8_0, with cols a multiple of 32) */
 int qk_supported(const qmat *w);
-/* repack w into out (out->data freed with qk_mat_free); -1 with a message */
-int qk_pack(const qmat *w, qk_mat *out);
+/* repack w into out in the given layout (out->data freed with qk_mat_free); -1 with a message */
+int qk_pack(const qmat *w, qk_layout layout, qk_mat *out);
+/* thread tid of nth takes rows [r0, r1) of m: whole panels on the panel layout */
+void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1);
 void qk_mat_free(qk_mat *m);
 /* Per-token block sums of x[T][cols] into xsum[T][cols/32] (the exact Q4_1 kernel needs them). */
 void qk_block_sums(const float *x, int T, int cols, float *xsum);
-/* quantize x[T][cols] into a (buffers sized by the caller: q T*cols, e and s T*cols/32) */
+/* quantize x[T][cols] into a (buffers sized by the caller: q T*cols, e, s and ps T*cols/32) */
 void qk_quantize(const float *x, int T, int cols, qk_act *a);
 
 extern const qk_kernels qk_scalar, qk_avx2, qk_avx512;

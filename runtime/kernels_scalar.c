@@ -34,28 +34,34 @@ static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const floa
     }
 }
 
+/* code k of row r in block b of the panel layout, and the block's scales of that row */
+static int panel_code(const qk_mat *w, int r, int b, int k) {
+    const uint8_t *blk = w->data + (size_t)(r / QK_PANEL) * w->rb + (size_t)b * w->bb;
+    int rr = r % QK_PANEL, step = k / 4, j = k % 4;
+    if (w->type == GGML_Q4_1) return (blk[64 * (step % 4) + 4 * rr + j] >> (4 * (step / 4))) & 15;
+    return (int8_t)blk[64 * step + 4 * rr + j];
+}
+
+static const float *panel_scales(const qk_mat *w, int r, int b) {
+    return (const float *)(w->data + (size_t)(r / QK_PANEL) * w->rb + (size_t)b * w->bb + w->qoff) + r % QK_PANEL;
+}
+
 /* the int8 contract of kernels_cpu.h, operation for operation */
 static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld) {
     int nb = w->nb, q4 = w->type == GGML_Q4_1;
     for (int r = r0; r < r1; r++) {
-        const uint8_t *row = row_ptr(w, r);
-        const float *d = (const float *)(row + w->qoff), *m = d + nb;
         for (int t = 0; t < a->T; t++) {
             const int8_t *p = a->q + (size_t)t * a->cols;
             const float *e = a->e + (size_t)t * nb, *xs = a->s + (size_t)t * nb;
             float lane[4] = {0, 0, 0, 0};
             for (int b = 0; b < nb; b++) {
                 const int8_t *pb = p + 32 * b;
+                const float *dm = panel_scales(w, r, b);
                 int32_t i = 0;
+                for (int j = 0; j < 32; j++) i += panel_code(w, r, b, j) * pb[j];
+                float de = dm[0] * e[b], sb = (float)i * de;
                 if (q4) {
-                    for (int j = 0; j < 32; j++) i += q4_code(row, b, j) * pb[j];
-                } else {
-                    const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
-                    for (int j = 0; j < 32; j++) i += qs[j] * pb[j];
-                }
-                float de = d[b] * e[b], sb = (float)i * de;
-                if (q4) {
-                    float mo = m[b] * xs[b];
+                    float mo = dm[QK_PANEL] * xs[b];
                     sb = sb + mo;
                 }
                 lane[b & 3] = lane[b & 3] + sb;

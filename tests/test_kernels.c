@@ -22,7 +22,8 @@ typedef struct {
     int rows, cols;
     void *blocks;  /* the GGUF blocks */
     qmat w;
-    qk_mat pk;
+    qk_mat pk; /* rows layout (exact contract) */
+    qk_mat pp; /* panel layout (int8 contract) */
 } tmat;
 
 static void tmat_make(tmat *m, uint32_t type, int rows, int cols, rng_t *r) {
@@ -36,11 +37,12 @@ static void tmat_make(tmat *m, uint32_t type, int rows, int cols, rng_t *r) {
     else quantize_q8_0(f, m->blocks, (int64_t)n);
     free(f);
     m->w = (qmat){type, rows, cols, rb, m->blocks};
-    if (qk_pack(&m->w, &m->pk)) fail_msg("%s", ds_errmsg());
+    if (qk_pack(&m->w, QK_ROWS, &m->pk) || qk_pack(&m->w, QK_PANELS, &m->pp)) fail_msg("%s", ds_errmsg());
 }
 
 static void tmat_free(tmat *m) {
     qk_mat_free(&m->pk);
+    qk_mat_free(&m->pp);
     free(m->blocks);
 }
 
@@ -71,8 +73,9 @@ static void alloc_act(qk_act *a, int T, int cols) {
     a->q = malloc((size_t)T * cols);
     a->e = malloc(sizeof(float) * (size_t)T * cols / 32);
     a->s = malloc(sizeof(float) * (size_t)T * cols / 32);
+    a->ps = malloc(sizeof(int32_t) * (size_t)T * cols / 32);
 }
-static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s); }
+static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps); }
 
 static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed) {
     rng_t r;
@@ -87,21 +90,22 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
     qk_quantize(x, T, cols, &a);
     float *ref_i8 = malloc(sizeof(float) * (size_t)T * rows), *out = malloc(sizeof(float) * (size_t)T * rows);
     float *one = malloc(sizeof(float) * (size_t)rows);
-    qk_scalar.rows_i8(&m.pk, 0, rows, &a, ref_i8, (size_t)rows);
+    qk_scalar.rows_i8(&m.pp, 0, rows, &a, ref_i8, (size_t)rows);
     for (int isa = 0; isa < ISA_COUNT; isa++) {
         const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
         if (!k) continue;
         /* int8: bit-identical to the scalar path, in two row slices (as two threads would) */
-        k->rows_i8(&m.pk, 0, rows / 3, &a, out, (size_t)rows);
-        k->rows_i8(&m.pk, rows / 3, rows, &a, out, (size_t)rows);
+        k->rows_i8(&m.pp, 0, rows / 3, &a, out, (size_t)rows);
+        k->rows_i8(&m.pp, rows / 3, rows, &a, out, (size_t)rows);
         for (int i = 0; i < T * rows; i++)
             if (memcmp(&out[i], &ref_i8[i], 4) != 0)
                 fail_msg("%s int8 %s %dx%d T=%d: out[%d] = %.9g, scalar %.9g", k->name, ggml_type_name(type), rows, cols, T,
                          i, (double)out[i], (double)ref_i8[i]);
         /* batch invariance: each token alone gives the same bits */
         for (int t = 0; t < T; t++) {
-            qk_act a1 = {1, cols, nb, a.q + (size_t)t * cols, a.e + (size_t)t * nb, a.s + (size_t)t * nb};
-            k->rows_i8(&m.pk, 0, rows, &a1, one, 1);
+            qk_act a1 = {1, cols, nb, a.q + (size_t)t * cols, a.e + (size_t)t * nb, a.s + (size_t)t * nb,
+                         a.ps + (size_t)t * nb};
+            k->rows_i8(&m.pp, 0, rows, &a1, one, 1);
             assert_memory_equal(one, out + (size_t)t * rows, sizeof(float) * (size_t)rows);
         }
         /* exact contract against the float64 product */
@@ -194,7 +198,7 @@ static void test_q8_0_extremes(void **state) {
     }
     qmat w = {GGML_Q8_0, ROWS, COLS, sizeof(block_q8_0) * 2, bl};
     qk_mat pk;
-    assert_int_equal(qk_pack(&w, &pk), 0);
+    assert_int_equal(qk_pack(&w, QK_PANELS, &pk), 0);
     float x[COLS], out[ROWS], ref[ROWS];
     for (int j = 0; j < COLS; j++) x[j] = j % 2 ? -1.0f : 1.0f; /* quantizes to exactly +-127 */
     qk_act a;
@@ -232,7 +236,7 @@ static void test_nan_propagates(void **state) {
     for (int isa = 0; isa < ISA_COUNT; isa++) {
         const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
         if (!k) continue;
-        k->rows_i8(&m.pk, 0, 4, &a, out, 4);
+        k->rows_i8(&m.pp, 0, 4, &a, out, 4);
         for (int i = 0; i < 4; i++) assert_true(isnan(out[i]));
     }
     free_act(&a);
