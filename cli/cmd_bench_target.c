@@ -9,6 +9,7 @@
 
 #include "../runtime/common.h"
 #include "../runtime/cpu_features.h"
+#include "../runtime/kernels_cpu.h"
 #include "../runtime/quant.h"
 #include "../runtime/sampling.h"
 #include "../runtime/target.h"
@@ -48,6 +49,31 @@ static double measure_bandwidth(int threads, size_t bytes) {
     return sink == -1 ? 0 : best / 1e9;
 }
 
+/* The int8 roof: every thread issues the kernel path's multiply-adds on registers only; best of 3. */
+static double measure_peak(const qk_kernels *k, int threads) {
+    long n = 4000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = ds_now(), macs = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : macs)
+        macs += k->peak_i8(n);
+        double dt = ds_now() - t0;
+        if (macs / dt > best) best = macs / dt;
+    }
+    return best / 1e9;
+}
+
+/* multiply-adds of the weight matrices per token (attention over the context is fp32 and extra) */
+static double matmul_macs(const model *m) {
+    double s = (double)m->output.rows * m->output.cols;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const qmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) s += (double)ws[i]->rows * ws[i]->cols;
+    }
+    return s;
+}
+
 static size_t mat_bytes(const qmat *w) { return (size_t)w->rows * w->row_bytes; }
 
 /* Bytes one decode step must read: every weight matrix once, the head, one embedding row, the
@@ -68,7 +94,7 @@ static double decode_bytes(const model *m, int ctx) {
 
 int cmd_bench_target(int argc, char **argv) {
     const char *model_path = target_default_path(), *out_path = NULL;
-    int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64;
+    int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64, roof_only = 0;
     backend_opts bo = {0};
     opt_def opts[] = {
         {"model", OPT_STR, &model_path, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
@@ -78,6 +104,7 @@ int cmd_bench_target(int argc, char **argv) {
         {"decode-tokens", OPT_INT, &decode_n, "N", "tokens per decode measurement (default 128)", 1, 1 << 20, 0},
         {"max-B", OPT_INT, &max_b, "N", "largest batch in the SPS(B) curve (default 64)", 1, 4096, 0},
         {"out", OPT_STR, &out_path, "FILE", "write the results as JSON", 0, 0, 0},
+        {"roof", OPT_FLAG, &roof_only, NULL, "measure only the roof (int8 peak, bandwidth, cores) and stop", 0, 0, 0},
         OPT_BACKEND(bo),
         OPT_END};
     const char *pos[1];
@@ -113,11 +140,32 @@ int cmd_bench_target(int argc, char **argv) {
     DS_TRY(model_forward_one(m, &t.fs, kv, toks, 64, 0, logits));
     DS_TRY(model_forward_one(m, &t.fs, kv, toks, 4, 0, logits));
 
+    /* the roof: the kernel path's int8 peak on 1 and on nt threads (nt x the first if the threads
+     * have cores of their own, ~1x if they are SMT siblings), and the memory bandwidth */
+    cpu_isa isa;
+    DS_TRY(cpu_isa_parse(bo.isa, &isa));
+    const qk_kernels *qk = qk_kernels_for(isa);
+    double peak1 = measure_peak(qk, 1), peak = measure_peak(qk, nt), macs = matmul_macs(m);
+    int n_logical, n_cores;
+    cpu_topology(&n_logical, &n_cores);
     double bw = measure_bandwidth(nt, (size_t)1 << 30);
     double bytes = decode_bytes(m, ctx);
+    printf("roof: int8 peak %.1f G MAC/s on %d threads, %.1f on 1 (%s, registers only; %.2fx with %d threads);"
+           " %d logical CPUs on %d physical cores (as the OS sees them)\n",
+           peak, nt, peak1, qk->peak_what, peak / peak1, nt, n_logical, n_cores);
     printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, nt);
-    printf("decode reads %.1f MB per token -> bandwidth floor %.2f ms/token (%.0f tok/s)\n", bytes / 1e6,
-           1e3 * bytes / (bw * 1e9), bw * 1e9 / bytes);
+    printf("decode reads %.1f MB per token -> bandwidth floor %.2f ms/token (%.0f tok/s); %.1f M int8 MAC per token"
+           " -> compute floor %.2f ms/token\n",
+           bytes / 1e6, 1e3 * bytes / (bw * 1e9), bw * 1e9 / bytes, macs / 1e6, 1e3 * macs / (peak * 1e9));
+    cJSON *jroof = cJSON_AddObjectToObject(root, "roof");
+    cJSON_AddNumberToObject(jroof, "int8_GMACps", peak);
+    cJSON_AddNumberToObject(jroof, "int8_GMACps_1thread", peak1);
+    cJSON_AddStringToObject(jroof, "instruction", qk->peak_what);
+    cJSON_AddNumberToObject(jroof, "logical_cpus", n_logical);
+    cJSON_AddNumberToObject(jroof, "physical_cores", n_cores);
+    cJSON_AddNumberToObject(jroof, "bandwidth_GBps", bw);
+    cJSON_AddNumberToObject(root, "matmul_macs_per_token", macs);
+    if (roof_only) goto write;
 
     cJSON_AddStringToObject(root, "cpu", cpu);
     cJSON_AddNumberToObject(root, "threads", nt);
@@ -142,7 +190,8 @@ int cmd_bench_target(int argc, char **argv) {
             tm[r] = ds_now() - t0;
         }
         double med = median(tm, reps);
-        printf("prefill %4d tokens: %8.1f tok/s  (%.1f ms)\n", pf_n[k], pf_n[k] / med, 1e3 * med);
+        printf("prefill %4d tokens: %8.1f tok/s  (%.1f ms; %.1f G MAC/s, %.0f %% of the int8 roof)\n", pf_n[k],
+               pf_n[k] / med, 1e3 * med, pf_n[k] * macs / med / 1e9, 100 * pf_n[k] * macs / med / 1e9 / peak);
         char key[16];
         snprintf(key, sizeof key, "%d", pf_n[k]);
         cJSON_AddNumberToObject(pf, key, pf_n[k] / med);
@@ -161,8 +210,9 @@ int cmd_bench_target(int argc, char **argv) {
         tm[r] = ds_now() - t0;
     }
     double dmed = median(tm, reps);
-    printf("decode (context %d, %d tokens): %.1f tok/s  (%.2f ms/token, %.2fx the bandwidth floor)\n", ctx, decode_n,
-           decode_n / dmed, 1e3 * dmed / decode_n, (dmed / decode_n) / (bytes / (bw * 1e9)));
+    printf("decode (context %d, %d tokens): %.1f tok/s  (%.2f ms/token, %.2fx the bandwidth floor, %.0f %% of the int8"
+           " roof)\n", ctx, decode_n, decode_n / dmed, 1e3 * dmed / decode_n, (dmed / decode_n) / (bytes / (bw * 1e9)),
+           100 * decode_n * macs / dmed / 1e9 / peak);
     cJSON_AddNumberToObject(root, "decode_tok_s", decode_n / dmed);
     cJSON_AddNumberToObject(root, "decode_context", ctx);
 
@@ -174,7 +224,8 @@ int cmd_bench_target(int argc, char **argv) {
     kv_cache_crop(kv, 0);
     DS_TRY(model_forward_one(m, &t.fs, kv, toks, ctx, 0, logits));
     printf("\nSPS(B): one forward of B tokens after %d of context (what verifying B-1 drafts + the bonus costs)\n", ctx);
-    printf("%6s %10s %12s %12s %14s\n", "B", "ms", "steps/s", "tokens/s", "cost(B)/cost(1)");
+    printf("%6s %10s %12s %12s %14s %10s %8s\n", "B", "ms", "steps/s", "tokens/s", "cost(B)/cost(1)", "G MAC/s",
+           "of roof");
     double cost1 = 0;
     for (int B = 1; B <= max_b; B *= 2) {
         for (int r = 0; r < reps; r++) {
@@ -185,11 +236,13 @@ int cmd_bench_target(int argc, char **argv) {
         }
         double med = median(tm, reps);
         if (B == 1) cost1 = med;
-        printf("%6d %10.2f %12.1f %12.1f %14.2f\n", B, 1e3 * med, 1 / med, B / med, med / cost1);
+        printf("%6d %10.2f %12.1f %12.1f %14.2f %10.1f %7.0f%%\n", B, 1e3 * med, 1 / med, B / med, med / cost1,
+               B * macs / med / 1e9, 100 * B * macs / med / 1e9 / peak);
         cJSON_AddItemToArray(jb, cJSON_CreateNumber(B));
         cJSON_AddItemToArray(js, cJSON_CreateNumber(med));
         cJSON_AddItemToArray(jr, cJSON_CreateNumber(1 / med));
     }
+write:
     if (out_path) {
         char *txt = cJSON_Print(root);
         char tmp[4096];

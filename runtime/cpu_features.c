@@ -1,5 +1,6 @@
 #include "cpu_features.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +119,37 @@ const char *cpu_blas_core_override(void) {
 #else
     return NULL;
 #endif
+}
+
+static int read_int_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    int v = -1;
+    if (f) {
+        if (fscanf(f, "%d", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+void cpu_topology(int *logical, int *cores) {
+    cpu_set_t set;
+    *logical = *cores = -1;
+    if (sched_getaffinity(0, sizeof set, &set)) return;
+    int n = 0, nc = 0, seen[CPU_SETSIZE][2];
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &set)) continue;
+        n++;
+        char p[128];
+        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
+        int core = read_int_file(p);
+        snprintf(p, sizeof p, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        int pkg = read_int_file(p);
+        if (core < 0 || pkg < 0) nc = -1;
+        if (nc < 0) continue;
+        int dup = 0;
+        for (int i = 0; i < nc && !dup; i++) dup = seen[i][0] == pkg && seen[i][1] == core;
+        if (!dup) seen[nc][0] = pkg, seen[nc][1] = core, nc++;
+    }
+    *logical = n;
+    *cores = nc;
 }

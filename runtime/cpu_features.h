@@ -21,6 +21,10 @@ int cpu_isa_parse(const char *name, cpu_isa *out);
 /* "AMD EPYC 7B13 (avx2 fma f16c; OpenBLAS Zen kernels)" — the CPU model from /proc/cpuinfo, the
  * flags that matter and the kernels OpenBLAS chose */
 void cpu_describe(char *buf, size_t n);
+/* the logical CPUs this process may run on and how many distinct physical cores (package, core_id
+ * in sysfs) they sit on: 2 logical on 1 core means SMT siblings sharing one core's vector pipes.
+ * Either is -1 where the system does not say. (A VM shows its virtual topology, not the host's.) */
+void cpu_topology(int *logical, int *cores);
 /* OpenBLAS picks its kernels from the CPU model when it loads; a model newer than the library
  * falls back to SSE3 "Prescott" kernels (seen: an Intel Xeon family 6 model 207 with 0.3.21, 6x
  * slower sgemm than its AVX-512 ones). Returns the OPENBLAS_CORETYPE that fixes it here ("SkylakeX",

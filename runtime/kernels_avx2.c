@@ -3,5 +3,6 @@
 #define QK_AVX512 0
 #include "kernels_x86.inc"
 
-const qk_kernels qk_avx2 = {"avx2", ISA_AVX2, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum};
+const qk_kernels qk_avx2 = {"avx2", ISA_AVX2, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum,
+                             peak_i8, "vpmaddubsw + vpaddw ymm (32 MAC)"};
 #endif

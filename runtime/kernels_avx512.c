@@ -4,5 +4,6 @@
 #define QK_AVX512 1
 #include "kernels_x86.inc"
 
-const qk_kernels qk_avx512 = {"avx512-vnni", ISA_AVX512, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum};
+const qk_kernels qk_avx512 = {"avx512-vnni", ISA_AVX512, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum,
+                             peak_i8, "vpdpbusd zmm (64 MAC)"};
 #endif

@@ -76,6 +76,10 @@ typedef struct {
                    float *s);
     /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */
     double (*exp_sum)(const float *x, float shift, float *out, int n);
+    /* the roof: n rounds of 12 independent int8 multiply-adds of the kind rows_i8 issues, on
+     * registers only (no memory traffic); returns the multiply-adds done. peak_what names them. */
+    double (*peak_i8)(long n);
+    const char *peak_what;
 } qk_kernels;
 
 /* softmax of s[0..n) in place: max, exp(s - max) summed in order, times 1/sum (shared by every path) */
