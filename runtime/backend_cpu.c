@@ -268,13 +268,17 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
     }
     if (need_act) {
         DS_TRY(ensure_act(c, T, cols));
-        qk_quantize(x, T, cols, &c->act);
+        c->act.T = T, c->act.cols = cols, c->act.nb = cols / 32;
     }
     const qk_kernels *k = c->k;
 #pragma omp parallel num_threads(be->n_threads)
     {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
+        if (need_act) { /* each thread quantizes its share of the tokens, then all read all */
+            k->quantize(x, (int)((long)T * tid / nth), (int)((long)T * (tid + 1) / nth), cols, &c->act);
+#pragma omp barrier
+        }
         for (int i = 0; i < n; i++) {
             const qmat *w = W[i];
             int rows = w->rows;
@@ -432,10 +436,13 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
 }
 
 static int cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for num_threads(be->n_threads) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    const qk_kernels *k = ((cpu_ctx *)be->ctx)->k;
+    /* elementwise, so any split gives the same bits; a verify step's 8 x 1536 is worth two threads */
+#pragma omp parallel num_threads(be->n_threads) if (n >= 4096)
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        size_t i0 = n * (size_t)tid / (size_t)nth / 8 * 8, i1 = tid + 1 == nth ? n : n * (size_t)(tid + 1) / (size_t)nth / 8 * 8;
+        k->swiglu(out + i0, gate + i0, up + i0, i1 - i0);
     }
     return 0;
 }

@@ -4,6 +4,7 @@
 #define QK_AVX512 1
 #include "kernels_x86.inc"
 
-const qk_kernels qk_avx512 = {"avx512-vnni", ISA_AVX512, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum,
-                             peak_i8, "vpdpbusd zmm (64 MAC)"};
+const qk_kernels qk_avx512 = {.name = "avx512-vnni", .isa = ISA_AVX512, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .exp_sum = exp_sum, .swiglu = swiglu,
+                             .peak_i8 = peak_i8, .peak_what = "vpdpbusd zmm (64 MAC)", .quantize = quantize};
 #endif

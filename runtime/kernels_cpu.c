@@ -119,10 +119,9 @@ void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1) {
 }
 
 void qk_softmax(float *s, int n) {
-    float mx = -INFINITY, sum = 0;
+    float mx = -INFINITY;
     for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx; /* a compare, not a libm call */
-    for (int j = 0; j < n; j++) sum += (s[j] = expf(s[j] - mx));
-    float inv = 1.0f / sum;
+    float inv = (float)(1.0 / qk_exp_sum(s, mx, s, n));
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
@@ -147,10 +146,9 @@ void qk_block_sums(const float *x, int T, int cols, float *xsum) {
  * error sum_j (d q_j + m)(e p_j - x_j), the rounding error weighted by the actual (centred) weights,
  * rather than by the all-positive d q_j (measured on SmolLM2: top-1 agreement with float64 rises
  * from 93.8 % with the exact fp32 sum to the figure in BENCHMARKS.md). */
-void qk_quantize(const float *x, int T, int cols, qk_act *a) {
+void qk_quantize_rows(const float *x, int t0, int t1, int cols, qk_act *a) {
     int nb = cols / 32;
-    a->T = T, a->cols = cols, a->nb = nb;
-    for (int t = 0; t < T; t++)
+    for (int t = t0; t < t1; t++)
         for (int b = 0; b < nb; b++) {
             const float *v = x + (size_t)t * cols + 32 * b;
             int8_t *q = a->q + (size_t)t * cols + 32 * b;
@@ -160,7 +158,7 @@ void qk_quantize(const float *x, int T, int cols, qk_act *a) {
                 amax = av > amax ? av : amax;
                 fin += v[j] - v[j]; /* NaN if any v[j] is NaN or infinite */
             }
-            float inv = amax > 0 ? 127.0f / amax : 0.0f, e = amax / 127.0f;
+            float inv = amax > 0 ? 127.0f / amax : 0.0f;
             int sum = 0;
             for (int j = 0; j < 32; j++) {
                 /* round to nearest, ties to even: adding and removing 1.5 * 2^23 leaves the integer
@@ -170,9 +168,11 @@ void qk_quantize(const float *x, int T, int cols, qk_act *a) {
                 q[j] = (int8_t)(qi > 127 ? 127 : qi < -127 ? -127 : qi);
                 sum += q[j];
             }
-            /* a NaN or Inf activation must reach the logits (where it is an error), not become 127 */
-            a->e[(size_t)t * nb + b] = isfinite(fin) && isfinite(amax) ? e : NAN;
-            a->s[(size_t)t * nb + b] = e * (float)sum;
-            a->ps[(size_t)t * nb + b] = sum;
+            qk_quantize_finish(a, (size_t)t * nb + b, amax, fin, sum);
         }
+}
+
+void qk_quantize(const float *x, int T, int cols, qk_act *a) {
+    a->T = T, a->cols = cols, a->nb = cols / 32;
+    qk_quantize_rows(x, 0, T, cols, a);
 }

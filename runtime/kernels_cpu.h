@@ -79,10 +79,15 @@ typedef struct {
     /* the roof: n rounds of 12 independent int8 multiply-adds of the kind rows_i8 issues, on
      * registers only (no memory traffic); returns the multiply-adds done. peak_what names them. */
     double (*peak_i8)(long n);
+    /* out[i] = qk_silu(g[i]) * u[i] (bit-identical on every path) */
+    void (*swiglu)(float *out, const float *g, const float *u, size_t n);
+    /* qk_quantize_rows on this path (bit-identical) */
+    void (*quantize)(const float *x, int t0, int t1, int cols, qk_act *a);
     const char *peak_what;
 } qk_kernels;
 
-/* softmax of s[0..n) in place: max, exp(s - max) summed in order, times 1/sum (shared by every path) */
+/* softmax of s[0..n) in place: max, qk_exp_sum(s - max) (the process's path, bit-identical on
+ * every path), times float(1 / sum) */
 void qk_softmax(float *s, int n);
 
 /* exp(t) for t <= 0 with the same float operations on every path (no FMA, -ffp-contract=off):
@@ -106,6 +111,13 @@ static inline float qk_exp1(float t) {
         float f;
     } s = {((int32_t)n + 127) * (1 << 23)};
     return e * s.f;
+}
+
+/* silu(g) = g / (1 + exp(-g)) from E = qk_exp1(-|g|) <= 1, which never overflows: g / (1 + E) for
+ * g >= 0, g E / (1 + E) below (a NaN takes the second form and stays NaN) */
+static inline float qk_silu(float g) {
+    float E = qk_exp1(-__builtin_fabsf(g)), d = 1.0f + E;
+    return g >= 0 ? g / d : (g * E) / d;
 }
 
 /* The sum of an exp_sum is defined, not left to a path: 16 double lanes, lane[i mod 16] +=
@@ -136,6 +148,19 @@ void qk_mat_free(qk_mat *m);
 void qk_block_sums(const float *x, int T, int cols, float *xsum);
 /* quantize x[T][cols] into a (buffers sized by the caller: q T*cols, e, s and ps T*cols/32) */
 void qk_quantize(const float *x, int T, int cols, qk_act *a);
+/* tokens t0..t1-1 of x into a (a->T, cols, nb set by the caller): the reference every path's
+ * quantize equals; a path does the integer codes and hands each block to qk_quantize_finish */
+void qk_quantize_rows(const float *x, int t0, int t1, int cols, qk_act *a);
+
+/* a block's scale and sums from its max |x|, its finiteness probe (0, or NaN if any x was not
+ * finite) and the sum of its codes: one definition for every path */
+static inline void qk_quantize_finish(qk_act *a, size_t i, float amax, float fin, int sum) {
+    float e = amax / 127.0f;
+    /* a NaN or Inf activation must reach the logits (where it is an error), not become 127 */
+    a->e[i] = __builtin_isfinite(fin) && __builtin_isfinite(amax) ? e : __builtin_nanf("");
+    a->s[i] = e * (float)sum;
+    a->ps[i] = sum;
+}
 
 extern const qk_kernels qk_scalar, qk_avx2, qk_avx512;
 

@@ -129,4 +129,10 @@ static double peak_i8(long n) {
     return (double)n * 12;
 }
 
-const qk_kernels qk_scalar = {"scalar", ISA_SCALAR, rows_f32, rows_i8, dot_rows, axpy, attend, exp_sum, peak_i8, "imul (1 MAC)"};
+static void swiglu(float *out, const float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = qk_silu(g[i]) * u[i];
+}
+
+const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .exp_sum = exp_sum, .swiglu = swiglu,
+                             .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};

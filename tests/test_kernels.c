@@ -221,6 +221,64 @@ static void test_q8_0_extremes(void **state) {
     qk_mat_free(&pk);
 }
 
+/* activation quantization: every path's codes, scales and sums equal the reference's, bit for bit,
+ * on blocks with ties, zeros, tiny and huge values, an infinity and a NaN */
+static void test_quantize_paths(void **state) {
+    (void)state;
+    enum { T = 5, COLS = 96 };
+    rng_t r;
+    rng_seed(&r, 21);
+    float x[T * COLS];
+    for (int i = 0; i < T * COLS; i++) x[i] = (float)((rng_uniform(&r) * 2 - 1) * (i % 5 == 0 ? 1e3 : 1));
+    for (int j = 0; j < 32; j++) x[32 + j] = 0;                          /* token 0 block 1: all zero */
+    for (int j = 0; j < 32; j++) x[COLS + j] = (float)(j - 16) * 0.5f;   /* ties at .5 steps */
+    x[2 * COLS + 3] = INFINITY, x[3 * COLS + 40] = NAN, x[3 * COLS + 41] = -1e-30f;
+    x[4 * COLS + 70] = -3e38f;
+    qk_act ref, got;
+    alloc_act(&ref, T, COLS), alloc_act(&got, T, COLS);
+    qk_quantize(x, T, COLS, &ref);
+    for (int isa = 0; isa < ISA_COUNT; isa++) {
+        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+        if (!k) continue;
+        memset(got.q, 0x55, T * COLS);
+        got.T = T, got.cols = COLS, got.nb = COLS / 32;
+        k->quantize(x, 0, 2, COLS, &got); /* in two token ranges, as two threads do */
+        k->quantize(x, 2, T, COLS, &got);
+        assert_memory_equal(got.q, ref.q, T * COLS);
+        assert_memory_equal(got.e, ref.e, sizeof(float) * T * COLS / 32);
+        assert_memory_equal(got.s, ref.s, sizeof(float) * T * COLS / 32);
+        assert_memory_equal(got.ps, ref.ps, sizeof(int32_t) * T * COLS / 32);
+    }
+    assert_true(isnan(ref.e[2 * 3]) && isnan(ref.e[3 * 3 + 1]) && ref.e[1] == 0.0f);
+    free_act(&ref), free_act(&got);
+}
+
+/* swiglu: every path bit-identical to the scalar one, within a few ulp of the float64 silu * u,
+ * over a sweep that covers both signs, the exp cut-off, infinities and NaN */
+static void test_swiglu_paths(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N), *ref = malloc(sizeof(float) * N),
+          *got = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) g[i] = (float)(i - N / 2) * 0.05f, u[i] = 1.0f + (float)(i % 3);
+    g[0] = -INFINITY, g[1] = INFINITY, g[2] = NAN, g[3] = -100.0f, g[4] = 100.0f, g[5] = -0.0f;
+    qk_scalar.swiglu(ref, g, u, N);
+    for (int i = 6; i < N; i++) {
+        double gd = g[i], want = gd / (1 + exp(-gd)) * u[i];
+        /* below QK_EXP_LO, E = 0 flushes |silu| < 100 e^-87.3 ~ 1e-36 to 0 */
+        if (!(fabs(ref[i] - want) <= 8 * 0x1p-24 * fabs(want) + 1e-35))
+            fail_msg("silu(%.9g) * %g = %.9g, float64 %.9g", gd, (double)u[i], (double)ref[i], want);
+    }
+    assert_true(isnan(ref[0]) && ref[1] == INFINITY && isnan(ref[2]) && ref[4] == 100.0f * u[4]);
+    for (int isa = 0; isa < ISA_COUNT; isa++) {
+        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+        if (!k) continue;
+        k->swiglu(got, g, u, N);
+        assert_memory_equal(got, ref, sizeof(float) * N);
+    }
+    free(g), free(u), free(ref), free(got);
+}
+
 /* a NaN activation reaches the output on the int8 path (it must not be quantized to a number) */
 static void test_nan_propagates(void **state) {
     (void)state;
@@ -396,7 +454,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
-        cmocka_unit_test(test_exp_sum),
+        cmocka_unit_test(test_exp_sum), cmocka_unit_test(test_quantize_paths),
+        cmocka_unit_test(test_swiglu_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
