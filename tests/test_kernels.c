@@ -334,14 +334,14 @@ static void test_fp32_helpers(void **state) {
             assert_memory_equal(o, o_ref, sizeof(float) * (size_t)n);
         }
     }
-    /* one attention row (head sizes 64, 40 and 20; 1 and 9 positions): bit-identical on every path
+    /* one attention row (head sizes 64, 40 and 20; 1, 9 and 33 positions): bit-identical on every path
      * (the forward tests compare the whole attention with a float64 one) */
-    int hds[] = {64, 40, 20}, npos[] = {1, 9};
+    int hds[] = {64, 40, 20}, npos[] = {1, 9, 33}; /* 33: four blocks of eight scores and a tail */
     for (int hi = 0; hi < 3; hi++)
-        for (int ni = 0; ni < 2; ni++) {
+        for (int ni = 0; ni < 3; ni++) {
             int hd = hds[hi], n = npos[ni];
             size_t ld = 3 * (size_t)hd;
-            float K[9 * 3 * 64], Vv[9 * 3 * 64], q[64], sc[16], oref[64], og[64];
+            float K[33 * 3 * 64], Vv[33 * 3 * 64], q[64], sc[40], oref[64], og[64];
             for (size_t i = 0; i < sizeof K / sizeof *K; i++) K[i] = (float)(rng_uniform(&r) - 0.5), Vv[i] = (float)(rng_uniform(&r) - 0.5);
             for (int i = 0; i < hd; i++) q[i] = (float)(rng_uniform(&r) - 0.5) * 4;
             qk_scalar.attend(oref, q, K, Vv, ld, n, hd, 0.125f, sc);
