@@ -69,13 +69,16 @@ static void pack_panels(const qmat *w, uint8_t *p, size_t nb, size_t pb, size_t 
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         int rr = r % QK_PANEL;
+        uint8_t *pan = p + (size_t)(r / QK_PANEL) * pb;
         for (size_t i = 0; i < nb; i++) {
-            uint8_t *blk = p + (size_t)(r / QK_PANEL) * pb + i * bb;
-            float *d = (float *)(blk + qoff), *m = d + QK_PANEL;
+            uint8_t *blk = pan + i * bb;
+            uint16_t *sc = (uint16_t *)(pan + qoff) + i * (q4 ? 2 : 1) * QK_PANEL;
             int q[32];
-            float mm;
-            gguf_block(w, src, i, q, &d[rr], &mm);
-            if (q4) m[rr] = mm;
+            float d, m;
+            gguf_block(w, src, i, q, &d, &m);
+            /* the file's fp16 scales, back from the exact fp32 they were widened to */
+            sc[rr] = ds_f32_to_f16(d);
+            if (q4) sc[QK_PANEL + rr] = ds_f32_to_f16(m);
             for (int k = 0; k < 32; k++) {
                 int step = k / 4, j = k % 4;
                 if (q4) blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(q[k] << (4 * (step / 4)));
@@ -94,9 +97,9 @@ int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
     int q4 = w->type == GGML_Q4_1;
     size_t nb = (size_t)w->cols / 32, qoff, rb, bb = 0, n_units;
     if (layout == QK_PANELS) {
-        qoff = q4 ? 4 * 64 : 8 * 64;
-        bb = qoff + (q4 ? 2 : 1) * QK_PANEL * sizeof(float);
-        rb = nb * bb;
+        bb = q4 ? 4 * 64 : 8 * 64;
+        qoff = nb * bb;
+        rb = (qoff + nb * (q4 ? 2 : 1) * QK_PANEL * sizeof(uint16_t) + 63) / 64 * 64; /* panels 64-byte aligned */
         n_units = ((size_t)w->rows + QK_PANEL - 1) / QK_PANEL;
     } else {
         qoff = q4 ? (nb + 1) / 2 * 32 : nb * 32;

@@ -7,11 +7,13 @@
  *      Q8_0 row: qs[nb][32] | d[nb]
  *  - panels (the int8 contract's kernels): QK_PANEL = 16 rows interleaved so that one 64-byte load
  *    holds 4 consecutive codes of each of the 16 rows (one 32-bit lane per row: vpdpbusd / maddubs
- *    against 4 broadcast activation bytes leave each row's dot in its own lane, no horizontal sums),
- *    block after block:
- *      Q4_1 block: chunk[4][64] | d[16] | m[16]   byte 4r + j of chunk c = code 4c + j of row r (low
+ *    against 4 broadcast activation bytes leave each row's dot in its own lane, no horizontal sums).
+ *    A panel is its blocks' codes, then their scales as fp16 (the file's own, converted exactly
+ *    when used: 20 bytes per 32 Q4_1 weights, not 24 with fp32 scales), padded to 64 bytes:
+ *      Q4_1 codes of a block: chunk[4][64]   byte 4r + j of chunk c = code 4c + j of row r (low
  *                  nibble) | code 4c + 16 + j << 4 (high nibble): one load, an AND and a shift give two steps
- *      Q8_0 block: chunk[8][64] | d[16]           byte 4r + j of chunk s = code 4s + j of row r (signed)
+ *      Q8_0 codes of a block: chunk[8][64]   byte 4r + j of chunk s = code 4s + j of row r (signed)
+ *      scales of a block: d[16] (| m[16] for Q4_1), fp16
  *    Rows past the matrix's end are zero (their results are never stored). Bytes 0..31 of a chunk
  *    are rows 0..7, so an AVX2 kernel takes a panel as two halves of 8 rows.
  *
@@ -45,8 +47,8 @@ typedef struct {
     int rows, cols, nb; /* nb = cols / 32 */
     qk_layout layout;
     size_t rb;          /* bytes per packed row (QK_ROWS) or per panel of 16 rows (QK_PANELS) */
-    size_t qoff;        /* bytes of codes before the row's or the panel block's d[] */
-    size_t bb;          /* QK_PANELS: bytes per block of a panel (codes and scales) */
+    size_t qoff;        /* bytes of codes before the row's or the panel's scales */
+    size_t bb;          /* QK_PANELS: bytes of codes per block (the scales take 32 or 64 per block) */
     uint8_t *data;
 } qk_mat;
 

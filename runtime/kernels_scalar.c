@@ -42,8 +42,11 @@ static int panel_code(const qk_mat *w, int r, int b, int k) {
     return (int8_t)blk[64 * step + 4 * rr + j];
 }
 
-static const float *panel_scales(const qk_mat *w, int r, int b) {
-    return (const float *)(w->data + (size_t)(r / QK_PANEL) * w->rb + (size_t)b * w->bb + w->qoff) + r % QK_PANEL;
+/* d (k = 0) or m (k = 1) of row r in block b of the panel layout */
+static float panel_scale(const qk_mat *w, int r, int b, int k) {
+    int per = (w->type == GGML_Q4_1 ? 2 : 1) * QK_PANEL;
+    const uint16_t *sc = (const uint16_t *)(w->data + (size_t)(r / QK_PANEL) * w->rb + w->qoff) + (size_t)b * per;
+    return ds_f16_to_f32(sc[k * QK_PANEL + r % QK_PANEL]);
 }
 
 /* the int8 contract of kernels_cpu.h, operation for operation */
@@ -56,12 +59,11 @@ static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out
             float lane[4] = {0, 0, 0, 0};
             for (int b = 0; b < nb; b++) {
                 const int8_t *pb = p + 32 * b;
-                const float *dm = panel_scales(w, r, b);
                 int32_t i = 0;
                 for (int j = 0; j < 32; j++) i += panel_code(w, r, b, j) * pb[j];
-                float de = dm[0] * e[b], sb = (float)i * de;
+                float de = panel_scale(w, r, b, 0) * e[b], sb = (float)i * de;
                 if (q4) {
-                    float mo = dm[QK_PANEL] * xs[b];
+                    float mo = panel_scale(w, r, b, 1) * xs[b];
                     sb = sb + mo;
                 }
                 lane[b & 3] = lane[b & 3] + sb;
