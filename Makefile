@@ -29,13 +29,13 @@ $(BUILD)/config.mk: scripts/deps.sh
 	@echo "CMOCKA_LIBS := $$(pkg-config --libs cmocka)" >> $@
 
 # One build runs on every x86-64 machine: the baseline is x86-64-v2 (SSE4.2), and the SIMD kernel
-# paths are compiled for their own ISA below and chosen at run time from cpuid (runtime/cpu_features.c).
+# paths are compiled for their own ISA below and chosen at run time from cpuid (runtime/base/cpu_features.c).
 CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=x86-64-v2 -mtune=generic -fopenmp -ffp-contract=off \
           -Wall -Wextra -Wno-missing-field-initializers -MMD -MP $(PKG_CFLAGS)
 LDFLAGS := $(OPT) -fopenmp
 LDLIBS := $(PKG_LIBS) -lm
 
-LIB_SRC := $(wildcard runtime/*.c verify/*.c drafters/*.c schedulers/*.c calib/*.c datasets/*.c engine/*.c)
+LIB_SRC := $(wildcard runtime/*.c runtime/base/*.c runtime/formats/*.c runtime/kernels/*.c verify/*.c drafters/*.c schedulers/*.c calib/*.c datasets/*.c engine/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -48,15 +48,15 @@ all: $(BIN)
 
 deps: $(BUILD)/config.mk
 
-$(BUILD)/%.o: %.c $(BUILD)/config.mk $(wildcard runtime/*.inc drafters/*.inc)
+$(BUILD)/%.o: %.c $(BUILD)/config.mk $(wildcard runtime/*.inc runtime/kernels/*.inc drafters/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
-$(BUILD)/runtime/kernels_avx2.o: CFLAGS += $(ISA_AVX2)
-$(BUILD)/runtime/kernels_avx512.o: CFLAGS += $(ISA_AVX512)
-$(BUILD)/runtime/kernels_avx2.o $(BUILD)/runtime/kernels_avx512.o: runtime/kernels_x86.inc
+$(BUILD)/runtime/kernels/kernels_avx2.o: CFLAGS += $(ISA_AVX2)
+$(BUILD)/runtime/kernels/kernels_avx512.o: CFLAGS += $(ISA_AVX512)
+$(BUILD)/runtime/kernels/kernels_avx2.o $(BUILD)/runtime/kernels/kernels_avx512.o: runtime/kernels/kernels_x86.inc
 
 $(BUILD)/libdspark.a: $(LIB_OBJ)
 	@rm -f $@
@@ -122,8 +122,8 @@ FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_B
             $(FUZZ_BUILD)/cli/cmd_report.o $(FUZZ_BUILD)/cli/report_sweep.o $(FUZZ_BUILD)/cli/report_curve.o \
             $(FUZZ_BUILD)/cli/plot.o $(FUZZ_BUILD)/cli/args.o
 .SECONDARY: $(FUZZ_OBJ)
-$(FUZZ_BUILD)/runtime/kernels_avx2.o: FUZZ_CFLAGS += $(ISA_AVX2)
-$(FUZZ_BUILD)/runtime/kernels_avx512.o: FUZZ_CFLAGS += $(ISA_AVX512)
+$(FUZZ_BUILD)/runtime/kernels/kernels_avx2.o: FUZZ_CFLAGS += $(ISA_AVX2)
+$(FUZZ_BUILD)/runtime/kernels/kernels_avx512.o: FUZZ_CFLAGS += $(ISA_AVX512)
 $(FUZZ_BUILD)/%.o: %.c $(BUILD)/config.mk
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 static int bin_of(double p, int n_bins) {
     int b = (int)(p * n_bins);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 void args_help(const char *cmd, const char *usage, const opt_def *opts) {
     printf("usage: dspark-bench %s %s\n\n", cmd, usage);

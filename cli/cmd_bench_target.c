@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
-#include "../runtime/cpu_features.h"
-#include "../runtime/kernels_cpu.h"
-#include "../runtime/quant.h"
+#include "../runtime/base/common.h"
+#include "../runtime/base/cpu_features.h"
+#include "../runtime/kernels/kernels_cpu.h"
+#include "../runtime/formats/quant.h"
 #include "../runtime/sampling.h"
 #include "../runtime/target.h"
 #include "args.h"

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "../engine/train.h"
-#include "../runtime/common.h"
-#include "../runtime/cpu_features.h"
+#include "../runtime/base/common.h"
+#include "../runtime/base/cpu_features.h"
 #include <unistd.h>
 #include "args.h"
 #include "commands.h"

@@ -11,7 +11,7 @@
 
 #include "../calib/calib.h"
 #include "../engine/trace.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "args.h"
 #include "commands.h"
 

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/sampling.h"
 #include "../runtime/target.h"
 #include "../verify/logits.h"

@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../runtime/common.h"
-#include "../runtime/cpu_features.h"
-#include "../runtime/quant.h"
+#include "../runtime/base/common.h"
+#include "../runtime/base/cpu_features.h"
+#include "../runtime/formats/quant.h"
 #include "../runtime/target.h"
 #include "args.h"
 #include "commands.h"

@@ -8,7 +8,7 @@
 
 #include "../engine/gate_round.h"
 #include "../engine/trace.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../verify/lossless.h"
 #include "args.h"
 #include "commands.h"

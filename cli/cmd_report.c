@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "../engine/metrics.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "args.h"
 #include "plot.h"
 #include "report_curve.h"

@@ -7,7 +7,7 @@
 
 #include "../datasets/datasets.h"
 #include "../engine/decode.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "args.h"
 #include "commands.h"
 #include "config.h"

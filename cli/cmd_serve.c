@@ -11,8 +11,8 @@
 
 #include "../datasets/datasets.h"
 #include "../engine/serve.h"
-#include "../runtime/common.h"
-#include "../runtime/cpu_features.h"
+#include "../runtime/base/common.h"
+#include "../runtime/base/cpu_features.h"
 #include "../runtime/jcfg.h"
 #include "args.h"
 #include "commands.h"

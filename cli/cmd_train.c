@@ -11,7 +11,7 @@
 #include "../drafters/blockdraft.h"
 #include "../engine/draft_vocab.h"
 #include "../engine/train.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
 #include "args.h"
 #include "commands.h"

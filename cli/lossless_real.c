@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../engine/decode.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../verify/stats.h"
 #include "lossless_real.h"
 

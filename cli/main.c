@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
-#include "../runtime/cpu_features.h"
+#include "../runtime/base/common.h"
+#include "../runtime/base/cpu_features.h"
 #include "commands.h"
 
 char *openblas_get_corename(void); /* OpenBLAS extension */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../engine/trace.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "report_sweep.h"
 
 #define N_TH 11

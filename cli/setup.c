@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "setup.h"
 
 int run_prompts_load(const run_config *rc, run_prompts *p) {

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
 #include "../engine/draft_vocab.h"
 #include <sys/stat.h>

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "../engine/decode.h"
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
-#include "../runtime/quant.h"
+#include "../runtime/formats/quant.h"
 #include "datasets.h"
 
 enum { F_TOK, F_TAPS, F_ID, F_LP, F_FINAL, N_FILES };

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "datasets.h"
 
 /* ShareGPT ids MANIFEST.md says to drop (AlpacaEval overlap) */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 int accept_counts_init(accept_counts *c, int n_cells, float prior, float weight) {
     size_t n = (size_t)n_cells * AS_POS;

@@ -10,10 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../runtime/common.h"
-#include "../runtime/quant.h"
+#include "../runtime/base/common.h"
+#include "../runtime/formats/quant.h"
 #include "../runtime/jcfg.h"
-#include "../runtime/safetensors.h"
+#include "../runtime/formats/safetensors.h"
 #include "../runtime/sampling.h"
 #include "../runtime/train_ops.h"
 

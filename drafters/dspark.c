@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
-#include "../runtime/quant.h"
+#include "../runtime/formats/quant.h"
 #include "../runtime/train_ops.h"
 #include "blockdraft.h"
 #include "drafter.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "drafter.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 int request_init(request *r, target *t, int id, const int *prompt, int n_prompt, int max_new, uint64_t seed) {
     memset(r, 0, sizeof *r);

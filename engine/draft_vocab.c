@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 typedef struct {
     long n;

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
-#include "../runtime/quant.h"
+#include "../runtime/base/common.h"
+#include "../runtime/formats/quant.h"
 #include "../runtime/tiny_model.h"
 #include "../verify/enumerate.h"
 #include "../verify/stats.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 static int in_group(const trace_request *r, const char *group) {
     if (!group[0]) return 1;

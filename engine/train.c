@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
-#include "../runtime/safetensors.h"
+#include "../runtime/formats/safetensors.h"
 #include "../runtime/sampling.h"
 
 static uint64_t mix(uint64_t a, uint64_t b) {

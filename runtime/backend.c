@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 typedef struct {
     const char *name;

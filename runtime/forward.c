@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 int fwd_state_init(fwd_state *st, backend *be) {
     memset(st, 0, sizeof *st);

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common.h"
-#include "quant.h"
+#include "base/common.h"
+#include "formats/quant.h"
 
 const char *model_arch_name(model_arch a) { return a == ARCH_QWEN3 ? "qwen3" : "llama"; }
 

@@ -8,8 +8,9 @@
 
 #include <stdint.h>
 
-#include "gguf.h"
-#include "safetensors.h"
+#include "formats/gguf.h"
+#include "formats/quant.h"
+#include "formats/safetensors.h"
 
 typedef enum { ARCH_LLAMA = 0, ARCH_QWEN3 = 1 } model_arch;
 
@@ -27,15 +28,6 @@ typedef struct {
     int rope_neox;    /* 1: rotate halves (HF layout); 0: rotate adjacent pairs (GGUF llama layout) */
     int tied;         /* LM head is the token embedding */
 } model_config;
-
-/* A weight matrix y = W x with W [rows = out features][cols = in features], row-major in its
- * storage type (ggml type id; F32 for safetensors models). */
-typedef struct {
-    uint32_t type;
-    int rows, cols;
-    size_t row_bytes;
-    const void *data; /* the file's bytes (backends keep their own copies, keyed by this address) */
-} qmat;
 
 typedef struct {
     float *attn_norm, *ffn_norm; /* [dim] */

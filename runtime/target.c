@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 const char *target_default_path(void) {
     static char buf[4096];

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "gguf.h"
-#include "gguf_writer.h"
-#include "quant.h"
+#include "base/common.h"
+#include "formats/gguf.h"
+#include "formats/gguf_writer.h"
+#include "formats/quant.h"
 #include "sampling.h"
 
 /* n values from N(0, scale^2) (Box-Muller) */

@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
 #include "scheduler.h"
 

@@ -1,5 +1,5 @@
 /* fixed — verify every proposed draft, or a configured number of them ("length"). */
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
 #include "scheduler.h"
 

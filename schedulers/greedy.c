@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "scheduler.h"
 
 static int cand_cmp(const void *x, const void *y) {

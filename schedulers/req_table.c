@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 #include "scheduler.h"
 
 void *req_table_get(req_table *t, int id, size_t size) {

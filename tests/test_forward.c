@@ -4,14 +4,14 @@
  * Qwen3 q/k norms, and clear errors for malformed models. */
 #include "testutil.h"
 
-#include "../runtime/cpu_features.h"
+#include "../runtime/base/cpu_features.h"
 
 #include "../runtime/backend.h"
 #include "../runtime/forward.h"
 #include "../runtime/model.h"
 #include <math.h>
 #include "../verify/logits.h"
-#include "../runtime/gguf.h"
+#include "../runtime/formats/gguf.h"
 #include "../runtime/tiny_model.h"
 
 typedef struct {

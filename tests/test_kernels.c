@@ -13,7 +13,7 @@
  *  exact: |y_f32 - y| <= g(cols + 2 nb + 8) (sum_j |w_j x_j| + sum_b |m_b| sum_j |x_bj|). */
 #include "testutil.h"
 
-#include "../runtime/kernels_cpu.h"
+#include "../runtime/kernels/kernels_cpu.h"
 
 static double gam(double k) { return k * 0x1p-24 / (1 - k * 0x1p-24); }
 

@@ -7,7 +7,7 @@
 #include "../runtime/backend.h"
 #include "../runtime/forward.h"
 #include "../runtime/model.h"
-#include "../runtime/safetensors.h"
+#include "../runtime/formats/safetensors.h"
 
 static void test_roundtrip_dtypes(void **state) {
     (void)state;

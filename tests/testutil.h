@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runtime/common.h"
-#include "../runtime/gguf.h"
-#include "../runtime/gguf_writer.h"
+#include "../runtime/base/common.h"
+#include "../runtime/formats/gguf.h"
+#include "../runtime/formats/gguf_writer.h"
 #include "../runtime/tiny_model.h"
-#include "../runtime/quant.h"
+#include "../runtime/formats/quant.h"
 #include "../runtime/sampling.h"
 #include "../runtime/target.h"
 

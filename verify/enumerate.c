@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 int draw_enum_init(draw_enum *e) {
     memset(e, 0, sizeof *e);

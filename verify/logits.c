@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
-#include "../runtime/kernels_cpu.h"
+#include "../runtime/base/common.h"
+#include "../runtime/kernels/kernels_cpu.h"
 #include "../runtime/sampling.h"
 
 int sampling_is_greedy(const sampling_params *sp) { return sp->temperature < 1e-5f; }

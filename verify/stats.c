@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 /* regularised lower gamma P(a, x) by its series (x < a + 1) */
 static double gamma_p_series(double a, double x) {

@@ -2,7 +2,7 @@
 
 #include <math.h>
 
-#include "../runtime/common.h"
+#include "../runtime/base/common.h"
 
 double row_sum(const float *x, int V) {
     double s = 0;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/gguf.h"
-#include "../../runtime/quant.h"
+#include "../../runtime/formats/gguf.h"
+#include "../../runtime/formats/quant.h"
 #include "../../runtime/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

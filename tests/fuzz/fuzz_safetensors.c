@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "../../runtime/model.h"
-#include "../../runtime/safetensors.h"
+#include "../../runtime/formats/safetensors.h"
 
 static void put(const char *dir, const char *name, const uint8_t *p, size_t n) {
     char path[256];

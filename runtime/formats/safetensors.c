@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "quant.h"
 
 static const struct { const char *name; int size; } DTYPES[ST_NDTYPES] = {

@@ -35,8 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu_features.h"
-#include "model.h"
+#include "../base/cpu_features.h"
+#include "../formats/quant.h"
 
 #define QK_PANEL 16 /* rows per panel of the int8 layout */
 

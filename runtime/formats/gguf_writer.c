@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "gguf.h"
 
 void gw_put(gw_buf *t, const void *p, size_t n) {

@@ -6,7 +6,17 @@
 #ifndef DS_QUANT_H
 #define DS_QUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* A weight matrix y = W x with W [rows = out features][cols = in features], row-major in its
+ * storage type (ggml type id; F32 for safetensors models). */
+typedef struct {
+    uint32_t type;
+    int rows, cols;
+    size_t row_bytes;
+    const void *data; /* the file's bytes (backends keep their own copies, keyed by this address) */
+} qmat;
 
 enum ggml_type {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7,

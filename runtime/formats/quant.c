@@ -1,6 +1,6 @@
 #include "quant.h"
 
-#include "cpu_features.h"
+#include "../base/cpu_features.h"
 
 #include <math.h>
 #include <string.h>

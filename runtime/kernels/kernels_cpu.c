@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
-#include "quant.h"
+#include "../base/common.h"
+#include "../formats/quant.h"
 
 const qk_kernels *qk_kernels_for(cpu_isa isa) {
     if (!cpu_isa_supported(isa)) return NULL;

@@ -1,8 +1,8 @@
 /* kernels_scalar.c — the portable path: plain C loops, the reference the SIMD paths are tested
  * against (bit for bit on the int8 contract). */
-#include "common.h"
+#include "../base/common.h"
 #include "kernels_cpu.h"
-#include "quant.h"
+#include "../formats/quant.h"
 
 static const uint8_t *row_ptr(const qk_mat *w, int r) { return w->data + (size_t)r * w->rb; }
 

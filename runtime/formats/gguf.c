@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "quant.h"
 
 #define GGUF_MAGIC "GGUF"
