@@ -1,58 +1,93 @@
 #!/usr/bin/env bash
-# bench_vs_llamacpp.sh — the target runtime beside llama.cpp on the same GGUF and threads, in one
-# run, alternating (bench-target int8, bench-target --exact, llama-bench), ROUNDS times, so the
-# machine's drift hits all three alike. Prints a markdown table of the medians' ranges.
-#   LLAMA_BENCH=/path/to/llama-bench scripts/bench_vs_llamacpp.sh [ROUNDS] [OUTDIR]
+# bench_vs_llamacpp.sh — the target runtime beside llama.cpp on the same machine and threads, in one
+# run, alternating ROUNDS times (bench-target int8, optionally --exact, llama-bench on the same Q4_1
+# file and on a second model, its strongest CPU path), so the machine's drift hits all alike. Prints a
+# markdown table of the medians' ranges, each figure also as a fraction of this machine's int8 roof
+# (bench-target's, for the instruction mix of our kernel path).
+#   LLAMA_BENCH=/path/to/llama-bench [LLAMA_STRONG=/path/to/q4_0.gguf] [EXACT=1] \
+#     scripts/bench_vs_llamacpp.sh [ROUNDS] [OUTDIR]
 # llama-bench is not built by this project: BENCHMARKS.md gives the commands (llama.cpp as vendored
-# in the PyPI sdist of llama-cpp-python). THREADS (default 2) and DSPARK_MODEL are honoured.
+# in the PyPI sdist of llama-cpp-python; the Q4_0 copy made by its llama-quantize). THREADS
+# (default 2) and DSPARK_MODEL are honoured.
 set -euo pipefail
 BIN=${BIN:-build/dspark-bench}
 LB=${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}
 MODEL=${DSPARK_MODEL:-$HOME/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf}
+STRONG=${LLAMA_STRONG:-}
 ROUNDS=${1:-3}
 OUT=${2:-build/bench-vs-llamacpp}
 T=${THREADS:-2}
 mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.txt
+llama() { # $1 tag, $2 model
+  "$LB" -m "$2" -t "$T" -p 1,2,4,8,16 -n 0 -d 128 -r 11 -o json > "$OUT/$1-pp-$r.json"
+  "$LB" -m "$2" -t "$T" -p 128,512 -n 0 -r 3 -o json > "$OUT/$1-pf-$r.json"
+  "$LB" -m "$2" -t "$T" -p 0 -n 128 -d 128 -r 5 -o json > "$OUT/$1-tg-$r.json"
+}
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS: bench-target (int8)" >&2
-  "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --out "$OUT/int8-$r.json" > "$OUT/int8-$r.txt"
-  echo "round $r/$ROUNDS: bench-target --exact" >&2
-  "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --exact --out "$OUT/exact-$r.json" > "$OUT/exact-$r.txt"
-  echo "round $r/$ROUNDS: llama-bench" >&2
-  "$LB" -m "$MODEL" -t "$T" -p 1,2,4,8,16 -n 0 -d 128 -r 5 -o json > "$OUT/llama-pp-$r.json"
-  "$LB" -m "$MODEL" -t "$T" -p 0 -n 128 -d 128 -r 5 -o json > "$OUT/llama-tg-$r.json"
+  "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --reps 11 --out "$OUT/int8-$r.json" > "$OUT/int8-$r.txt"
+  if [ "${EXACT:-0}" = 1 ]; then
+    echo "round $r/$ROUNDS: bench-target --exact" >&2
+    "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --reps 11 --exact --out "$OUT/exact-$r.json" > "$OUT/exact-$r.txt"
+  fi
+  echo "round $r/$ROUNDS: llama-bench (same Q4_1 file)" >&2
+  llama q41 "$MODEL"
+  if [ -n "$STRONG" ]; then
+    echo "round $r/$ROUNDS: llama-bench ($STRONG)" >&2
+    llama strong "$STRONG"
+  fi
 done
-python3 - "$OUT" "$ROUNDS" <<'PY'
-import json, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+python3 - "$OUT" "$ROUNDS" "$STRONG" <<'PY'
+import json, os, sys
+out, rounds, strong = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+R = range(1, rounds + 1)
 def rng(v, fmt="%.1f"):
     return (fmt % min(v)) + "–" + (fmt % max(v)) if len(v) > 1 else fmt % v[0]
-ours = {k: [json.load(open(f"{out}/{k}-{r}.json")) for r in range(1, rounds + 1)] for k in ("int8", "exact")}
-lpp = [json.load(open(f"{out}/llama-pp-{r}.json")) for r in range(1, rounds + 1)]
-ltg = [json.load(open(f"{out}/llama-tg-{r}.json")) for r in range(1, rounds + 1)]
+ours = {k: [json.load(open(f"{out}/{k}-{r}.json")) for r in R] for k in ("int8", "exact") if os.path.exists(f"{out}/{k}-1.json")}
+peers = {k: {p: [json.load(open(f"{out}/{k}-{p}-{r}.json")) for r in R] for p in ("pp", "pf", "tg")}
+         for k in ("q41", "strong") if os.path.exists(f"{out}/{k}-pp-1.json")}
 j0 = ours["int8"][0]
-print(f"CPU: {j0['cpu']}, {j0['threads']} threads; kernels {j0.get('kernels', '?')} / "
-      f"{ours['exact'][0].get('kernels', '?')}; llama.cpp {lpp[0][0].get('build_commit', '?')}")
-floor = [1e3 / j["decode_floor_ms"] for j in ours["int8"]]
-print(f"bandwidth floor (decode, context 128): {rng(floor, '%.0f')} tok/s\n")
-print("| | dspark-bench int8 | dspark-bench exact | llama.cpp |\n|---|---:|---:|---:|")
-dec = {k: [j["decode_tok_s"] for j in v] for k, v in ours.items()}
-ltgv = [x["avg_ts"] for run in ltg for x in run if x["n_gen"] > 0]
-print(f"| decode tok/s (context 128) | {rng(dec['int8'])} | {rng(dec['exact'])} | {rng(ltgv)} |")
-def cost(j, B):
-    return j["sps"]["seconds"][j["sps"]["B"].index(B)]
-def lcost(run, B):
-    for x in run:
-        if x["n_prompt"] == B and x["n_gen"] == 0:
-            return B / x["avg_ts"]
+macs = j0["matmul_macs_per_token"]
+roof = [j["roof"]["int8_GMACps"] for j in ours["int8"]]
+print(f"CPU: {j0['cpu']}, {j0['threads']} threads ({j0['roof']['logical_cpus']} logical CPUs on "
+      f"{j0['roof']['physical_cores']} cores); kernels {j0.get('kernels', '?')}; llama.cpp "
+      f"{peers['q41']['pp'][0][0].get('build_commit', '?')}" + (f", strongest path: {os.path.basename(strong)}" if strong else ""))
+print(f"int8 roof ({j0['roof']['instruction']}, registers only): {rng(roof, '%.0f')} G MAC/s on {j0['threads']} threads; "
+      f"bandwidth {rng([j['bandwidth_GBps'] for j in ours['int8']])} GB/s; {macs / 1e6:.1f} M MAC per token\n")
+cols = [("dspark-bench int8", "int8")] + ([("dspark-bench exact", "exact")] if "exact" in ours else []) + \
+       [("llama.cpp Q4_1", "q41")] + ([("llama.cpp " + os.path.basename(strong), "strong")] if "strong" in peers else [])
+print("| | " + " | ".join(c[0] for c in cols) + " |\n|---|" + "---:|" * len(cols))
+def frac(tok_s):  # tokens/s -> % of the roof, median roof
+    return 100 * tok_s * macs / 1e9 / sorted(roof)[len(roof) // 2]
+def peer(k, p, np_, ng):
+    return [x["avg_ts"] for run in peers[k][p] for x in run if x["n_prompt"] == np_ and x["n_gen"] == ng]
+def cell(v, fmt, tok_s):
+    return f"{rng(v, fmt)} ({rng([frac(x) for x in tok_s], '%.0f')} %)"
+row = []
+for name, k in cols:
+    if k in ours: v = [j["decode_tok_s"] for j in ours[k]]
+    else: v = peer(k, "tg", 0, 128)
+    row.append(cell(v, "%.0f", v))
+print("| decode tok/s, context 128 (% of roof) | " + " | ".join(row) + " |")
+for n in (128, 512):
+    row = []
+    for name, k in cols:
+        v = [j["prefill_tok_s"][str(n)] for j in ours[k]] if k in ours else peer(k, "pf", n, 0)
+        row.append(cell(v, "%.0f", v))
+    print(f"| prefill {n} tok/s (% of roof) | " + " | ".join(row) + " |")
+def ours_ms(j, B): return 1e3 * j["sps"]["seconds"][j["sps"]["B"].index(B)]
 for B in (1, 2, 4, 8, 16):
-    a = [1e3 * cost(j, B) for j in ours["int8"]]
-    b = [1e3 * cost(j, B) for j in ours["exact"]]
-    c = [1e3 * lcost(run, B) for run in lpp]
-    print(f"| forward of B={B} after 128, ms | {rng(a, '%.2f')} | {rng(b, '%.2f')} | {rng(c, '%.2f')} |")
-for B in (4, 8):
-    a = [cost(j, B) / cost(j, 1) for j in ours["int8"]]
-    b = [cost(j, B) / cost(j, 1) for j in ours["exact"]]
-    c = [lcost(run, B) / lcost(run, 1) for run in lpp]
-    print(f"| cost({B}) / cost(1) | {rng(a, '%.2f')} | {rng(b, '%.2f')} | {rng(c, '%.2f')} |")
+    row = []
+    for name, k in cols:
+        ms = [ours_ms(j, B) for j in ours[k]] if k in ours else [1e3 * B / x for x in peer(k, "pp", B, 0)]
+        row.append(cell(ms, "%.2f", [1e3 * B / m for m in ms]))
+    print(f"| forward of B={B} after 128, ms (% of roof) | " + " | ".join(row) + " |")
+for B in (4, 8, 16):
+    row = []
+    for name, k in cols:
+        if k in ours: v = [ours_ms(j, B) / ours_ms(j, 1) for j in ours[k]]
+        else: v = [(B / b) / (1 / a) for a, b in zip(peer(k, "pp", 1, 0), peer(k, "pp", B, 0))]
+        row.append(rng(v, "%.2f"))
+    print(f"| cost({B}) / cost(1) | " + " | ".join(row) + " |")
 PY
