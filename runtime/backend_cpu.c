@@ -393,7 +393,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
             }
             maxn = DS_MAX(maxn, nv);
         }
-        need = DS_MAX(need, len >= c->attn_gemm_min_T ? (size_t)len * (size_t)maxn : (size_t)maxn);
+        need = DS_MAX(need, len >= c->attn_gemm_min_T ? (size_t)len * (size_t)maxn : (size_t)DS_MIN(group, 8) * maxn);
     }
     if (ensure_sbuf(be, need)) {
         free(run_start);
@@ -421,16 +421,39 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
                             out + (size_t)t0 * qld + (size_t)h * hd, (int)qld);
             }
-        } else {
-#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (len * n_heads >= 4)
-            for (int th = 0; th < len * n_heads; th++) {
-                int t = t0 + th / n_heads, h = th % n_heads, kvh = h / group;
-                k->attend(out + (size_t)t * qld + (size_t)h * hd, q + (size_t)t * qld + (size_t)h * hd,
-                          kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd, ld, n_visible(ab, t), hd, scale,
-                          c->sbuf[omp_get_thread_num()]);
-            }
         }
     }
+    /* every other token: one task per (token, KV head), the group's query heads reading each K and V
+     * row once (attend_group), across all requests at once so that a batch of one-token requests
+     * still fills the threads; a lone decode token gets a task per head (3 KV heads on 2 threads
+     * would leave one idle a third of the time) */
+    int per_head = T == 1, units = per_head ? n_heads : n_kv_heads, gmax = per_head ? 1 : group;
+    int *rows = ds_malloc(sizeof(int) * (size_t)(T + 1), "attention rows");
+    if (!rows) {
+        free(run_start);
+        return -1;
+    }
+    int n_rows = 0;
+    for (int r = 0; r < n_runs; r++)
+        if (run_start[r + 1] - run_start[r] < c->attn_gemm_min_T)
+            for (int t = run_start[r]; t < run_start[r + 1]; t++) rows[n_rows++] = t;
+#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (n_rows * units >= 4)
+    for (int it = 0; it < n_rows * units; it++) {
+        int t = rows[it / units], u = it % units, kvh = per_head ? u / group : u, h0 = per_head ? u : u * group;
+        const kv_cache *kv = ab->kv[ab->seq[t]];
+        float *o[8];
+        const float *qq[8];
+        for (int g0 = 0; g0 < gmax; g0 += 8) { /* groups of more than 8 heads in slices */
+            int ng = DS_MIN(8, gmax - g0);
+            for (int g = 0; g < ng; g++) {
+                o[g] = out + (size_t)t * qld + (size_t)(h0 + g0 + g) * hd;
+                qq[g] = q + (size_t)t * qld + (size_t)(h0 + g0 + g) * hd;
+            }
+            k->attend_group(o, qq, ng, kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd,
+                            (size_t)kv->kv_dim, n_visible(ab, t), hd, scale, c->sbuf[omp_get_thread_num()]);
+        }
+    }
+    free(rows);
     free(run_start);
     return 0;
 }

@@ -352,6 +352,32 @@ static void test_fp32_helpers(void **state) {
                 assert_memory_equal(og, oref, sizeof(float) * (size_t)hd);
             }
         }
+    /* attend_group: every query head of a group bit-identical to attend alone (1-5 heads; head
+     * sizes the grouped kernel takes and ones it hands back to attend) */
+    for (int hi = 0; hi < 3; hi++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int ng = 1; ng <= 5; ng++) {
+                int hd = hds[hi], n = npos[ni];
+                size_t ld = 3 * (size_t)hd;
+                float K[33 * 3 * 64], Vv[33 * 3 * 64], qs[5][64], outs[5][64], sc[5 * 40], oref[64];
+                for (size_t i = 0; i < sizeof K / sizeof *K; i++) K[i] = (float)(rng_uniform(&r) - 0.5), Vv[i] = (float)(rng_uniform(&r) - 0.5);
+                float *o[5];
+                const float *qp[5];
+                for (int g = 0; g < ng; g++) {
+                    for (int i = 0; i < hd; i++) qs[g][i] = (float)(rng_uniform(&r) - 0.5) * 4;
+                    o[g] = outs[g], qp[g] = qs[g];
+                }
+                for (int isa = 0; isa < ISA_COUNT; isa++) {
+                    const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+                    if (!k) continue;
+                    k->attend_group(o, qp, ng, K, Vv, ld, n, hd, 0.125f, sc);
+                    for (int g = 0; g < ng; g++) {
+                        qk_scalar.attend(oref, qs[g], K, Vv, ld, n, hd, 0.125f, sc);
+                        if (memcmp(oref, outs[g], sizeof(float) * (size_t)hd))
+                            fail_msg("%s attend_group hd %d n %d ng %d: head %d differs from attend", k->name, hd, n, ng, g);
+                    }
+                }
+            }
 }
 
 /* sampling's exp: within 2 ulp of the float64 exp over its whole range (every float in a sweep of

@@ -76,6 +76,10 @@ typedef struct {
      * (the canonical dot), qk_softmax(s), o = sum_j s[j] V[j] (axpy in order of j); s has n floats */
     void (*attend)(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
                    float *s);
+    /* attend for ng query heads sharing one KV head (o[g], q[g]); s has ng * n floats; each o[g]
+     * is bit-identical to attend's */
+    void (*attend_group)(float *const *o, const float *const *q, int ng, const float *K, const float *V, size_t ld,
+                         int n, int hd, float scale, float *s);
     /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */
     double (*exp_sum)(const float *x, float shift, float *out, int n);
     /* the roof: n rounds of 12 independent int8 multiply-adds of the kind rows_i8 issues, on

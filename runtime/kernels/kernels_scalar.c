@@ -110,6 +110,11 @@ static void attend(float *o, const float *q, const float *K, const float *V, siz
     for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
 }
 
+static void attend_group(float *const *o, const float *const *q, int ng, const float *K, const float *V, size_t ld,
+                         int n, int hd, float scale, float *s) {
+    for (int g = 0; g < ng; g++) attend(o[g], q[g], K, V, ld, n, hd, scale, s + (size_t)g * n);
+}
+
 static double exp_sum(const float *x, float shift, float *out, int n) {
     double l[16] = {0};
     return qk_exp_sum_tail(x, shift, out, 0, n, l);
@@ -136,5 +141,5 @@ static void swiglu(float *out, const float *g, const float *u, size_t n) {
 }
 
 const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
-                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .exp_sum = exp_sum, .swiglu = swiglu,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_group = attend_group, .exp_sum = exp_sum, .swiglu = swiglu,
                              .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};
