@@ -2,8 +2,8 @@
 # Issue 28's results: the training-free drafters on Spec-Bench's six categories, one command from the
 # repository root (resumable: a finished configuration is skipped; rm -r out/training-free to redo).
 #
-#   sh experiments/training-free/run.sh            # ~35 min on 2 cores (nothing else may run: wall time)
-#   LIMIT=10 sh experiments/training-free/run.sh   # the issue's 10 prompts a category (~75 min)
+#   sh experiments/training-free/run.sh            # ~5 min on a 2-core AVX-512 Xeon (nothing else may run: wall time)
+#   LIMIT=10 sh experiments/training-free/run.sh   # the issue's 10 prompts a category (~10 min there; ~25 min before issue 29)
 #
 # 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
 # 2. per configuration one `run` over sb-mt (both turns), sb-trans, sb-sum, sb-qa, sb-math, sb-rag,
