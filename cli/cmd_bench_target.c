@@ -49,11 +49,12 @@ static double measure_bandwidth(int threads, size_t bytes) {
     return sink == -1 ? 0 : best / 1e9;
 }
 
-/* The int8 roof: every thread issues the kernel path's multiply-adds on registers only; best of 3. */
+/* The int8 roof: every thread issues the kernel path's multiply-adds on registers only; best of 5
+ * (a run is ~10 ms, and a shared machine's clock and neighbours move it). */
 static double measure_peak(const qk_kernels *k, int threads) {
     long n = 4000000;
     double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < 5; rep++) {
         double t0 = ds_now(), macs = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : macs)
         macs += k->peak_i8(n);
