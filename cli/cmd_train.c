@@ -1,4 +1,4 @@
-/* train — train a block drafter (dflash, dspark-markov, dspark-rnn) against the frozen target:
+/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa) against the frozen target:
  * build (or resume building) the data cache of target responses and states, then train with
  * checkpoints in the run folder; a killed run resumes from its last checkpoint. */
 #include <cJSON.h>
@@ -45,6 +45,8 @@ int cmd_train(int argc, char **argv) {
     memset(&data, 0, sizeof data);
     bd_model m;
     memset(&m, 0, sizeof m);
+    md_model mm;
+    memset(&mm, 0, sizeof mm);
     int ret = -1;
     DS_TRYP(cfg = ds_read_json(config_path));
     train_config tc;
@@ -62,10 +64,19 @@ int cmd_train(int argc, char **argv) {
 
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
+    /* the family: a block drafter, or Medusa (its own model; the cache taps the target's last layer) */
+    int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0;
     bd_config c;
-    DS_TRY(train_config_drafter(&tc, &t, &c));
-    d.n_tap = c.n_tap;
-    memcpy(d.taps, c.tap, sizeof d.taps);
+    md_config mc;
+    if (medusa) {
+        DS_TRY(train_config_medusa(&tc, &t, &mc));
+        d.n_tap = 1;
+        d.taps[0] = mc.tap;
+    } else {
+        DS_TRY(train_config_drafter(&tc, &t, &c));
+        d.n_tap = c.n_tap;
+        memcpy(d.taps, c.tap, sizeof d.taps);
+    }
     if (max_shards >= 0) d.max_shards = max_shards;
     DS_TRY(traindata_build(&t, &d));
     if (data_only) {
@@ -73,23 +84,29 @@ int cmd_train(int argc, char **argv) {
         goto fail;
     }
     DS_TRY(traindata_open(&data, d.dir, &t, d.max_shards));
-    {
+    trainable tr;
+    if (medusa) { /* a resumed run reads its parameters from OUT/last in train_run */
+        DS_TRY(md_model_init(&mm, &mc, &t.m, o.seed, 0, 1));
+        DS_TRY(md_trainable(&mm, &tr));
+        fprintf(stderr, "train: medusa, %zu parameters (%d heads on layer %d); data %s: %d sequences, %ld tokens\n",
+                mm.n_params, mc.heads, mc.tap, d.dir, data.n_seq, data.n_tok);
+    } else {
         char last[4200];
         snprintf(last, sizeof last, "%s/last", out);
         DS_TRY(train_drafter_new(&c, &t, &data, 0, o.seed, o.warm_start ? NULL : last, &m));
+        DS_TRY(bd_trainable(&m, &tr));
+        fprintf(stderr, "train: %s, %zu parameters (%d layers, gamma %d, %s, lambda %g); data %s: %d sequences, %ld tokens\n",
+                c.kind, m.n_params, c.n_layers, c.gamma, c.head == HEAD_NONE ? "no head" : c.head == HEAD_MARKOV ? "Markov head" : "RNN head",
+                (double)c.lambda, d.dir, data.n_seq, data.n_tok);
     }
-    trainable tr;
-    DS_TRY(bd_trainable(&m, &tr));
-    fprintf(stderr, "train: %s, %zu parameters (%d layers, gamma %d, %s, lambda %g); data %s: %d sequences, %ld tokens\n",
-            c.kind, m.n_params, c.n_layers, c.gamma, c.head == HEAD_NONE ? "no head" : c.head == HEAD_MARKOV ? "Markov head" : "RNN head",
-            (double)c.lambda, d.dir, data.n_seq, data.n_tok);
     omp_set_num_threads(t.be->n_threads); /* the training ops' loops and GEMM split follow --threads */
     DS_TRY(train_run(&tr, &data, &o, NULL, 0, NULL));
     printf("trained %s: checkpoint %s/last (model.safetensors + config.json); logs %s/train_log.jsonl, eval_log.jsonl\n",
-           c.kind, out, out);
+           tr.kind, out, out);
     ret = 0;
 fail:
     bd_model_free(&m);
+    md_model_free(&mm);
     traindata_close(&data);
     target_close(&t);
     cJSON_Delete(cfg);

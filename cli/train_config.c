@@ -22,7 +22,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     DS_TRY(jcfg_close(&top));
     const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
     DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
-             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\", ...}", config_path);
+             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\", ...}", config_path);
     tc->drafter = drafter;
     tc->drafter_name = dname;
 
@@ -75,6 +75,18 @@ int train_config_drafter(const train_config *tc, const target *t, bd_config *c) 
     cJSON *arch = cJSON_Duplicate(tc->drafter, 1);
     cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
     int rc = bd_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
+    cJSON_Delete(arch);
+    if (rc == 0 && t->has_tokenizer) { /* the train/serve contract: what the data was rendered with */
+        snprintf(c->chat_template, sizeof c->chat_template, "%s", chat_family_name(&t->ct));
+        tokenizer_fingerprint(&t->tk, c->tokenizer);
+    }
+    return rc;
+}
+
+int train_config_medusa(const train_config *tc, const target *t, md_config *c) {
+    cJSON *arch = cJSON_Duplicate(tc->drafter, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
+    int rc = md_config_init(c, &t->m, arch);
     cJSON_Delete(arch);
     if (rc == 0 && t->has_tokenizer) { /* the train/serve contract: what the data was rendered with */
         snprintf(c->chat_template, sizeof c->chat_template, "%s", chat_family_name(&t->ct));

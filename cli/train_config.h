@@ -7,6 +7,7 @@
 
 #include "../datasets/traindata.h"
 #include "../drafters/blockdraft.h"
+#include "../drafters/medusa.h"
 #include "../engine/train.h"
 
 typedef struct {
@@ -23,6 +24,8 @@ int train_config_parse(const cJSON *cfg, const char *path, train_config *tc);
 const char *train_config_expand_home(const char *p, char *buf, size_t n);
 /* the drafter's architecture from the config (c), for a target */
 int train_config_drafter(const train_config *tc, const target *t, bd_config *c);
+/* the same for a Medusa drafter ("name": "medusa") */
+int train_config_medusa(const train_config *tc, const target *t, md_config *c);
 /* a fresh drafter for training on d: its draft vocabulary chosen from d (and reported on stderr)
  * unless full_vocab; with a checkpoint in resume_dir (may be NULL), that checkpoint's model */
 int train_drafter_new(const bd_config *c, const target *t, const train_cache *d, int full_vocab, uint64_t seed,

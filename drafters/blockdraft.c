@@ -70,23 +70,7 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
     if (layer_ids(jcfg_get(&r, "taps"), "taps", 1, 8, c->tap, &c->n_tap, what) ||
         layer_ids(jcfg_get(&r, "init_layers"), "init_layers", 0, 16, c->init_layer, &c->n_init, what))
         return -1;
-    const cJSON *cal = jcfg_get(&r, "calibration");
-    if (cal) {
-        int n = cJSON_GetArraySize(cal);
-        if (!cJSON_IsArray(cal) || n > 16) {
-            ds_error("%s: 'calibration' must be an array of at most 16 temperatures", what);
-            return -1;
-        }
-        c->n_calib = n;
-        for (int i = 0; i < n; i++) {
-            const cJSON *t = cJSON_GetArrayItem(cal, i);
-            if (!cJSON_IsNumber(t) || !(t->valuedouble > 0 && t->valuedouble < 1e6)) {
-                ds_error("%s: 'calibration'[%d] must be a positive temperature", what, i);
-                return -1;
-            }
-            c->calib[i] = (float)t->valuedouble;
-        }
-    }
+    if (jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib)) return -1; /* temperatures */
     if (fp) snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", fp);
     if (vh) snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", vh);
     if (jcfg_close(&r)) return -1;

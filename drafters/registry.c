@@ -8,7 +8,7 @@
 #include "drafter.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
-    drafter_ngram, drafter_suffix;
+    drafter_ngram, drafter_suffix, drafter_medusa;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
@@ -17,6 +17,7 @@ static const drafter_ops *const DRAFTERS[] = {
     &drafter_dspark_rnn,
     &drafter_ngram,
     &drafter_suffix,
+    &drafter_medusa,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 

@@ -529,6 +529,8 @@ static const control_case CONTROLS[] = {
     {"ngram", NULL, 0, K_QCONS, FAULT_DRAFT_WRONG_Q},
     {"suffix", "greedy", S_TOPK, K_EXACT, FAULT_DRAFT_WRONG_Q},
     {"suffix", NULL, 0, K_QCONS, FAULT_DRAFT_WRONG_Q},
+    {"medusa", "fixed", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
+    {"medusa", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
     {"dflash", "fixed", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"dspark-markov", "greedy", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_ACCEPT_BIAS},

@@ -98,6 +98,26 @@ int jcfg_float(jcfg *c, const char *key, double lo, double hi, float *out) {
     return 0;
 }
 
+int jcfg_floats(jcfg *c, const char *key, int max, double lo, double hi, float *out, int *n) {
+    const cJSON *a = jcfg_get(c, key);
+    if (!a) return 0;
+    int k = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || k > max) {
+        ds_error("%s: '%s' must be an array of at most %d numbers", c->path, key, max);
+        return -1;
+    }
+    for (int i = 0; i < k; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > lo && v->valuedouble < hi)) {
+            ds_error("%s: '%s'[%d] must be a number in (%g, %g)", c->path, key, i, lo, hi);
+            return -1;
+        }
+        out[i] = (float)v->valuedouble;
+    }
+    *n = k;
+    return 0;
+}
+
 int jcfg_str(jcfg *c, const char *key, const char **out) {
     const cJSON *v = jcfg_get(c, key);
     if (!v) return 0;

@@ -33,6 +33,8 @@ int jcfg_double(jcfg *c, const char *key, double lo, double hi, double *out);
 int jcfg_str(jcfg *c, const char *key, const char **out);          /* points into the JSON */
 int jcfg_strcpy(jcfg *c, const char *key, char *dst, size_t n);    /* copied, length checked */
 int jcfg_bool(jcfg *c, const char *key, int *out);
+/* an array of at most max numbers, each in (lo, hi) open: out[0..*n) (untouched when absent) */
+int jcfg_floats(jcfg *c, const char *key, int max, double lo, double hi, float *out, int *n);
 void jcfg_skip(jcfg *c, const char *key);   /* a known key read elsewhere (e.g. free text) */
 int jcfg_close(jcfg *c);                    /* -1 on the first key nobody read */
 

@@ -1,0 +1,443 @@
+/* medusa.c — Medusa-1 heads (medusa.h): the model, its checkpoint, its training step, and the
+ * drafter. A round: the target's last-layer state of the position before the anchor (kept from
+ * the last commit), through the target's final norm, through each head's residual block on the
+ * host (d x d per head), then one batched pass of the target's own quantized head over the K rows
+ * on the backend; q_k = processed z_k, x_k ~ q_k. */
+#include "medusa.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/base/common.h"
+#include "../runtime/formats/safetensors.h"
+#include "../runtime/jcfg.h"
+#include "../runtime/train_ops.h"
+#include "drafter.h"
+
+/* ------------------------------------------------------------------------------ config */
+
+int md_config_init(md_config *c, const model *target, const cJSON *j) {
+    memset(c, 0, sizeof *c);
+    const model_config *t = &target->cfg;
+    c->dim = t->dim, c->vocab = t->vocab_size, c->heads = 4, c->tap = t->n_layers - 1, c->eps = t->norm_eps;
+    c->w_ce = 0.1f, c->w_l1 = 0.9f; /* the block drafters' split: the target's law matters most */
+    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
+    if (!j) return 0;
+    jcfg r;
+    const char *fp = NULL;
+    DS_TRY(jcfg_open(&r, j, "medusa"));
+    jcfg_skip(&r, "kind");
+    DS_TRY(jcfg_int(&r, "heads", 1, MD_MAX_HEADS, &c->heads));
+    DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
+    DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
+    DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
+    int dim = c->dim, vocab = c->vocab, tap = c->tap;
+    DS_TRY(jcfg_int(&r, "dim", 1, 1 << 20, &dim));
+    DS_TRY(jcfg_int(&r, "vocab", 1, 1 << 24, &vocab));
+    DS_TRY(jcfg_int(&r, "tap", 0, 1 << 10, &tap));
+    DS_TRY(jcfg_float(&r, "eps", 0, 1, &c->eps));
+    DS_TRY(jcfg_str(&r, "target_fingerprint", &fp));
+    DS_TRY(jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template));
+    DS_TRY(jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer));
+    DS_TRY(jcfg_close(&r));
+    /* a checkpoint records the geometry: it must be this target's */
+    DS_CHECK(dim == c->dim && vocab == c->vocab && tap == c->tap,
+             "medusa: dim %d, vocab %d, tap %d do not match the target's %d, %d, %d", dim, vocab, tap, c->dim, c->vocab,
+             c->tap);
+    DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "medusa: trained against target %s, but the target is %s", fp,
+             target->fingerprint);
+    return 0;
+fail:
+    return -1;
+}
+
+cJSON *md_config_json(const md_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", "medusa");
+    cJSON_AddNumberToObject(j, "heads", c->heads);
+    cJSON_AddNumberToObject(j, "dim", c->dim);
+    cJSON_AddNumberToObject(j, "vocab", c->vocab);
+    cJSON_AddNumberToObject(j, "tap", c->tap);
+    cJSON_AddNumberToObject(j, "eps", c->eps);
+    cJSON_AddNumberToObject(j, "w_ce", c->w_ce);
+    cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
+    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
+    if (c->chat_template[0]) cJSON_AddStringToObject(j, "chat_template", c->chat_template);
+    if (c->tokenizer[0]) cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
+    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
+    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    return j;
+}
+
+/* ------------------------------------------------------------------------------- model */
+
+static void md_ws_release_f(md_ws_f *w); /* medusa_train.inc */
+
+void md_model_free(md_model *m) {
+    free(m->params);
+    free(m->norm);
+    free(m->E);
+    md_ws_release_f(&m->ws);
+    memset(m, 0, sizeof *m);
+}
+
+static int md_alloc(md_model *m, const md_config *c, const model *target, int with_head) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    int D = c->dim;
+    m->n_t = 2 * c->heads;
+    for (int k = 0; k < c->heads; k++) {
+        snprintf(m->names[2 * k], sizeof m->names[0], "heads.%d.weight", k);
+        snprintf(m->names[2 * k + 1], sizeof m->names[0], "heads.%d.bias", k);
+        size_t base = (size_t)k * (D + 1) * D;
+        m->tt[2 * k] = (train_tensor){base, (size_t)D * D, 1};
+        m->tt[2 * k + 1] = (train_tensor){base + (size_t)D * D, (size_t)D, 0};
+    }
+    m->n_params = (size_t)c->heads * (D + 1) * D;
+    DS_TRYP(m->params = ds_calloc(m->n_params, sizeof(float), "medusa parameters"));
+    DS_TRYP(m->norm = ds_malloc(sizeof(float) * (size_t)D, "medusa norm"));
+    memcpy(m->norm, target->out_norm, sizeof(float) * (size_t)D);
+    if (with_head) { /* the frozen head, dequantized once (the training step's E) */
+        DS_TRYP(m->E = ds_malloc(sizeof(float) * (size_t)c->vocab * D, "medusa head copy"));
+        for (int v = 0; v < c->vocab; v++) qmat_row_f32(&target->output, v, m->E + (size_t)v * D);
+    }
+    return 0;
+fail:
+    md_model_free(m);
+    return -1;
+}
+
+int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head) {
+    DS_TRY(md_alloc(m, c, target, with_head));
+    if (init_std > 0) {
+        rng_t r;
+        rng_seed(&r, seed);
+        float sd = init_std / sqrtf((float)c->dim);
+        for (int k = 0; k < c->heads; k++)
+            for (size_t i = 0; i < m->tt[2 * k].numel; i++) {
+                double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
+                m->params[m->tt[2 * k].offset + i] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * sd;
+            }
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+int md_save(const md_model *m, const char *dir) {
+    char p[4096], *txt = NULL;
+    st_write_tensor w[2 * MD_MAX_HEADS];
+    int rc = -1, D = m->cfg.dim;
+    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
+    for (int i = 0; i < m->n_t; i++)
+        w[i] = (st_write_tensor){m->names[i], m->params + m->tt[i].offset, i % 2 ? 1 : 2, {D, D}};
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
+    DS_TRY(st_write(p, w, m->n_t, ST_F32, meta, 2));
+    cJSON *j = md_config_json(&m->cfg);
+    txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    DS_CHECK(txt != NULL, "%s: cannot render config.json", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    DS_TRY(ds_write_file_atomic(p, txt, strlen(txt)));
+    rc = 0;
+fail:
+    free(txt);
+    return rc;
+}
+
+int md_read_params(md_model *m, const char *dir) {
+    char p[4096];
+    st_file f;
+    int D = m->cfg.dim;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (st_open(&f, p)) return -1;
+    for (int i = 0; i < m->n_t; i++) {
+        const st_tensor *s = st_find(&f, m->names[i]);
+        int nd = i % 2 ? 1 : 2;
+        DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, m->names[i]);
+        DS_CHECK(s->n_dims == nd && s->shape[0] == D && (nd == 1 || s->shape[1] == D),
+                 "%s: tensor '%s' has the wrong shape", p, m->names[i]);
+        DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
+    }
+    st_close(&f);
+    return 0;
+fail:
+    st_close(&f);
+    return -1;
+}
+
+int md_load(md_model *m, const char *dir, const model *target, int with_head) {
+    char p[4096];
+    cJSON *j = NULL;
+    md_config c;
+    memset(m, 0, sizeof *m);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    DS_TRYP(j = ds_read_json(p));
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    DS_CHECK(cJSON_IsString(kind) && strcmp(kind->valuestring, "medusa") == 0, "%s: not a medusa checkpoint (kind '%s')",
+             p, cJSON_IsString(kind) ? kind->valuestring : "?");
+    if (md_config_init(&c, target, j)) {
+        ds_error_prefix("%s", p);
+        goto fail;
+    }
+    DS_TRY(md_alloc(m, &c, target, with_head));
+    DS_TRY(md_read_params(m, dir));
+    cJSON_Delete(j);
+    return 0;
+fail:
+    cJSON_Delete(j);
+    md_model_free(m);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------- training step */
+
+#define REAL float
+#define FN(name) name##_f
+#define SEQ train_seq
+#define WS md_ws_f
+#include "medusa_train.inc"
+#undef REAL
+#undef FN
+#undef SEQ
+#undef WS
+#define REAL double
+#define FN(name) name##_d
+#define SEQ train_seq_d
+#define WS md_ws_d
+#include "medusa_train.inc"
+#undef REAL
+#undef FN
+#undef SEQ
+#undef WS
+
+void md_ws_free_d(md_ws_d *w) { md_ws_release_d(w); }
+
+double md_seq_weight(int A, const int *n_valid) {
+    double w = 0;
+    for (int a = 0; a < A; a++) w += n_valid[a];
+    return w;
+}
+
+static int tr_step(trainable *tr, const train_seq *s, float *grad, double norm, train_stats *st) {
+    md_model *m = tr->impl;
+    DS_CHECK(m->E != NULL, "medusa: the model was opened without the training head");
+    return md_step_f(&m->cfg, m->params, grad, m->norm, m->E, s, norm, st, &m->ws);
+fail:
+    return -1;
+}
+static double tr_weight(const trainable *tr, int A, const int *n_valid) {
+    DS_UNUSED(tr);
+    return md_seq_weight(A, n_valid);
+}
+static int tr_save(const trainable *tr, const char *dir) { return md_save(tr->impl, dir); }
+static int tr_read(trainable *tr, const char *dir) { return md_read_params(tr->impl, dir); }
+static cJSON *tr_config(const trainable *tr) { return md_config_json(&((const md_model *)tr->impl)->cfg); }
+
+int md_trainable(md_model *m, trainable *tr) {
+    *tr = (trainable){.impl = m, .kind = "medusa", .params = m->params, .n_params = m->n_params, .n_t = m->n_t,
+                      .t = m->tt, .positions = m->cfg.heads, .n_tap = 1, .dim = m->cfg.dim, .taps = &m->cfg.tap,
+                      .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = 1, .step = tr_step,
+                      .seq_weight = tr_weight, .save = tr_save, .read_params = tr_read, .config_json = tr_config};
+    return 0;
+}
+
+/* -------------------------------------------------------------------------------- drafter */
+
+typedef struct {
+    md_model m;
+    backend *be;
+    float *Rd, *Ud;        /* backend: the K residual rows, their logits */
+    float *U, *R, *u, *z, *qalt; /* host */
+    lp_scratch scr;
+} medusa;
+
+typedef struct {
+    float *h, *h0;         /* [dim] the normed state before the anchor; the prompt's (for rewind) */
+} md_state;
+
+/* RMSNorm of one tapped row with the target's final norm */
+static void norm_row(const md_model *m, float *out, const float *x) {
+    int D = m->cfg.dim;
+    double ss = 0;
+    for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / D + m->cfg.eps));
+    for (int i = 0; i < D; i++) out[i] = x[i] * s * m->norm[i];
+}
+
+static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
+    medusa *s = ds_calloc(1, sizeof *s, "medusa drafter");
+    if (!s) return -1;
+    d->impl = s;
+    jcfg r;
+    const char *ck = NULL;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    if (ck) {
+        DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
+        DS_TRY(md_load(&s->m, ck, &t->m, 0));
+        snprintf(d->describe, sizeof d->describe, "medusa: checkpoint %s (%d heads)", ck, s->m.cfg.heads);
+    } else { /* untrained, for tests and the gate: {"heads": K, "seed": N, "init_std": x} */
+        md_config c;
+        uint64_t seed = 1;
+        float istd = 0;
+        int heads = 4;
+        DS_TRY(jcfg_u64(&r, "seed", &seed));
+        DS_TRY(jcfg_float(&r, "init_std", 0, 100, &istd));
+        DS_TRY(jcfg_int(&r, "heads", 1, MD_MAX_HEADS, &heads));
+        DS_TRY(jcfg_close(&r));
+        DS_TRY(md_config_init(&c, &t->m, NULL));
+        c.heads = heads;
+        DS_TRY(md_model_init(&s->m, &c, &t->m, seed, istd, 0));
+        snprintf(d->describe, sizeof d->describe, "medusa: untrained (%d heads%s)", heads, istd > 0 ? ", random blocks" : "");
+    }
+    const md_config *c = &s->m.cfg;
+    if (t->has_tokenizer && (c->chat_template[0] || c->tokenizer[0])) { /* the train/serve contract */
+        char tf[20];
+        tokenizer_fingerprint(&t->tk, tf);
+        DS_CHECK(!c->tokenizer[0] || strcmp(tf, c->tokenizer) == 0,
+                 "%s: trained with tokenizer %s, but the target's tokenizer is %s", ck ? ck : "medusa", c->tokenizer, tf);
+        DS_CHECK(!c->chat_template[0] || strcmp(chat_family_name(&t->ct), c->chat_template) == 0,
+                 "%s: trained with chat_template '%s', but the target's is '%s'", ck ? ck : "medusa", c->chat_template,
+                 chat_family_name(&t->ct));
+    }
+    d->has_conf = 1;
+    d->max_gamma = c->heads;
+    d->n_capture = 1;
+    d->capture_layers[0] = c->tap;
+    snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
+    int K = c->heads, D = c->dim, V = c->vocab;
+    backend *be = s->be = t->be;
+    DS_TRYP(s->Rd = be->alloc(be, sizeof(float) * (size_t)K * D));
+    DS_TRYP(s->Ud = be->alloc(be, sizeof(float) * (size_t)K * V));
+    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)K * V, "medusa logits"));
+    DS_TRYP(s->R = ds_malloc(sizeof(float) * (size_t)K * D, "medusa rows"));
+    DS_TRYP(s->u = ds_malloc(sizeof(float) * (size_t)D, "medusa rows"));
+    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)V, "medusa logits"));
+    DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "medusa logits"));
+    return 0;
+fail:
+    return -1; /* close() frees what was made */
+}
+
+static int medusa_begin(drafter *d, request *r, const float *prompt_hidden) {
+    medusa *s = d->impl;
+    int D = s->m.cfg.dim;
+    md_state *st = ds_calloc(1, sizeof *st, "medusa state");
+    if (!st) return -1;
+    r->dstate = st;
+    DS_CHECK(prompt_hidden != NULL, "medusa needs the target's hidden states of the prompt");
+    DS_TRYP(st->h = ds_malloc(sizeof(float) * (size_t)D, "medusa state"));
+    DS_TRYP(st->h0 = ds_malloc(sizeof(float) * (size_t)D, "medusa state"));
+    norm_row(&s->m, st->h0, prompt_hidden + (size_t)(r->n_prompt - 1) * D); /* the state that drew the anchor */
+    memcpy(st->h, st->h0, sizeof(float) * (size_t)D);
+    return 0;
+fail:
+    return -1; /* end() frees what was made */
+}
+
+static int medusa_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+    medusa *s = d->impl;
+    md_state *st = r->dstate;
+    const md_config *c = &s->m.cfg;
+    int D = c->dim, V = c->vocab, g = DS_MIN(gamma, c->heads);
+    out->n = 0;
+    if (g <= 0) return 0;
+    for (int k = 0; k < g; k++) { /* r_k = h + SiLU(W_k h + b_k) */
+        const float *Wk = s->m.params + (size_t)k * (D + 1) * D;
+        linear_forward_f(s->u, st->h, Wk, Wk + (size_t)D * D, 1, D, D);
+        float *rk = s->R + (size_t)k * D;
+        for (int i = 0; i < D; i++) rk[i] = st->h[i] + s->u[i] / (1.0f + expf(-s->u[i]));
+    }
+    backend *be = s->be;
+    float *o[1] = {s->Ud};
+    const qmat *w[1] = {&d->t->m.output};
+    DS_TRY(be->to_device(be, s->Rd, s->R, sizeof(float) * (size_t)g * D));
+    DS_TRY(be->matmul(be, 1, o, w, s->Rd, g));
+    DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * V));
+    for (int k = 0; k < g; k++) {
+        const float *zk = s->U + (size_t)k * V;
+        float *qk = out->q + (size_t)k * V;
+        DS_TRY(logits_process(zk, V, sp, qk, &s->scr));
+        const float *law = qk;
+        if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
+            sampling_params nop = *sp;
+            nop.top_p = 1.0f;
+            DS_TRY(logits_process(zk, V, &nop, s->qalt, &s->scr));
+            law = s->qalt;
+        }
+        int x = rng_draw(&r->rng_draft, law, V);
+        DS_CHECK(x >= 0, "medusa: no token to draw at position %d", k + 1);
+        out->tok[k] = x;
+        /* confidence: the head's top probability (softmax at temperature 1), a function of the state
+         * alone. It must not read x: a scheduler that stops where c_k is low would then keep or drop
+         * a sampled draft by its own value, and the verified tokens would no longer follow the
+         * target (the gate rejected exactly that, c_k = p_head(x_k), under threshold and greedy).
+         * At T = 0 x is the argmax, so the two agree there. */
+        double mx = zk[0], sum = 0;
+        for (int i = 1; i < V; i++) mx = zk[i] > mx ? zk[i] : mx;
+        for (int i = 0; i < V; i++) sum += exp(zk[i] - mx);
+        double p = 1 / sum, lg = log(p + 1e-12) - log1p(-p + 1e-12);
+        if (out->conf_raw) out->conf_raw[k] = (float)p;
+        if (k < c->n_calib && c->calib[k] > 0) lg /= c->calib[k];
+        if (out->conf) out->conf[k] = (float)(1 / (1 + exp(-lg)));
+    }
+    out->n = g;
+    return 0;
+fail:
+    return -1;
+}
+
+static int medusa_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+    DS_UNUSED(next_token);
+    medusa *s = d->impl;
+    md_state *st = r->dstate;
+    if (!hidden) {
+        ds_error("medusa needs the target's hidden states of the accepted rows");
+        return -1;
+    }
+    /* rows anchor .. x_accepted: the last drew next_token, the new anchor */
+    norm_row(&s->m, st->h, hidden + (size_t)n_accepted * s->m.cfg.dim);
+    return 0;
+}
+
+static int medusa_rewind(drafter *d, request *r) {
+    medusa *s = d->impl;
+    md_state *st = r->dstate;
+    memcpy(st->h, st->h0, sizeof(float) * (size_t)s->m.cfg.dim);
+    return 0;
+}
+
+static void medusa_end(drafter *d, request *r) {
+    DS_UNUSED(d);
+    md_state *st = r->dstate;
+    if (!st) return;
+    free(st->h), free(st->h0), free(st);
+    r->dstate = NULL;
+}
+
+static int medusa_save(const drafter *d, const char *dir) { return md_save(&((const medusa *)d->impl)->m, dir); }
+
+static void medusa_close(drafter *d) {
+    medusa *s = d->impl;
+    if (!s) return;
+    if (s->be) s->be->release(s->be, s->Rd), s->be->release(s->be, s->Ud);
+    md_model_free(&s->m);
+    free(s->U), free(s->R), free(s->u), free(s->z), free(s->qalt);
+    lp_scratch_free(&s->scr);
+    free(s);
+    d->impl = NULL;
+}
+
+const drafter_ops drafter_medusa = {
+    "medusa",
+    "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR} (untrained: {\"heads\": 4, \"init_std\": 0, "
+    "\"seed\": 1})",
+    medusa_open, medusa_begin, medusa_propose, medusa_commit, medusa_end, medusa_rewind, medusa_save, medusa_close,
+    /* the gate's untrained heads: random blocks, so the drafts move with the state */
+    "{\"heads\": 3, \"init_std\": 2.0}",
+    NULL,
+};

@@ -1,0 +1,251 @@
+/* test_medusa — the Medusa heads as a trainable model and a drafter, on a tiny target the test
+ * writes itself: the training loss's gradient against finite differences (both target sides),
+ * the float step against the double one, checkpoints round-tripping and refused when they do not
+ * belong, and the one-sequence overfit gate (trained through the shared loop, served through the
+ * registry, every output equal to the target's own). */
+#include "testutil.h"
+
+#include "../datasets/traindata.h"
+#include "../drafters/medusa.h"
+#include "../engine/decode.h"
+#include "../engine/train.h"
+#include "../schedulers/scheduler.h"
+#include "train_fixture.h"
+
+#define FIX_PROMPT 3
+#define FIX_K 8
+#define HEADS 3
+
+/* one sequence of random tokens with the tiny target's real states at its last layer */
+typedef struct {
+    int T, tokens[40], anchor[6], n_valid[6];
+    float *taps, *final;
+    int32_t tk_id[40 * FIX_K];
+    float tk_lp[40 * FIX_K];
+} seq_fix;
+
+static void make_seq(tiny_target *tt, seq_fix *f) {
+    rng_t r;
+    rng_seed(&r, 5);
+    f->T = 36;
+    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+    int tap = tt->t.m.cfg.n_layers - 1, D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
+    f->final = malloc(sizeof(float) * f->T * D);
+    f->taps = malloc(sizeof(float) * f->T * D);
+    kv_cache *kv = kv_cache_new(tt->t.be, &tt->t.m.cfg, f->T);
+    float *logits = malloc(sizeof(float) * f->T * V);
+    fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .all_logits = 1, .logits = logits,
+                   .n_capture = 1, .capture_layers = &tap, .capture = f->taps, .final_hidden = f->final};
+    assert_int_equal(model_forward(&tt->t.m, &tt->t.fs, &b), 0);
+    for (int i = 0; i < f->T - FIX_PROMPT; i++) /* the cache's rows: the law of token FIX_PROMPT + i */
+        topk_logprobs(logits + (size_t)(FIX_PROMPT - 1 + i) * V, V, FIX_K, f->tk_id + i * FIX_K, f->tk_lp + i * FIX_K);
+    free(logits);
+    kv_cache_free(tt->t.be, kv);
+    int anchors[6] = {3, 9, 14, 20, 32, 34};
+    for (int a = 0; a < 6; a++) {
+        f->anchor[a] = anchors[a];
+        f->n_valid[a] = DS_MIN(HEADS, f->T - 1 - anchors[a]); /* the last blocks are cut short */
+    }
+}
+
+typedef struct {
+    const md_config *c;
+    double *p, *norm, *E;
+    train_seq_d s;
+    double w;
+    md_ws_d ws;
+} dctx;
+
+static double loss_d(void *ctx) {
+    dctx *x = ctx;
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (md_step_d(x->c, x->p, NULL, x->norm, x->E, &x->s, x->w, &st, &x->ws)) fail_msg("%s", ds_errmsg());
+    return (x->c->w_ce * st.ce + x->c->w_l1 * st.l1) / x->w;
+}
+
+/* target: 0 = the final states (full law), 1 = the cached top-8 rows */
+static void gradcheck(int target) {
+    tiny_target *tt = tiny_open();
+    md_config c;
+    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    c.heads = HEADS;
+    md_model m;
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1), 0);
+    rng_t r;
+    rng_seed(&r, 9);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* biases too */
+    seq_fix f;
+    make_seq(tt, &f);
+    int D = c.dim;
+    size_t nE = (size_t)c.vocab * D, nt = (size_t)f.T * D;
+    dctx x;
+    memset(&x, 0, sizeof x);
+    x.c = &m.cfg;
+    x.p = malloc(sizeof(double) * m.n_params);
+    x.E = malloc(sizeof(double) * nE);
+    x.norm = malloc(sizeof(double) * D);
+    double *taps = malloc(sizeof(double) * nt), *fin = malloc(sizeof(double) * nt);
+    for (size_t i = 0; i < m.n_params; i++) x.p[i] = m.params[i];
+    for (size_t i = 0; i < nE; i++) x.E[i] = m.E[i];
+    for (int i = 0; i < D; i++) x.norm[i] = m.norm[i];
+    for (size_t i = 0; i < nt; i++) taps[i] = f.taps[i], fin[i] = f.final[i];
+    train_seq sf = {f.T, f.taps, target ? NULL : f.final, f.tokens, FIX_PROMPT, FIX_K, target ? f.tk_id : NULL,
+                    target ? f.tk_lp : NULL, 6, f.anchor, f.n_valid};
+    x.s = (train_seq_d){f.T, taps, target ? NULL : fin, f.tokens, FIX_PROMPT, FIX_K, sf.tk_id, sf.tk_lp, 6, f.anchor, f.n_valid};
+    x.w = md_seq_weight(6, f.n_valid);
+    double *gd = calloc(m.n_params, sizeof(double));
+    float *gf = calloc(m.n_params, sizeof(float));
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (md_step_d(&m.cfg, x.p, gd, x.norm, x.E, &x.s, x.w, &st, &x.ws)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(st.rows, (long)x.w);
+    memset(&st, 0, sizeof st);
+    if (md_step_f(&m.cfg, m.params, gf, m.norm, m.E, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+    double worst = 0, worst_f = 0;
+    for (int ti = 0; ti < m.n_t; ti++) {
+        const train_tensor *t = &m.tt[ti];
+        char what[64];
+        snprintf(what, sizeof what, "medusa: tensor %s", m.names[ti]);
+        double rel_f, rel = fd_check_tensor(loss_d, &x, x.p + t->offset, gd + t->offset, gf + t->offset, t->numel, &r,
+                                            what, &rel_f);
+        worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
+    }
+    printf("  medusa, %d heads, target %s: %d tensors; worst relative error vs finite differences %.2e (double); float "
+           "vs double gradient %.2e\n",
+           HEADS, target ? "top-8" : "final states", m.n_t, worst, worst_f);
+    md_ws_free_d(&x.ws);
+    free(gd), free(gf), free(x.p), free(x.E), free(x.norm), free(taps), free(fin), free(f.taps), free(f.final);
+    md_model_free(&m);
+    tiny_close(tt);
+}
+
+static void test_grad_final(void **state) {
+    (void)state;
+    gradcheck(0);
+}
+static void test_grad_topk(void **state) {
+    (void)state;
+    gradcheck(1);
+}
+
+/* checkpoints: a round trip through the registry, and every way a config.json can fail to belong */
+static void test_checkpoint(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    md_config c;
+    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    c.heads = 2;
+    c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
+    md_model m, m2;
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0), 0);
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s", tmp_path("medusa-ck"));
+    assert_int_equal(md_save(&m, dir), 0);
+    assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), 0);
+    assert_int_equal(m2.cfg.heads, 2);
+    assert_int_equal(m2.cfg.n_calib, 2);
+    assert_true(m2.cfg.calib[1] == 0.7f);
+    assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
+    md_model_free(&m2);
+    /* through the registry: the checkpoint opens as a drafter with its heads as max_gamma */
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter d;
+    if (drafter_open(&d, "medusa", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(d.max_gamma, 2);
+    assert_int_equal(d.n_capture, 1);
+    assert_int_equal(d.capture_layers[0], tt->t.m.cfg.n_layers - 1);
+    drafter_close(&d);
+    /* a checkpoint may carry nothing beside its path */
+    cJSON_AddNumberToObject(dc, "heads", 3);
+    assert_int_equal(drafter_open(&d, "medusa", dc, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "heads"));
+    cJSON_Delete(dc);
+    /* a config that is not this target's, a foreign kind, an unknown key: refused by name */
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    const char *bad[][2] = {{"{\"kind\": \"medusa\", \"heads\": 2, \"dim\": 64}", "dim"},
+                            {"{\"kind\": \"medusa\", \"heads\": 2, \"target_fingerprint\": \"0123\"}", "trained against"},
+                            {"{\"kind\": \"dflash\", \"heads\": 2}", "not a medusa checkpoint"},
+                            {"{\"kind\": \"medusa\", \"heads\": 2, \"hedas\": 3}", "hedas"},
+                            {"{\"kind\": \"medusa\", \"heads\": 40}", "heads"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_file(p, bad[i][0], strlen(bad[i][0]));
+        assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
+    }
+    md_model_free(&m);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+/* The overfit gate: train the heads on ONE cached sequence (40 random tokens after a prompt) through
+ * the shared training loop, serve the checkpoint through the registry, and require the memorised
+ * tokens drafted back, teacher-forced (train_fixture.h): it catches a train/serve mismatch in the
+ * tap, the final norm, which state a head reads (begin's or commit's row) and which token it
+ * predicts. The decoding loop then runs the drafter at T = 0 and must emit the target's own output. */
+static void test_overfit_gate(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char cache[512], run[512], cmd[1200];
+    snprintf(cache, sizeof cache, "%s", tmp_path("medusa-overfit-cache"));
+    snprintf(run, sizeof run, "%s", tmp_path("medusa-overfit-run"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
+    assert_int_equal(system(cmd), 0);
+    int n = 46, np = 6, seq[46];
+    rng_t r;
+    rng_seed(&r, 11);
+    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    int tap = tt->t.m.cfg.n_layers - 1;
+    traindata_layout lay = {.n_tap = 1, .taps = {tap}, .top_k = 8};
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
+    if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
+    train_cache d;
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    md_config c;
+    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    c.heads = HEADS;
+    c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
+    md_model m;
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 5, 0, 1), 0);
+    train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
+    train_point h[400];
+    int nh;
+    trainable tr;
+    assert_int_equal(md_trainable(&m, &tr), 0);
+    if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter dr;
+    if (drafter_open(&dr, "medusa", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    float *hid = target_states(&tt->t, seq, n, 1, &tap);
+    long hit, tried;
+    teacher_forced(&dr, &tt->t, seq, n, np, HEADS, hid, &hit, &tried);
+    printf("  overfit gate, medusa (%d heads): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
+           "serving drafts %ld of %ld back\n",
+           HEADS, n - np, h[0].loss, h[nh - 1].loss, hit, tried);
+    if (hit < 0.9 * tried) fail_msg("medusa: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
+    decode_matches_ar(&tt->t, &dr, seq, np, 30, HEADS);
+    drafter_close(&dr);
+    free(hid);
+    cJSON_Delete(dc);
+    md_model_free(&m);
+    traindata_close(&d);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_final),
+        cmocka_unit_test(test_grad_topk),
+        cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_overfit_gate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
