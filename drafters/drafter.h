@@ -73,6 +73,10 @@ void drafter_close(drafter *d);
 
 /* Vocabulary compatibility of a draft model with the target: same size, and where both carry a
  * tokenizer the same token texts (llama.cpp's rule from id 5 on) and special ids. */
+/* The train/serve contract of a trained drafter: the tokenizer fingerprint and chat template its data
+ * was rendered with ("" = not recorded) must be the target's; -1 with a message naming `what`. */
+int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what);
+
 int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what);
 
 #endif

@@ -108,15 +108,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     const bd_config *c = &s->m.cfg;
     d->has_conf = c->conf;
     d->max_gamma = c->gamma;
-    if (t->has_tokenizer && (c->chat_template[0] || c->tokenizer[0])) { /* the train/serve contract */
-        char tf[20];
-        tokenizer_fingerprint(&t->tk, tf);
-        DS_CHECK(!c->tokenizer[0] || strcmp(tf, c->tokenizer) == 0,
-                 "%s: trained with tokenizer %s, but the target's tokenizer is %s", ck ? ck : d->ops->name, c->tokenizer, tf);
-        DS_CHECK(!c->chat_template[0] || strcmp(chat_family_name(&t->ct), c->chat_template) == 0,
-                 "%s: trained with chat_template '%s', but the target's is '%s'", ck ? ck : d->ops->name,
-                 c->chat_template, chat_family_name(&t->ct));
-    }
+    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : d->ops->name));
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);

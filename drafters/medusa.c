@@ -251,7 +251,7 @@ typedef struct {
     md_model m;
     backend *be;
     float *Rd, *Ud;        /* backend: the K residual rows, their logits */
-    float *U, *R, *u, *z, *qalt; /* host */
+    float *U, *R, *u, *qalt; /* host */
     lp_scratch scr;
 } medusa;
 
@@ -295,15 +295,7 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
         snprintf(d->describe, sizeof d->describe, "medusa: untrained (%d heads%s)", heads, istd > 0 ? ", random blocks" : "");
     }
     const md_config *c = &s->m.cfg;
-    if (t->has_tokenizer && (c->chat_template[0] || c->tokenizer[0])) { /* the train/serve contract */
-        char tf[20];
-        tokenizer_fingerprint(&t->tk, tf);
-        DS_CHECK(!c->tokenizer[0] || strcmp(tf, c->tokenizer) == 0,
-                 "%s: trained with tokenizer %s, but the target's tokenizer is %s", ck ? ck : "medusa", c->tokenizer, tf);
-        DS_CHECK(!c->chat_template[0] || strcmp(chat_family_name(&t->ct), c->chat_template) == 0,
-                 "%s: trained with chat_template '%s', but the target's is '%s'", ck ? ck : "medusa", c->chat_template,
-                 chat_family_name(&t->ct));
-    }
+    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : "medusa"));
     d->has_conf = 1;
     d->max_gamma = c->heads;
     d->n_capture = 1;
@@ -316,7 +308,6 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)K * V, "medusa logits"));
     DS_TRYP(s->R = ds_malloc(sizeof(float) * (size_t)K * D, "medusa rows"));
     DS_TRYP(s->u = ds_malloc(sizeof(float) * (size_t)D, "medusa rows"));
-    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)V, "medusa logits"));
     DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "medusa logits"));
     return 0;
 fail:
@@ -426,7 +417,7 @@ static void medusa_close(drafter *d) {
     if (!s) return;
     if (s->be) s->be->release(s->be, s->Rd), s->be->release(s->be, s->Ud);
     md_model_free(&s->m);
-    free(s->U), free(s->R), free(s->u), free(s->z), free(s->qalt);
+    free(s->U), free(s->R), free(s->u), free(s->qalt);
     lp_scratch_free(&s->scr);
     free(s);
     d->impl = NULL;

@@ -75,6 +75,19 @@ void draft_block_free(draft_block *b) {
     memset(b, 0, sizeof *b);
 }
 
+int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what) {
+    if (!t->has_tokenizer || (!chat_template[0] && !tokenizer[0])) return 0;
+    char tf[20];
+    tokenizer_fingerprint(&t->tk, tf);
+    DS_CHECK(!tokenizer[0] || strcmp(tf, tokenizer) == 0, "%s: trained with tokenizer %s, but the target's tokenizer is %s",
+             what, tokenizer, tf);
+    DS_CHECK(!chat_template[0] || strcmp(chat_family_name(&t->ct), chat_template) == 0,
+             "%s: trained with chat_template '%s', but the target's is '%s'", what, chat_template, chat_family_name(&t->ct));
+    return 0;
+fail:
+    return -1;
+}
+
 int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what) {
     int V = t->m.cfg.vocab_size;
     if (m->cfg.vocab_size != V) {
