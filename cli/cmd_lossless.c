@@ -3,9 +3,11 @@
  * target and on the real one, and negative controls that must be caught. Exit status 1 if a
  * lossless case is rejected or a control passes. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../drafters/drafter.h"
 #include "../engine/gate_round.h"
 #include "../engine/trace.h"
 #include "../runtime/base/common.h"
@@ -37,7 +39,7 @@ int cmd_lossless(int argc, char **argv) {
     int quick = 0, draws = 0, real = 0, two = 0, no_real = 0, real_tokens = 3, layers = 20, gamma = 3, top_k = 0;
     int exact = 0, exact_too = 0;
     float temperature = 1.0f, top_p = 1.0f;
-    const char *out = NULL, *model = NULL;
+    const char *out = NULL, *model = NULL, *only = NULL, *part = NULL;
     opt_def opts[] = {
         {"draws", OPT_INT, &draws, "N", "draws per case (default 100000; with --two-sample 4100 per arm)", 100, 1e9, 0},
         {"quick", OPT_FLAG, &quick, NULL, "a smaller case matrix (seconds instead of minutes)", 0, 0, 0},
@@ -48,7 +50,10 @@ int cmd_lossless(int argc, char **argv) {
         {"two-sample", OPT_FLAG, &two, NULL, "two-sample tests of speculative vs autoregressive sampling instead", 0, 0, 0},
         {"model", OPT_STR, &model, "PATH", "real target (default: embedded SmolLM2)", 0, 0, 0},
         {"exact", OPT_FLAG, &exact, NULL, "targets on the fp32 matmul contract (default: int8, what runs by default)", 0, 0, 0},
+        {"drafter", OPT_STR, &only, "NAME", "only this drafter's production-round cases and controls (no toy worlds)", 0, 0, 0},
         {"both-contracts", OPT_FLAG, &exact_too, NULL, "the production round on the int8 and on the fp32 contract", 0, 0, 0},
+        {"part", OPT_STR, &part, "K/2", "--both-contracts split in two processes: 1/2 the toy worlds and int8, 2/2 fp32 "
+                                        "(same tests and levels; make lossless runs both at once)", 0, 0, 0},
         {"draft-layers", OPT_INT, &layers, "K", "--two-sample: vanilla self-draft depth (default 20)", 1, 1024, 0},
         {"gamma", OPT_INT, &gamma, "N", "--two-sample: drafts per round (default 3)", 1, 64, 0},
         {"temperature", OPT_FLOAT, &temperature, "T", "--two-sample: sampling temperature (default 1)", 0.01, 100, 0},
@@ -72,17 +77,31 @@ int cmd_lossless(int argc, char **argv) {
     double t0 = ds_now();
     int res = 0;
     /* the contracts the production round runs on: the chosen one, or both (int8 first) */
-    int contracts[2] = {exact, 1}, n_contracts = exact_too && !exact ? 2 : 1;
-    if (!real) res = gate_run(&rep, 1);
-    for (int k = 0; k < n_contracts && res >= 0; k++) {
+    int contracts[2] = {exact, 1}, n_contracts = exact_too && !exact ? 2 : 1, k0 = 0, k1 = n_contracts;
+    if (part) { /* one half of --both-contracts; alpha is split as if both ran here */
+        if (strcmp(part, "1/2") && strcmp(part, "2/2")) {
+            ds_error("lossless: --part must be 1/2 or 2/2, not '%s'", part);
+            return -1;
+        }
+        if (exact) {
+            ds_error("lossless: --part splits --both-contracts; it does not combine with --exact");
+            return -1;
+        }
+        n_contracts = 2, k0 = part[0] == '2', k1 = k0 + 1;
+        omp_set_num_threads(1); /* the other half runs beside this one: a core each */
+    }
+    if (only && !drafter_find(only)) return -1;
+    if (!real && !only && k0 == 0) res = gate_run(&rep, 1);
+    for (int k = k0; k < k1 && res >= 0; k++) {
         rep.exact = contracts[k];
         int n0 = rep.n;
         if (!real) {
             /* two contracts: each gets half the production round's alpha */
-            if (gate_round_cases(&rep, draws, 0.005 / n_contracts, quick, 1)) res = -1;
+            if (gate_round_cases(&rep, draws, 0.005 / n_contracts, quick, 1, only)) res = -1;
         }
-        /* the real target: 2 tokens in the CI gate (every drafter x scheduler in about a minute), more with --real */
-        if (res >= 0 && !no_real && gate_round_real(&rep, model, real ? real_tokens : 2, 1)) res = -1;
+        /* the real target: 2 tokens in the CI gate (every drafter x scheduler in about a minute), more with
+         * --real; one thread under --part (the other half runs beside it) */
+        if (res >= 0 && !no_real && gate_round_real(&rep, model, real ? real_tokens : 2, 1, only, part ? 1 : 0)) res = -1;
         for (int i = n0; i < rep.n; i++) { /* say which contract each production-round record ran on */
             char *tst = rep.rec[i].test;
             size_t len = strlen(tst);

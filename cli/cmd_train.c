@@ -1,4 +1,4 @@
-/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa) against the frozen target:
+/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa, mtp) against the frozen target:
  * build (or resume building) the data cache of target responses and states, then train with
  * checkpoints in the run folder; a killed run resumes from its last checkpoint. */
 #include <cJSON.h>
@@ -47,6 +47,8 @@ int cmd_train(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     md_model mm;
     memset(&mm, 0, sizeof mm);
+    mtp_model pm;
+    memset(&pm, 0, sizeof pm);
     int ret = -1;
     DS_TRYP(cfg = ds_read_json(config_path));
     train_config tc;
@@ -64,19 +66,36 @@ int cmd_train(int argc, char **argv) {
 
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
-    /* the family: a block drafter, or Medusa (its own model; the cache taps the target's last layer) */
-    int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0;
+    /* the family: a block drafter, or Medusa or MTP (their own models; the cache taps the target's last layer) */
+    int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0, is_mtp = strcmp(tc.drafter_name->valuestring, "mtp") == 0;
     bd_config c;
     md_config mc;
+    mtp_config pc;
+    int want[8], n_want;
     if (medusa) {
         DS_TRY(train_config_medusa(&tc, &t, &mc));
-        d.n_tap = 1;
-        d.taps[0] = mc.tap;
+        n_want = 1, want[0] = mc.tap;
+    } else if (is_mtp) {
+        DS_TRY(train_config_mtp(&tc, &t, &pc));
+        n_want = 1, want[0] = pc.tap;
     } else {
         DS_TRY(train_config_drafter(&tc, &t, &c));
-        d.n_tap = c.n_tap;
-        memcpy(d.taps, c.tap, sizeof d.taps);
+        n_want = c.n_tap;
+        memcpy(want, c.tap, sizeof(int) * (size_t)n_want);
     }
+    if (d.n_tap == 0) { /* the cache taps what the drafter reads */
+        d.n_tap = n_want;
+        memcpy(d.taps, want, sizeof(int) * (size_t)n_want);
+    } else /* data.taps given: every layer the drafter reads must be among them (checked before building) */
+        for (int j = 0; j < n_want; j++) {
+            int found = 0;
+            for (int k = 0; k < d.n_tap; k++) {
+                DS_CHECK(d.taps[k] < t.m.cfg.n_layers, "%s: data.taps: layer %d, but the target has %d layers",
+                         config_path, d.taps[k], t.m.cfg.n_layers);
+                found |= d.taps[k] == want[j];
+            }
+            DS_CHECK(found, "%s: data.taps lacks layer %d, which the drafter reads", config_path, want[j]);
+        }
     if (max_shards >= 0) d.max_shards = max_shards;
     DS_TRY(traindata_build(&t, &d));
     if (data_only) {
@@ -90,6 +109,13 @@ int cmd_train(int argc, char **argv) {
         DS_TRY(md_trainable(&mm, &tr));
         fprintf(stderr, "train: medusa, %zu parameters (%d heads on layer %d); data %s: %d sequences, %ld tokens\n",
                 mm.n_params, mc.heads, mc.tap, d.dir, data.n_seq, data.n_tok);
+    } else if (is_mtp) {
+        DS_TRY(mtp_model_init(&pm, &pc, &t.m, o.seed, 1));
+        DS_TRY(mtp_trainable(&pm, &tr));
+        fprintf(stderr, "train: mtp, %zu parameters (one module on layer %d, depth %d, block from %s); data %s: %d "
+                        "sequences, %ld tokens\n",
+                pm.n_params, pc.tap, pc.depth, pc.init_layer >= 0 ? "the target's last layer" : "random", d.dir,
+                data.n_seq, data.n_tok);
     } else {
         char last[4200];
         snprintf(last, sizeof last, "%s/last", out);
@@ -107,6 +133,7 @@ int cmd_train(int argc, char **argv) {
 fail:
     bd_model_free(&m);
     md_model_free(&mm);
+    mtp_model_free(&pm);
     traindata_close(&data);
     target_close(&t);
     cJSON_Delete(cfg);

@@ -22,7 +22,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     DS_TRY(jcfg_close(&top));
     const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
     DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
-             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\", ...}", config_path);
+             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\" | \"mtp\", ...}", config_path);
     tc->drafter = drafter;
     tc->drafter_name = dname;
 
@@ -49,7 +49,21 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
            jcfg_int(&dj, "max_prompt", 2, 1 << 16, &d.max_prompt) || jcfg_u64(&dj, "seed", &d.seed) ||
            jcfg_int(&dj, "target_top_k", 1, 4096, &d.top_k) || jcfg_bool(&dj, "store_final", &d.store_final) ||
            jcfg_int(&dj, "batch", 1, 256, &d.batch) || jcfg_int(&dj, "shard_size", 1, 1 << 24, &d.shard_size) ||
-           jcfg_int(&dj, "max_shards", 0, 1 << 24, &d.max_shards) || jcfg_str(&dj, "cache", &cache) || jcfg_close(&dj));
+           jcfg_int(&dj, "max_shards", 0, 1 << 24, &d.max_shards) || jcfg_str(&dj, "cache", &cache));
+    /* the layers the cache taps (default: the drafter's); a superset serves several families */
+    const cJSON *taps = jcfg_get(&dj, "taps");
+    if (taps) {
+        DS_CHECK(cJSON_IsArray(taps) && cJSON_GetArraySize(taps) >= 1 && cJSON_GetArraySize(taps) <= 8,
+                 "%s: \"taps\" must be an array of 1 to 8 layer indices", dpath);
+        for (int i = 0; i < cJSON_GetArraySize(taps); i++) {
+            const cJSON *e = cJSON_GetArrayItem(taps, i);
+            DS_CHECK(cJSON_IsNumber(e) && e->valuedouble == (int)e->valuedouble && e->valuedouble >= 0 && e->valuedouble < 4096,
+                     "%s: \"taps\"[%d] is not a layer index", dpath, i);
+            d.taps[i] = e->valueint;
+        }
+        d.n_tap = cJSON_GetArraySize(taps);
+    }
+    DS_TRY(jcfg_close(&dj));
     tc->data = d;
     tc->cache = cache;
     /* training options */
@@ -71,27 +85,41 @@ fail:
     return -1;
 }
 
-int train_config_drafter(const train_config *tc, const target *t, bd_config *c) {
+/* the drafter object without its name: the family's architecture (the caller deletes it) */
+static cJSON *arch_of(const train_config *tc) {
     cJSON *arch = cJSON_Duplicate(tc->drafter, 1);
     cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
+    return arch;
+}
+
+/* the train/serve contract: what the data was rendered with */
+static void stamp_contract(const target *t, char *chat_template, size_t n, char *tokenizer) {
+    if (!t->has_tokenizer) return;
+    snprintf(chat_template, n, "%s", chat_family_name(&t->ct));
+    tokenizer_fingerprint(&t->tk, tokenizer);
+}
+
+int train_config_drafter(const train_config *tc, const target *t, bd_config *c) {
+    cJSON *arch = arch_of(tc);
     int rc = bd_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
     cJSON_Delete(arch);
-    if (rc == 0 && t->has_tokenizer) { /* the train/serve contract: what the data was rendered with */
-        snprintf(c->chat_template, sizeof c->chat_template, "%s", chat_family_name(&t->ct));
-        tokenizer_fingerprint(&t->tk, c->tokenizer);
-    }
+    if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
     return rc;
 }
 
 int train_config_medusa(const train_config *tc, const target *t, md_config *c) {
-    cJSON *arch = cJSON_Duplicate(tc->drafter, 1);
-    cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
+    cJSON *arch = arch_of(tc);
     int rc = md_config_init(c, &t->m, arch);
     cJSON_Delete(arch);
-    if (rc == 0 && t->has_tokenizer) { /* the train/serve contract: what the data was rendered with */
-        snprintf(c->chat_template, sizeof c->chat_template, "%s", chat_family_name(&t->ct));
-        tokenizer_fingerprint(&t->tk, c->tokenizer);
-    }
+    if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
+    return rc;
+}
+
+int train_config_mtp(const train_config *tc, const target *t, mtp_config *c) {
+    cJSON *arch = arch_of(tc);
+    int rc = mtp_config_init(c, &t->m, arch);
+    cJSON_Delete(arch);
+    if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include "../datasets/traindata.h"
 #include "../drafters/blockdraft.h"
 #include "../drafters/medusa.h"
+#include "../drafters/mtp.h"
 #include "../engine/train.h"
 
 typedef struct {
@@ -26,6 +27,8 @@ const char *train_config_expand_home(const char *p, char *buf, size_t n);
 int train_config_drafter(const train_config *tc, const target *t, bd_config *c);
 /* the same for a Medusa drafter ("name": "medusa") */
 int train_config_medusa(const train_config *tc, const target *t, md_config *c);
+/* the same for an MTP module ("name": "mtp") */
+int train_config_mtp(const train_config *tc, const target *t, mtp_config *c);
 /* a fresh drafter for training on d: its draft vocabulary chosen from d (and reported on stderr)
  * unless full_vocab; with a checkpoint in resume_dir (may be NULL), that checkpoint's model */
 int train_drafter_new(const bd_config *c, const target *t, const train_cache *d, int full_vocab, uint64_t seed,

@@ -727,9 +727,34 @@ void traindata_close(train_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-void traindata_seq(const train_cache *c, int i, float *taps, float *final) {
+void traindata_seq(const train_cache *c, int i, const int *sel, int n_sel, float *taps, float *final) {
     const traindata_shard *sh = &c->sh[c->shard[i]];
-    size_t n = (size_t)c->len[i], per = (size_t)c->n_tap * c->dim, base = (size_t)c->off[i];
-    for (size_t k = 0; k < n * per; k++) taps[k] = ds_bf16_to_f32(sh->taps16[base * per + k]);
+    size_t n = (size_t)c->len[i], D = (size_t)c->dim, per = (size_t)c->n_tap * D, base = (size_t)c->off[i];
+    if (!sel)
+        for (size_t k = 0; k < n * per; k++) taps[k] = ds_bf16_to_f32(sh->taps16[base * per + k]);
+    else
+        for (size_t r = 0; r < n; r++)
+            for (int j = 0; j < n_sel; j++) {
+                const uint16_t *src = sh->taps16 + (base + r) * per + (size_t)sel[j] * D;
+                float *dst = taps + (r * (size_t)n_sel + (size_t)j) * D;
+                for (size_t k = 0; k < D; k++) dst[k] = ds_bf16_to_f32(src[k]);
+            }
     if (final && c->has_final) memcpy(final, sh->final + base * c->dim, sizeof(float) * n * c->dim);
+}
+
+int traindata_select_taps(const train_cache *c, const int *layers, int n, int *sel) {
+    for (int j = 0; j < n; j++) {
+        sel[j] = -1;
+        for (int k = 0; k < c->n_tap; k++)
+            if (c->taps[k] == layers[j]) sel[j] = k;
+        if (sel[j] < 0) {
+            char have[96];
+            int w = 0;
+            for (int k = 0; k < c->n_tap; k++) w += snprintf(have + w, sizeof have - (size_t)w, "%s%d", k ? "," : "", c->taps[k]);
+            ds_error("the training cache taps layers %s; the drafter reads layer %d (build a cache whose data.taps include it)",
+                     have, layers[j]);
+            return -1;
+        }
+    }
+    return 0;
 }

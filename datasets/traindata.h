@@ -86,9 +86,12 @@ void traindata_close(train_cache *c);
 static inline const int *traindata_tokens(const train_cache *c, int i) {
     return c->sh[c->shard[i]].tokens + c->off[i];
 }
-/* a sequence's tapped states as fp32 [len][n_tap*dim]; final [len][dim] when the cache has them
- * (pass NULL otherwise) */
-void traindata_seq(const train_cache *c, int i, float *taps, float *final);
+/* a sequence's tapped states as fp32 [len][n_sel*dim], the cache's taps sel[0..n_sel) in that order
+ * (sel NULL: all of them); final [len][dim] when the cache has them (pass NULL otherwise) */
+void traindata_seq(const train_cache *c, int i, const int *sel, int n_sel, float *taps, float *final);
+/* where each of the n layers a drafter reads sits among the cache's taps (sel[n]); -1 with a
+ * message naming the first missing layer */
+int traindata_select_taps(const train_cache *c, const int *layers, int n, int *sel);
 /* top-K rows of sequence i: row r holds the target's distribution for token n_prompt + r
  * (r < len - n_prompt), K ids and their log-probabilities, most likely first */
 static inline const int32_t *traindata_topk_id(const train_cache *c, int i) {

@@ -323,10 +323,6 @@ fail:
 
 /* init_layers: the target's layer weights and output norm as a starting point (the same geometry,
  * the same interleaved RoPE pairs as the training step's rope_rotate; the context rows' fc stays random) */
-static void copy_qmat(float *dst, const qmat *w) {
-    for (int r = 0; r < w->rows; r++) qmat_row_f32(w, r, dst + (size_t)r * w->cols);
-}
-
 static int copy_target_layers(bd_model *m, const model *target) {
     const bd_config *c = &m->cfg;
     const model_config *tc = &target->cfg;
@@ -349,8 +345,8 @@ static int copy_target_layers(bd_model *m, const model *target) {
         }
         memcpy(d->attn_norm, s->attn_norm, sizeof(float) * c->dim);
         memcpy(d->ffn_norm, s->ffn_norm, sizeof(float) * c->dim);
-        copy_qmat(d->wq, &s->wq), copy_qmat(d->wk, &s->wk), copy_qmat(d->wv, &s->wv), copy_qmat(d->wo, &s->wo);
-        copy_qmat(d->w_gate, &s->w_gate), copy_qmat(d->w_up, &s->w_up), copy_qmat(d->w_down, &s->w_down);
+        qmat_to_f32(&s->wq, d->wq), qmat_to_f32(&s->wk, d->wk), qmat_to_f32(&s->wv, d->wv), qmat_to_f32(&s->wo, d->wo);
+        qmat_to_f32(&s->w_gate, d->w_gate), qmat_to_f32(&s->w_up, d->w_up), qmat_to_f32(&s->w_down, d->w_down);
     }
     memcpy(m->pv.final_norm, target->out_norm, sizeof(float) * c->dim); /* the stack ends as the target's does */
     return 0;

@@ -101,7 +101,7 @@ static int md_alloc(md_model *m, const md_config *c, const model *target, int wi
     memcpy(m->norm, target->out_norm, sizeof(float) * (size_t)D);
     if (with_head) { /* the frozen head, dequantized once (the training step's E) */
         DS_TRYP(m->E = ds_malloc(sizeof(float) * (size_t)c->vocab * D, "medusa head copy"));
-        for (int v = 0; v < c->vocab; v++) qmat_row_f32(&target->output, v, m->E + (size_t)v * D);
+        qmat_to_f32(&target->output, m->E);
     }
     return 0;
 fail:
@@ -349,33 +349,8 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     DS_TRY(be->to_device(be, s->Rd, s->R, sizeof(float) * (size_t)g * D));
     DS_TRY(be->matmul(be, 1, o, w, s->Rd, g));
     DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * V));
-    for (int k = 0; k < g; k++) {
-        const float *zk = s->U + (size_t)k * V;
-        float *qk = out->q + (size_t)k * V;
-        DS_TRY(logits_process(zk, V, sp, qk, &s->scr));
-        const float *law = qk;
-        if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
-            sampling_params nop = *sp;
-            nop.top_p = 1.0f;
-            DS_TRY(logits_process(zk, V, &nop, s->qalt, &s->scr));
-            law = s->qalt;
-        }
-        int x = rng_draw(&r->rng_draft, law, V);
-        DS_CHECK(x >= 0, "medusa: no token to draw at position %d", k + 1);
-        out->tok[k] = x;
-        /* confidence: the head's top probability (softmax at temperature 1), a function of the state
-         * alone. It must not read x: a scheduler that stops where c_k is low would then keep or drop
-         * a sampled draft by its own value, and the verified tokens would no longer follow the
-         * target (the gate rejected exactly that, c_k = p_head(x_k), under threshold and greedy).
-         * At T = 0 x is the argmax, so the two agree there. */
-        double mx = zk[0], sum = 0;
-        for (int i = 1; i < V; i++) mx = zk[i] > mx ? zk[i] : mx;
-        for (int i = 0; i < V; i++) sum += exp(zk[i] - mx);
-        double p = 1 / sum, lg = log(p + 1e-12) - log1p(-p + 1e-12);
-        if (out->conf_raw) out->conf_raw[k] = (float)p;
-        if (k < c->n_calib && c->calib[k] > 0) lg /= c->calib[k];
-        if (out->conf) out->conf[k] = (float)(1 / (1 + exp(-lg)));
-    }
+    for (int k = 0; k < g; k++)
+        DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * V, sp, c->calib, c->n_calib, k, out, &s->scr, s->qalt));
     out->n = g;
     return 0;
 fail:

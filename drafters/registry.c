@@ -1,5 +1,6 @@
 /* registry.c — drafter names to ops, the draft block, and the vocabulary check shared by families
  * that bring their own model. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,7 @@
 #include "drafter.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
-    drafter_ngram, drafter_suffix, drafter_medusa;
+    drafter_ngram, drafter_suffix, drafter_medusa, drafter_mtp;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
@@ -18,6 +19,7 @@ static const drafter_ops *const DRAFTERS[] = {
     &drafter_ngram,
     &drafter_suffix,
     &drafter_medusa,
+    &drafter_mtp,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 
@@ -73,6 +75,37 @@ void draft_block_free(draft_block *b) {
     free(b->conf);
     free(b->conf_raw);
     memset(b, 0, sizeof *b);
+}
+
+int draft_from_logits(drafter *d, request *r, const float *z, const sampling_params *sp, const float *calib,
+                      int n_calib, int k, draft_block *out, lp_scratch *scr, float *qalt) {
+    int V = out->V;
+    float *qk = out->q + (size_t)k * V;
+    DS_TRY(logits_process(z, V, sp, qk, scr));
+    const float *law = qk;
+    if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
+        sampling_params nop = *sp;
+        nop.top_p = 1.0f;
+        DS_TRY(logits_process(z, V, &nop, qalt, scr));
+        law = qalt;
+    }
+    int x = rng_draw(&r->rng_draft, law, V);
+    DS_CHECK(x >= 0, "%s: no token to draw at position %d", d->ops->name, k + 1);
+    out->tok[k] = x;
+    /* The confidence must not read x: a scheduler that stops where c_k is low would then keep or drop
+     * a sampled draft by its own value, and the verified tokens would no longer follow the target
+     * (the gate rejected exactly that, c_k = p_head(x_k), under threshold and greedy). At T = 0 x
+     * is the argmax, so the top probability and p(x) agree there. */
+    double mx = z[0], sum = 0;
+    for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+    for (int i = 0; i < V; i++) sum += exp(z[i] - mx);
+    double p = 1 / sum, lg = log(p + 1e-12) - log1p(-p + 1e-12);
+    if (out->conf_raw) out->conf_raw[k] = (float)p;
+    if (k < n_calib && calib[k] > 0) lg /= calib[k];
+    if (out->conf) out->conf[k] = (float)(1 / (1 + exp(-lg)));
+    return 0;
+fail:
+    return -1;
 }
 
 int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what) {

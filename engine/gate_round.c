@@ -2,6 +2,7 @@
 #include "gate_round.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,6 +532,8 @@ static const control_case CONTROLS[] = {
     {"suffix", NULL, 0, K_QCONS, FAULT_DRAFT_WRONG_Q},
     {"medusa", "fixed", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
     {"medusa", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
+    {"mtp", "greedy", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
+    {"mtp", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
     {"dflash", "fixed", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"dspark-markov", "greedy", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_ACCEPT_BIAS},
@@ -654,19 +657,24 @@ static int run_one(gate_report *rep, pending *pd, const drafter_ops *dops, const
     return rc;
 }
 
-int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int verbose) {
+int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int verbose, const char *only) {
     pending pd = {{0}, 0};
     int n0 = rep->n;
     uint64_t seed = 300;
     const int exact_settings[] = {S_TOPK, S_TOPP, S_GREEDY, S_FULL};
     int n_exact = quick ? 3 : 4; /* T = 0 (one path) stays in quick: verify_greedy must be exercised */
     g_exact = rep->exact;
+    /* dim-32 worlds: a drafter's OpenMP loops only pay a team's wake-ups here (and spin against the
+     * other half of the gate when make lossless runs both at once), so its ops run on this thread */
+    int omp_keep = omp_get_max_threads(), rc = -1;
+    omp_set_num_threads(1);
     for (int di = 0; drafter_nth(di); di++) {
         const drafter_ops *dops = drafter_nth(di);
+        if (only && strcmp(only, dops->name)) continue;
         if (verbose) fprintf(stderr, "lossless: production round, drafter %s\n", dops->name);
         /* has_conf is a property of the opened drafter: ask a world */
         rworld probe;
-        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN)) return -1;
+        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN)) goto done;
         int has_conf = probe.d.has_conf, has_det = probe.d.deterministic;
         rw_close(&probe);
         for (int si = 0; scheduler_nth(si); si++) {
@@ -676,24 +684,25 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
             for (int e = 0; e < n_exact; e++) {
                 int st = exact_settings[e];
                 if ((st == S_GREEDY || st == S_FULL) && !is_fixed) continue; /* T = 0 and full support: fixed only */
-                if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++)) return -1;
+                if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++)) goto done;
             }
             /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
              * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
             int sample = quick ? is_fixed : !has_det || is_fixed || !strcmp(so->name, "greedy");
-            if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++)) return -1;
+            if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++)) goto done;
         }
-        if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++)) return -1;
+        if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++)) goto done;
     }
     if (verbose) fprintf(stderr, "lossless: production round, negative controls\n");
     for (int i = 0; i < N_CONTROLS; i++) {
         const control_case *c = &CONTROLS[i];
+        if (only && strcmp(only, c->drafter)) continue;
         const drafter_ops *dops = drafter_find(c->drafter);
-        if (!dops) return -1;
+        if (!dops) goto done;
         /* fixed seeds and sample sizes: a control's power does not depend on --draws or on how many
          * lossless cases ran before it (reused-uniform: p < 1e-20 at these sizes) */
         long n = c->kind == K_SAMPLE ? 40000 : 40000 * 5 / 2;
-        if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i)) return -1;
+        if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i)) goto done;
     }
     /* Bonferroni over this part's lossless statistical tests */
     double alpha_each = alpha / (pd.n ? pd.n : 1);
@@ -701,17 +710,21 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
     if (verbose)
         fprintf(stderr, "lossless: production round: %d checks, %d statistical at alpha %.2g each\n", rep->n - n0, pd.n,
                 alpha_each);
-    return 0;
+    rc = 0;
+done:
+    omp_set_num_threads(omp_keep);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ the real target */
 
-int gate_round_real(gate_report *rep, const char *model, int N, int verbose) {
+int gate_round_real(gate_report *rep, const char *model, int N, int verbose, const char *only, int n_threads) {
     target t;
     int rc = -1, n0 = rep->n;
     DS_CHECK(N >= 1 && N <= RNMAX, "gate: --real-tokens must be in 1..%d", RNMAX);
     g_exact = rep->exact;
-    if (target_open(&t, model ? model : target_default_path(), &(backend_opts){.exact = g_exact})) return -1;
+    if (target_open(&t, model ? model : target_default_path(), &(backend_opts){.exact = g_exact, .n_threads = n_threads}))
+        return -1;
     DS_CHECK(t.has_tokenizer, "gate: %s has no tokenizer (the real-model cases encode a chat prompt)", t.m.path);
     double t0 = ds_now();
     /* every registered drafter and lossless scheduler, and the bonus-row mutant as a control (a 1 %
@@ -720,7 +733,7 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose) {
         for (int si = 0; scheduler_nth(si); si++) {
             const drafter_ops *dops = drafter_nth(di);
             const scheduler_ops *so = scheduler_nth(si);
-            if (!so->lossless) continue;
+            if (!so->lossless || (only && strcmp(only, dops->name))) continue;
             rworld w;
             if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N)) goto done;
             int skip = so->needs_conf && !w.d.has_conf;

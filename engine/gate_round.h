@@ -22,12 +22,14 @@
 #include "../verify/lossless.h"
 
 /* Append every record to rep; 0 when it ran (pass/fail is in the records), -1 on an error. The
- * lossless statistical tests share the family-wise level alpha (Bonferroni over their count). */
-int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int verbose);
+ * lossless statistical tests share the family-wise level alpha (Bonferroni over their count).
+ * only: one drafter's cases and the controls that name it (NULL: every drafter). */
+int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int verbose, const char *only);
 
 /* The exact cases on a real target (default: the embedded SmolLM2): every drafter x scheduler,
  * T = 1 top-k = 3 (the processed law has 3 tokens per step, so the enumeration covers all of its
- * mass), the law of the N tokens after the prefill token, plus a 1 % accept-bias control. */
-int gate_round_real(gate_report *rep, const char *model, int N, int verbose);
+ * mass), the law of the N tokens after the prefill token, plus a 1 % accept-bias control. n_threads:
+ * the target's (0 = every core). */
+int gate_round_real(gate_report *rep, const char *model, int N, int verbose, const char *only, int n_threads);
 
 #endif

@@ -78,9 +78,9 @@ int train_load_seq(const train_cache *d, int i, int positions, int max_a, int re
                  "data.store_final: true");
         return -1;
     }
-    if (grow(&b->taps, &b->cap_taps, (size_t)n * d->n_tap * d->dim)) return -1;
+    if (grow(&b->taps, &b->cap_taps, (size_t)n * (b->n_sel ? b->n_sel : d->n_tap) * d->dim)) return -1;
     if (d->has_final && grow(&b->final, &b->cap_final, (size_t)n * d->dim)) return -1;
-    traindata_seq(d, i, b->taps, d->has_final ? b->final : NULL);
+    traindata_seq(d, i, b->n_sel ? b->sel : NULL, b->n_sel, b->taps, d->has_final ? b->final : NULL);
     if (n > b->cap_cand) {
         int *c = ds_realloc(b->cand, sizeof(int) * (size_t)n, "training sequence");
         if (!c) return -1;
@@ -250,10 +250,17 @@ static int train_loop(trainable *m, const train_cache *d, const train_opts *o, t
     cJSON *contract = NULL;
     char path[4200];
     if (n_hist) *n_hist = 0;
-    DS_CHECK(d->n_tap == c->n_tap && d->dim == c->dim && memcmp(d->taps, c->taps, sizeof(int) * (size_t)c->n_tap) == 0,
-             "the training cache taps layers that differ from the drafter's");
+    /* the cache may tap more layers than the drafter reads (one cache for several families) */
+    int sel[8];
+    DS_CHECK(d->dim == c->dim && c->n_tap <= 8, "the training cache's width %d is not the drafter's %d", d->dim, c->dim);
+    DS_TRY(traindata_select_taps(d, c->taps, c->n_tap, sel));
     DS_CHECK(!o->reference || m->full_vocab, "the reference path needs the full draft vocabulary (draft_vocab 0)");
     DS_TRYP(bufs = ds_calloc((size_t)o->seqs_per_step, sizeof *bufs, "batch"));
+    for (int j = 0; j <= o->seqs_per_step; j++) {
+        train_seq_buf *b = j < o->seqs_per_step ? &bufs[j] : &sb;
+        memcpy(b->sel, sel, sizeof sel);
+        b->n_sel = c->n_tap;
+    }
     DS_TRY(ds_mkdirs(o->out, "the run folder"));
     /* train / held-out split by a seeded hash of the sequence id */
     DS_TRYP(train_idx = ds_malloc(sizeof(int) * (size_t)(d->n_seq + 1), "split"));

@@ -43,9 +43,11 @@ typedef struct {
     size_t cap_taps, cap_final;
     int *cand, cap_cand;
     int anchor[512], n_valid[512];
+    int sel[8], n_sel;          /* the cache's taps the drafter reads, in its order (n_sel 0: all) */
     train_seq s;
 } train_seq_buf;
-/* load sequence i of the cache with max_a anchors drawn by r (reference: final states, not top-K) */
+/* load sequence i of the cache with max_a anchors drawn by r (reference: final states, not top-K);
+ * the taps are b->sel's when b->n_sel > 0 */
 int train_load_seq(const train_cache *d, int i, int positions, int max_a, int reference, rng_t *r, train_seq_buf *b);
 void train_seq_buf_free(train_seq_buf *b);
 /* 1 + sum_k mean prod_{j<=k} alpha_j: the acceptance length the verifier would give */

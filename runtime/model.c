@@ -31,6 +31,10 @@ void qmat_row_f32(const qmat *w, int row, float *dst) {
     ggml_type_get(w->type)->to_float((const uint8_t *)w->data + (size_t)row * w->row_bytes, dst, w->cols);
 }
 
+void qmat_to_f32(const qmat *w, float *dst) {
+    for (int r = 0; r < w->rows; r++) qmat_row_f32(w, r, dst + (size_t)r * w->cols);
+}
+
 static uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h) {
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     return h;

@@ -65,5 +65,7 @@ uint64_t model_n_params(const model *m);
 
 /* Decode one row of a weight matrix (or the embedding table) into fp32. */
 void qmat_row_f32(const qmat *w, int row, float *dst);
+/* The whole matrix into fp32, [rows][cols] (a trainable copy of a frozen or initial weight). */
+void qmat_to_f32(const qmat *w, float *dst);
 
 #endif

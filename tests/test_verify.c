@@ -200,7 +200,7 @@ static void test_gate_quick(void **state) {
 static void test_gate_round(void **state) {
     (void)state;
     gate_report rep = {0};
-    assert_int_equal(gate_round_cases(&rep, 8000, 0.01, 1, 0), 0);
+    assert_int_equal(gate_round_cases(&rep, 8000, 0.01, 1, 0, NULL), 0);
     int exact = 0, flagged[FAULT_COUNT] = {0};
     for (int i = 0; i < rep.n; i++) {
         const gate_record *r = &rep.rec[i];

@@ -1,0 +1,541 @@
+/* mtp.c — the DeepSeek-V3-style MTP module (mtp.h): its model, checkpoint, training step, and the
+ * drafter. A round: step 1's state was made at the last commit (the module's row before the anchor,
+ * committed to its cache); each later step is one speculative row through the module on the host,
+ * and every step's state goes through the module's final norm and one pass of the target's own
+ * quantized head on the backend. */
+#include "mtp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/base/common.h"
+#include "../runtime/formats/safetensors.h"
+#include "../runtime/jcfg.h"
+#include "../runtime/train_ops.h"
+#include "drafter.h"
+
+const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS] = {
+    "hnorm.weight", "enorm.weight", "eh_proj.weight", "block.attn_norm.weight", "block.attn.wq.weight",
+    "block.attn.wk.weight", "block.attn.wv.weight", "block.attn.wo.weight", "block.ffn_norm.weight",
+    "block.mlp.w_gate.weight", "block.mlp.w_up.weight", "block.mlp.w_down.weight", "shared_head.norm.weight"};
+
+/* [rows][cols] of tensor i (cols 0: a vector) */
+static void tensor_shape(const mtp_config *c, int i, int *rows, int *cols) {
+    int D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
+    static const int kind[MTP_N_TENSORS] = {0, 0, 1, 0, 2, 3, 3, 4, 0, 5, 5, 6, 0};
+    switch (kind[i]) {
+    case 1: *rows = D, *cols = 2 * D; break;
+    case 2: *rows = QD, *cols = D; break;
+    case 3: *rows = KD, *cols = D; break;
+    case 4: *rows = D, *cols = QD; break;
+    case 5: *rows = HF, *cols = D; break;
+    case 6: *rows = D, *cols = HF; break;
+    default: *rows = D, *cols = 0;
+    }
+}
+
+/* ------------------------------------------------------------------------------ config */
+
+static int can_copy_layer(const model *t) {
+    const model_config *tc = &t->cfg;
+    const layer_weights *l = &t->layers[tc->n_layers - 1];
+    return !tc->rope_neox && !l->q_norm && !l->k_norm; /* the training ops rotate adjacent pairs */
+}
+
+int mtp_config_init(mtp_config *c, const model *target, const cJSON *j) {
+    memset(c, 0, sizeof *c);
+    const model_config *t = &target->cfg;
+    c->dim = t->dim, c->vocab = t->vocab_size, c->n_heads = t->n_heads, c->n_kv_heads = t->n_kv_heads;
+    c->head_dim = t->head_dim, c->hidden_dim = t->hidden_dim, c->depth = 3, c->tap = t->n_layers - 1;
+    c->init_layer = can_copy_layer(target) ? t->n_layers - 1 : -1;
+    c->eps = t->norm_eps, c->rope_theta = t->rope_theta;
+    c->w_ce = 0.1f, c->w_l1 = 0.9f;
+    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
+    if (!j) return 0;
+    jcfg r;
+    const char *fp = NULL;
+    DS_TRY(jcfg_open(&r, j, "mtp"));
+    jcfg_skip(&r, "kind");
+    DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c->depth));
+    DS_TRY(jcfg_int(&r, "hidden_dim", 1, 1 << 20, &c->hidden_dim));
+    DS_TRY(jcfg_int(&r, "init_layer", -1, t->n_layers - 1, &c->init_layer));
+    DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
+    DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
+    DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
+    int g[7] = {c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim, c->tap, 0};
+    DS_TRY(jcfg_int(&r, "dim", 1, 1 << 20, &g[0]));
+    DS_TRY(jcfg_int(&r, "vocab", 1, 1 << 24, &g[1]));
+    DS_TRY(jcfg_int(&r, "n_heads", 1, 1 << 10, &g[2]));
+    DS_TRY(jcfg_int(&r, "n_kv_heads", 1, 1 << 10, &g[3]));
+    DS_TRY(jcfg_int(&r, "head_dim", 1, 1 << 12, &g[4]));
+    DS_TRY(jcfg_int(&r, "tap", 0, 1 << 10, &g[5]));
+    DS_TRY(jcfg_float(&r, "eps", 0, 1, &c->eps));
+    DS_TRY(jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta));
+    DS_TRY(jcfg_str(&r, "target_fingerprint", &fp));
+    DS_TRY(jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template));
+    DS_TRY(jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer));
+    DS_TRY(jcfg_close(&r));
+    /* the module shares the target's embedding, head and attention geometry: a checkpoint records it */
+    DS_CHECK(g[0] == c->dim && g[1] == c->vocab && g[2] == c->n_heads && g[3] == c->n_kv_heads && g[4] == c->head_dim &&
+                 g[5] == c->tap,
+             "mtp: dim %d, vocab %d, heads %d/%d, head_dim %d, tap %d do not match the target's %d, %d, %d/%d, %d, %d",
+             g[0], g[1], g[2], g[3], g[4], g[5], c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim, c->tap);
+    DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "mtp: trained against target %s, but the target is %s", fp,
+             target->fingerprint);
+    DS_CHECK(c->init_layer < 0 || (can_copy_layer(target) && c->hidden_dim == t->hidden_dim),
+             "mtp: 'init_layer' needs the target's FFN width and interleaved RoPE without q/k norms (use -1)");
+    return 0;
+fail:
+    return -1;
+}
+
+cJSON *mtp_config_json(const mtp_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", "mtp");
+    cJSON_AddNumberToObject(j, "depth", c->depth);
+    cJSON_AddNumberToObject(j, "dim", c->dim);
+    cJSON_AddNumberToObject(j, "vocab", c->vocab);
+    cJSON_AddNumberToObject(j, "n_heads", c->n_heads);
+    cJSON_AddNumberToObject(j, "n_kv_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "hidden_dim", c->hidden_dim);
+    cJSON_AddNumberToObject(j, "tap", c->tap);
+    cJSON_AddNumberToObject(j, "init_layer", c->init_layer);
+    cJSON_AddNumberToObject(j, "eps", c->eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(j, "w_ce", c->w_ce);
+    cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
+    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
+    if (c->chat_template[0]) cJSON_AddStringToObject(j, "chat_template", c->chat_template);
+    if (c->tokenizer[0]) cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
+    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
+    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    return j;
+}
+
+/* ------------------------------------------------------------------------------- model */
+
+static void mtp_ws_release_f(mtp_ws_f *w); /* mtp_train.inc */
+
+#define PV_SET(REAL, SFX)                                                                                  \
+    void mtp_pv_set##SFX(mtp_pv##SFX *v, const mtp_model *m, REAL *base) {                                \
+        REAL **f[MTP_N_TENSORS] = {&v->hnorm, &v->enorm, &v->proj, &v->attn_norm, &v->wq, &v->wk, &v->wv,  \
+                                   &v->wo, &v->ffn_norm, &v->w_gate, &v->w_up, &v->w_down, &v->final_norm}; \
+        for (int i = 0; i < MTP_N_TENSORS; i++) *f[i] = base ? base + m->tt[i].offset : NULL;              \
+    }
+PV_SET(float, _f)
+PV_SET(double, _d)
+
+void mtp_model_free(mtp_model *m) {
+    free(m->params);
+    if (m->E != m->Ein) free(m->E);
+    free(m->Ein);
+    mtp_ws_release_f(&m->ws);
+    memset(m, 0, sizeof *m);
+}
+
+static int mtp_alloc(mtp_model *m, const mtp_config *c, const model *target, int with_embed) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    size_t off = 0;
+    for (int i = 0; i < MTP_N_TENSORS; i++) {
+        int rows, cols;
+        tensor_shape(c, i, &rows, &cols);
+        size_t n = (size_t)rows * (cols ? cols : 1);
+        m->tt[i] = (train_tensor){off, n, cols > 0};
+        off += n;
+    }
+    m->n_params = off;
+    DS_TRYP(m->params = ds_calloc(m->n_params, sizeof(float), "mtp parameters"));
+    mtp_pv_set_f(&m->pv, m, m->params);
+    if (with_embed) { /* the frozen tables, dequantized once (the training step's Ein and E) */
+        size_t n = (size_t)c->vocab * c->dim;
+        DS_TRYP(m->Ein = ds_malloc(sizeof(float) * n, "mtp embedding copy"));
+        qmat_to_f32(&target->tok_embd, m->Ein);
+        if (target->cfg.tied) m->E = m->Ein;
+        else {
+            DS_TRYP(m->E = ds_malloc(sizeof(float) * n, "mtp head copy"));
+            qmat_to_f32(&target->output, m->E);
+        }
+    }
+    return 0;
+fail:
+    mtp_model_free(m);
+    return -1;
+}
+
+int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed) {
+    DS_TRY(mtp_alloc(m, c, target, with_embed));
+    rng_t r;
+    rng_seed(&r, seed);
+    float out_scale = 0.02f / sqrtf(2.0f);
+    for (int i = 0; i < MTP_N_TENSORS; i++) {
+        float *p = m->params + m->tt[i].offset;
+        float sd = i == 7 || i == 11 ? out_scale : 0.02f; /* residual-output projections, GPT-2 style */
+        for (size_t k = 0; k < m->tt[i].numel; k++) {
+            if (!m->tt[i].decay) p[k] = 1.0f; /* norms */
+            else {
+                double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
+                p[k] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * sd;
+            }
+        }
+    }
+    memcpy(m->pv.final_norm, target->out_norm, sizeof(float) * c->dim); /* the module ends as the target does */
+    if (c->init_layer >= 0) { /* the block starts as the target's layer: a transformer layer that works */
+        const layer_weights *l = &target->layers[c->init_layer];
+        memcpy(m->pv.attn_norm, l->attn_norm, sizeof(float) * c->dim);
+        memcpy(m->pv.ffn_norm, l->ffn_norm, sizeof(float) * c->dim);
+        qmat_to_f32(&l->wq, m->pv.wq), qmat_to_f32(&l->wk, m->pv.wk), qmat_to_f32(&l->wv, m->pv.wv);
+        qmat_to_f32(&l->wo, m->pv.wo), qmat_to_f32(&l->w_gate, m->pv.w_gate), qmat_to_f32(&l->w_up, m->pv.w_up);
+        qmat_to_f32(&l->w_down, m->pv.w_down);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+int mtp_save(const mtp_model *m, const char *dir) {
+    char p[4096], *txt = NULL;
+    st_write_tensor w[MTP_N_TENSORS];
+    int rc = -1;
+    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
+    for (int i = 0; i < MTP_N_TENSORS; i++) {
+        int rows, cols;
+        tensor_shape(&m->cfg, i, &rows, &cols);
+        w[i] = (st_write_tensor){MTP_TENSOR_NAMES[i], m->params + m->tt[i].offset, cols ? 2 : 1, {rows, cols}};
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
+    DS_TRY(st_write(p, w, MTP_N_TENSORS, ST_F32, meta, 2));
+    cJSON *j = mtp_config_json(&m->cfg);
+    txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    DS_CHECK(txt != NULL, "%s: cannot render config.json", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    DS_TRY(ds_write_file_atomic(p, txt, strlen(txt)));
+    rc = 0;
+fail:
+    free(txt);
+    return rc;
+}
+
+int mtp_read_params(mtp_model *m, const char *dir) {
+    char p[4096];
+    st_file f;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (st_open(&f, p)) return -1;
+    for (int i = 0; i < MTP_N_TENSORS; i++) {
+        const st_tensor *s = st_find(&f, MTP_TENSOR_NAMES[i]);
+        int rows, cols;
+        tensor_shape(&m->cfg, i, &rows, &cols);
+        DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, MTP_TENSOR_NAMES[i]);
+        DS_CHECK(s->n_dims == (cols ? 2 : 1) && s->shape[0] == rows && (!cols || s->shape[1] == cols),
+                 "%s: tensor '%s' has the wrong shape", p, MTP_TENSOR_NAMES[i]);
+        DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
+    }
+    st_close(&f);
+    return 0;
+fail:
+    st_close(&f);
+    return -1;
+}
+
+int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed) {
+    char p[4096];
+    cJSON *j = NULL;
+    mtp_config c;
+    memset(m, 0, sizeof *m);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    DS_TRYP(j = ds_read_json(p));
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    DS_CHECK(cJSON_IsString(kind) && strcmp(kind->valuestring, "mtp") == 0, "%s: not an mtp checkpoint (kind '%s')", p,
+             cJSON_IsString(kind) ? kind->valuestring : "?");
+    if (mtp_config_init(&c, target, j)) {
+        ds_error_prefix("%s", p);
+        goto fail;
+    }
+    DS_TRY(mtp_alloc(m, &c, target, with_embed));
+    DS_TRY(mtp_read_params(m, dir));
+    cJSON_Delete(j);
+    return 0;
+fail:
+    cJSON_Delete(j);
+    mtp_model_free(m);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------- training step */
+
+#define REAL float
+#define FN(name) name##_f
+#define SEQ train_seq
+#define WS mtp_ws_f
+#define ACTS mtp_acts_f
+#define PV mtp_pv_f
+#include "mtp_train.inc"
+#undef REAL
+#undef FN
+#undef SEQ
+#undef WS
+#undef ACTS
+#undef PV
+#define REAL double
+#define FN(name) name##_d
+#define SEQ train_seq_d
+#define WS mtp_ws_d
+#define ACTS mtp_acts_d
+#define PV mtp_pv_d
+#include "mtp_train.inc"
+#undef REAL
+#undef FN
+#undef SEQ
+#undef WS
+#undef ACTS
+#undef PV
+
+void mtp_ws_free_d(mtp_ws_d *w) { mtp_ws_release_d(w); }
+void mtp_acts_free_f(mtp_acts_f *a) { mtp_acts_release_f(a); }
+
+static int tr_step(trainable *tr, const train_seq *s, float *grad, double norm, train_stats *st) {
+    mtp_model *m = tr->impl;
+    DS_CHECK(m->Ein != NULL, "mtp: the model was opened without the training tables");
+    mtp_pv_f G;
+    mtp_pv_set_f(&G, m, grad);
+    return mtp_step_f(&m->cfg, &m->pv, grad ? &G : NULL, m->Ein, m->E, s, norm, st, &m->ws);
+fail:
+    return -1;
+}
+static double tr_weight(const trainable *tr, int A, const int *n_valid) {
+    DS_UNUSED(tr);
+    double w = 0;
+    for (int a = 0; a < A; a++) w += n_valid[a]; /* every supervised position weight 1 */
+    return w;
+}
+static int tr_save(const trainable *tr, const char *dir) { return mtp_save(tr->impl, dir); }
+static int tr_read(trainable *tr, const char *dir) { return mtp_read_params(tr->impl, dir); }
+static cJSON *tr_config(const trainable *tr) { return mtp_config_json(&((const mtp_model *)tr->impl)->cfg); }
+
+int mtp_trainable(mtp_model *m, trainable *tr) {
+    *tr = (trainable){.impl = m, .kind = "mtp", .params = m->params, .n_params = m->n_params, .n_t = MTP_N_TENSORS,
+                      .t = m->tt, .positions = m->cfg.depth, .n_tap = 1, .dim = m->cfg.dim, .taps = &m->cfg.tap,
+                      .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = 1, .step = tr_step,
+                      .seq_weight = tr_weight, .save = tr_save, .read_params = tr_read, .config_json = tr_config};
+    return 0;
+}
+
+/* -------------------------------------------------------------------------------- drafter */
+
+#define MTP_CHUNK 128 /* prompt rows per pass at begin (bounds the attention buffer) */
+
+typedef struct {
+    mtp_model m;
+    backend *be;
+    const qmat *emb, *head;     /* the target's, frozen */
+    float *Xd, *Zd;             /* backend: one normed state, its logits */
+    float *z, *hf, *ych, *qalt; /* host */
+    float rstd[1];
+    mtp_acts_f acts;            /* the serving pass (requests take turns) */
+    lp_scratch scr;
+} mtp;
+
+typedef struct {
+    float *K, *V;               /* [cap][KD]: committed rows 0..n-1, then the chain's speculative rows */
+    int cap, n, n0;             /* n: the anchor's position; n0: after the prompt (rewind) */
+    float *y1, *y1_0;           /* [dim] the module's row before the anchor (step 1's state); the prompt's */
+} mtp_state;
+
+static int state_reserve(const mtp *s, mtp_state *st, int need) {
+    if (need <= st->cap) return 0;
+    int cap = DS_MAX(need + need / 2, 64);
+    size_t KD = (size_t)s->m.cfg.n_kv_heads * s->m.cfg.head_dim;
+    float *K = realloc(st->K, sizeof(float) * (size_t)cap * KD), *V = K ? realloc(st->V, sizeof(float) * (size_t)cap * KD) : NULL;
+    if (K) st->K = K;
+    if (V) st->V = V;
+    DS_CHECK(K && V, "out of memory (the mtp cache, %d rows)", cap);
+    st->cap = cap;
+    return 0;
+fail:
+    return -1;
+}
+
+/* rows at positions pos0.. from states h[N][dim] and next tokens tok[N]; y of the last row to y_last */
+static int run_rows(mtp *s, mtp_state *st, const float *h, const int *tok, int N, int pos0, float *y_last) {
+    const mtp_config *c = &s->m.cfg;
+    int D = c->dim;
+    DS_TRY(state_reserve(s, st, pos0 + N + c->depth));
+    for (int i0 = 0; i0 < N; i0 += MTP_CHUNK) {
+        int n = DS_MIN(MTP_CHUNK, N - i0);
+        DS_TRY(mtp_acts_reserve_f(&s->acts, c, n, pos0 + i0 + n));
+        memcpy(s->acts.hin, h + (size_t)i0 * D, sizeof(float) * (size_t)n * D);
+        for (int i = 0; i < n; i++) {
+            DS_CHECK(tok[i0 + i] >= 0 && tok[i0 + i] < c->vocab, "mtp: token %d outside the vocabulary", tok[i0 + i]);
+            qmat_row_f32(s->emb, tok[i0 + i], s->acts.ein + (size_t)i * D);
+        }
+        DS_TRY(mtp_rows_forward_f(c, &s->m.pv, &s->acts, n, pos0 + i0, st->K, st->V));
+    }
+    memcpy(y_last, s->acts.y + (size_t)((N - 1) % MTP_CHUNK) * D, sizeof(float) * D);
+    return 0;
+fail:
+    return -1;
+}
+
+static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
+    mtp *s = ds_calloc(1, sizeof *s, "mtp drafter");
+    if (!s) return -1;
+    d->impl = s;
+    jcfg r;
+    const char *ck = NULL;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    if (ck) {
+        DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
+        DS_TRY(mtp_load(&s->m, ck, &t->m, 0));
+        snprintf(d->describe, sizeof d->describe, "mtp: checkpoint %s (one module, depth %d)", ck, s->m.cfg.depth);
+    } else { /* untrained, for tests and the gate: {"depth": N, "seed": S, "init_layer": L} */
+        mtp_config c;
+        uint64_t seed = 1;
+        DS_TRY(mtp_config_init(&c, &t->m, NULL));
+        DS_TRY(jcfg_u64(&r, "seed", &seed));
+        DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c.depth));
+        DS_TRY(jcfg_int(&r, "init_layer", -1, c.init_layer, &c.init_layer));
+        DS_TRY(jcfg_close(&r));
+        DS_TRY(mtp_model_init(&s->m, &c, &t->m, seed, 0));
+        snprintf(d->describe, sizeof d->describe, "mtp: untrained (depth %d)", c.depth);
+    }
+    const mtp_config *c = &s->m.cfg;
+    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : "mtp"));
+    d->has_conf = 1;
+    d->max_gamma = c->depth;
+    d->n_capture = 1;
+    d->capture_layers[0] = c->tap;
+    snprintf(d->fingerprint, sizeof d->fingerprint, "mtp-%d-%016llx", c->depth, (unsigned long long)s->m.n_params);
+    int D = c->dim, V = c->vocab;
+    backend *be = s->be = t->be;
+    s->emb = &t->m.tok_embd, s->head = &t->m.output;
+    DS_TRYP(s->Xd = be->alloc(be, sizeof(float) * (size_t)D));
+    DS_TRYP(s->Zd = be->alloc(be, sizeof(float) * (size_t)V));
+    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)V, "mtp logits"));
+    DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "mtp logits"));
+    DS_TRYP(s->hf = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
+    DS_TRYP(s->ych = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
+    return 0;
+fail:
+    return -1; /* close() frees what was made */
+}
+
+static int mtp_begin(drafter *d, request *r, const float *prompt_hidden) {
+    mtp *s = d->impl;
+    int D = s->m.cfg.dim, n = r->n_prompt;
+    mtp_state *st = ds_calloc(1, sizeof *st, "mtp state");
+    if (!st) return -1;
+    r->dstate = st;
+    DS_CHECK(prompt_hidden != NULL, "mtp needs the target's hidden states of the prompt");
+    DS_CHECK(r->toks.n == n + 1, "mtp: begin expects the prompt and its first token (%d tokens, prompt %d)", r->toks.n, n);
+    DS_TRYP(st->y1 = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
+    DS_TRYP(st->y1_0 = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
+    /* rows 0..n-1: (h_i, t_{i+1}); the last reads the anchor and is step 1 of the first round */
+    DS_TRY(run_rows(s, st, prompt_hidden, r->toks.v + 1, n, 0, st->y1));
+    st->n = st->n0 = n;
+    memcpy(st->y1_0, st->y1, sizeof(float) * (size_t)D);
+    return 0;
+fail:
+    return -1; /* end() frees what was made */
+}
+
+/* z = head(final_norm(y)) on the backend */
+static int head_logits(mtp *s, const float *y) {
+    const mtp_config *c = &s->m.cfg;
+    backend *be = s->be;
+    rmsnorm_forward_f(s->hf, s->rstd, y, s->m.pv.final_norm, 1, c->dim, c->eps);
+    float *o[1] = {s->Zd};
+    const qmat *w[1] = {s->head};
+    DS_TRY(be->to_device(be, s->Xd, s->hf, sizeof(float) * (size_t)c->dim));
+    DS_TRY(be->matmul(be, 1, o, w, s->Xd, 1));
+    DS_TRY(be->to_host(be, s->z, s->Zd, sizeof(float) * (size_t)c->vocab));
+    return 0;
+fail:
+    return -1;
+}
+
+static int mtp_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+    mtp *s = d->impl;
+    mtp_state *st = r->dstate;
+    const mtp_config *c = &s->m.cfg;
+    int g = DS_MIN(gamma, c->depth), p = st->n;
+    out->n = 0;
+    if (g <= 0) return 0;
+    DS_CHECK(p == r->toks.n - 1, "mtp: the module's cache ends at %d but the anchor is at %d", p, r->toks.n - 1);
+    const float *y = st->y1;
+    for (int k = 1; k <= g; k++) {
+        if (k >= 2) { /* a speculative row at position p + k - 2: (y of step k - 1, x_{k-1}) */
+            DS_TRY(run_rows(s, st, y, &out->tok[k - 2], 1, p + k - 2, s->ych));
+            y = s->ych;
+        }
+        DS_TRY(head_logits(s, y));
+        DS_TRY(draft_from_logits(d, r, s->z, sp, c->calib, c->n_calib, k - 1, out, &s->scr, s->qalt));
+        out->n = k;
+    }
+    return 0;
+fail:
+    out->n = 0;
+    return -1;
+}
+
+static int mtp_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+    mtp *s = d->impl;
+    mtp_state *st = r->dstate;
+    int p = st->n, tok[MTP_MAX_DEPTH + 66];
+    DS_CHECK(hidden != NULL, "mtp needs the target's hidden states of the accepted rows");
+    DS_CHECK(n_accepted >= 0 && n_accepted < (int)(sizeof tok / sizeof *tok), "mtp: %d accepted tokens", n_accepted);
+    /* rows anchor .. x_accepted (positions p .. p + n_accepted), each reading the token after it: the
+     * accepted drafts as committed, then next_token (the new anchor); the last is the next step 1 */
+    for (int i = 0; i < n_accepted; i++) tok[i] = p + 1 + i < r->toks.n ? r->toks.v[p + 1 + i] : next_token;
+    tok[n_accepted] = next_token;
+    DS_TRY(run_rows(s, st, hidden, tok, n_accepted + 1, p, st->y1));
+    st->n = p + n_accepted + 1;
+    return 0;
+fail:
+    return -1;
+}
+
+static int mtp_rewind(drafter *d, request *r) {
+    mtp *s = d->impl;
+    mtp_state *st = r->dstate;
+    st->n = st->n0; /* the prompt's rows stay in the cache; later ones are overwritten */
+    memcpy(st->y1, st->y1_0, sizeof(float) * (size_t)s->m.cfg.dim);
+    return 0;
+}
+
+static void mtp_end(drafter *d, request *r) {
+    DS_UNUSED(d);
+    mtp_state *st = r->dstate;
+    if (!st) return;
+    free(st->K), free(st->V), free(st->y1), free(st->y1_0), free(st);
+    r->dstate = NULL;
+}
+
+static int mtp_save_ops(const drafter *d, const char *dir) { return mtp_save(&((const mtp *)d->impl)->m, dir); }
+
+static void mtp_close(drafter *d) {
+    mtp *s = d->impl;
+    if (!s) return;
+    if (s->be) s->be->release(s->be, s->Xd), s->be->release(s->be, s->Zd);
+    mtp_model_free(&s->m);
+    mtp_acts_free_f(&s->acts);
+    free(s->z), free(s->hf), free(s->ych), free(s->qalt);
+    lp_scratch_free(&s->scr);
+    free(s);
+    d->impl = NULL;
+}
+
+const drafter_ops drafter_mtp = {
+    "mtp",
+    "DeepSeek-V3-style MTP module on the target's last hidden state, one module chained: {\"checkpoint\": DIR} "
+    "(untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
+    mtp_open, mtp_begin, mtp_propose, mtp_commit, mtp_end, mtp_rewind, mtp_save_ops, mtp_close,
+    /* the gate's untrained module: the block copied from the tiny target's last layer, P random */
+    "{\"depth\": 3}",
+    NULL,
+};

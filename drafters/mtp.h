@@ -1,0 +1,126 @@
+/* mtp.h — a DeepSeek-V3-style multi-token-prediction module as a drafter (drafters-reference §6).
+ *
+ * One module, reused for every draft position (as vLLM and SGLang serve DeepSeek's single MTP layer
+ * for more than one speculative token), trained unrolled to `depth` positions so that what it sees
+ * in training is what it sees when drafting. Position i of the module's sequence reads the target's
+ * state h_i (its last layer, before the final norm) and the next token t_{i+1}:
+ *     x_i = P [RMSNorm_h(h_i); RMSNorm_e(Emb(t_{i+1}))]      P: [dim][2 dim]
+ *     y_i = Block(x_i)        one pre-norm transformer block (attention with RoPE + SwiGLU) with
+ *                             its own KV cache over the module's positions 0..i
+ *     z_i = E RMSNorm_f(y_i)  E: the target's frozen head, Emb the target's frozen embedding
+ * and predicts t_{i+2}. Drafting after the anchor x_0 = t_n (drawn from h_{n-1}): step 1 is the
+ * module's row n-1 (h_{n-1}, x_0), made at commit time, so its KV entry stays committed; step k >= 2
+ * is a speculative row at position n+k-2 reading the module's own y of step k-1 in place of a target
+ * state, and x_{k-1} as its token; its KV entry is dropped at the next commit. Each x_k is drawn from
+ * the processed softmax(z) and that exact q_k is reported (q_k depends on x_{<k}: a chain).
+ * The confidence c_k is the top probability of softmax(z) at temperature 1 (never a function of the
+ * drawn x_k), temperature-scaled per position by `calibrate`.
+ * Training: every anchor runs the chain over the data's own tokens (teacher forcing of the tokens,
+ * the module's own states: EAGLE's training-time test), CE + L1 against the cached top-K law, each
+ * supervised position weight 1. The block starts as a copy of the target's last layer (where its
+ * geometry and RoPE layout allow), the norms at 1 (the final norm at the target's), P at N(0, 0.02). */
+#ifndef DS_MTP_H
+#define DS_MTP_H
+
+#include <cJSON.h>
+#include <stddef.h>
+
+#include "../runtime/model.h"
+#include "trainable.h"
+
+#define MTP_MAX_DEPTH 16
+#define MTP_N_TENSORS 13
+
+typedef struct {
+    int dim, vocab, n_heads, n_kv_heads, head_dim, hidden_dim;
+    int depth;             /* chained positions trained and drafted */
+    int tap;               /* the target layer read: its last */
+    int init_layer;        /* the target layer the block started from (-1: random) */
+    float eps, rope_theta;
+    float w_ce, w_l1;
+    char target_fingerprint[64];
+    char chat_template[16];
+    char tokenizer[20];
+    int n_calib;
+    float calib[16];
+} mtp_config;
+
+/* named views of the flat parameters (or of a gradient laid out like them) */
+#define MTP_PV_TYPE(REAL, SFX)                                                                           \
+    typedef struct {                                                                                      \
+        REAL *hnorm, *enorm, *proj, *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down,  \
+            *final_norm;                                                                                  \
+    } mtp_pv##SFX;
+MTP_PV_TYPE(float, _f)
+MTP_PV_TYPE(double, _d)
+
+/* one pass of the module over N rows: what the backward pass needs, grown on demand */
+#define MTP_ACTS_TYPE(REAL, SFX)                                                                          \
+    typedef struct {                                                                                      \
+        int cap, cap_l;                                                                                   \
+        REAL *hin, *ein, *hn, *en, *rstd_h, *rstd_e, *cat, *x_in, *xn, *rstd1, *q, *k, *v, *prob, *att,   \
+            *x_mid, *xn2, *rstd2, *g, *u, *hm, *y, *dy;                                                   \
+        int *pos, *ctx_len, *lo, *hi, *bidx, *tok, *prev;                                                 \
+    } mtp_acts##SFX;
+MTP_ACTS_TYPE(float, _f)
+MTP_ACTS_TYPE(double, _d)
+
+/* the training step's buffers: one pass per chain position, the KV rows, the supervised rows */
+#define MTP_WS_TYPE(REAL, SFX)                                                                            \
+    typedef struct {                                                                                      \
+        mtp_acts##SFX step[MTP_MAX_DEPTH];                                                                \
+        size_t cap_kv, cap_m, cap_a, cap_r;                                                               \
+        REAL *K1, *V1, *Kc, *Vc, *dK1, *dV1, *dKc, *dVc;                                                  \
+        REAL *Ys, *hf, *rstd_f, *Z, *dZ, *dhf, *dYs, *tf, *Tp, *tk_p, *scr, *scr2;                        \
+        REAL *dx, *dcat, *dtmp, *dq, *dk, *dv, *datt, *dxn, *dhm, *dg, *du, *dxm, *dxn2, *dh;         \
+        int *src, *label, *tpos, *kof, *arow, *tk_sub, *row_of;                                          \
+        double *alpha_prod;                                                                               \
+    } mtp_ws##SFX;
+MTP_WS_TYPE(float, _f)
+MTP_WS_TYPE(double, _d)
+
+typedef struct {
+    mtp_config cfg;
+    size_t n_params;
+    float *params;         /* one allocation, laid out by tt */
+    train_tensor tt[MTP_N_TENSORS];
+    mtp_pv_f pv;
+    float *Ein;            /* [vocab][dim] fp32 copy of the target's embedding (training only) */
+    float *E;              /* [vocab][dim] fp32 copy of the target's head (training only; may alias Ein) */
+    mtp_ws_f ws;
+} mtp_model;
+
+extern const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS];
+
+/* Defaults for a target (depth 3, the last layer, the block from it), JSON fields override them;
+ * unknown keys are refused. */
+int mtp_config_init(mtp_config *c, const model *target, const cJSON *j);
+cJSON *mtp_config_json(const mtp_config *c);
+/* the initial module (see the header comment); with_embed: keep the fp32 embedding and head copies
+ * the training step needs */
+int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed);
+int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed);
+int mtp_save(const mtp_model *m, const char *dir);
+int mtp_read_params(mtp_model *m, const char *dir);
+void mtp_model_free(mtp_model *m);
+int mtp_trainable(mtp_model *m, trainable *tr);
+void mtp_pv_set_f(mtp_pv_f *v, const mtp_model *m, float *base);
+void mtp_pv_set_d(mtp_pv_d *v, const mtp_model *m, double *base);
+
+/* One sequence, forward (and backward into G when G has its pointers set), scaled by 1/norm_w: the
+ * float step, and the same code in double (tests/test_mtp.c). Ein/E: the frozen tables. */
+int mtp_step_f(const mtp_config *c, const mtp_pv_f *P, const mtp_pv_f *G, const float *Ein, const float *E,
+               const train_seq *s, double norm_w, train_stats *st, mtp_ws_f *w);
+int mtp_step_d(const mtp_config *c, const mtp_pv_d *P, const mtp_pv_d *G, const double *Ein, const double *E,
+               const train_seq_d *s, double norm_w, train_stats *st, mtp_ws_d *w);
+void mtp_ws_free_d(mtp_ws_d *w);
+
+/* The serving pass: N rows at positions pos0.. of one request (hin: states [N][dim], tok: the next
+ * tokens' embedding rows ein [N][dim]), their K/V written into the cache at pos0.., each row
+ * attending to cache rows [0, its position]; y [N][dim] left in a->y. */
+int mtp_rows_forward_f(const mtp_config *c, const mtp_pv_f *P, mtp_acts_f *a, int N, int pos0, float *Kcache,
+                       float *Vcache);
+int mtp_acts_reserve_f(mtp_acts_f *a, const mtp_config *c, int N, int L);
+void mtp_acts_free_f(mtp_acts_f *a);
+
+#endif

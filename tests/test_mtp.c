@@ -1,0 +1,317 @@
+/* test_mtp — the MTP module as a trainable model and a drafter, on a tiny target the test writes
+ * itself: the training loss's gradient against finite differences (both target sides, every tensor,
+ * through the unrolled chain), the float step against the double one, the module's cache after a
+ * rejection (a commit drops the chain's speculative rows: the next drafts equal those of a fresh
+ * begin on the committed text), checkpoints round-tripping and refused when they do not belong, and
+ * the one-sequence overfit gate (trained through the shared loop, served through the registry, every
+ * output equal to the target's own). */
+#include "testutil.h"
+
+#include "../datasets/traindata.h"
+#include "../drafters/mtp.h"
+#include "../engine/decode.h"
+#include "../engine/train.h"
+#include "../schedulers/scheduler.h"
+#include "train_fixture.h"
+
+#define FIX_PROMPT 3
+#define FIX_K 8
+#define DEPTH 3
+
+typedef struct {
+    int T, tokens[40], anchor[6], n_valid[6];
+    float *taps, *final;
+    int32_t tk_id[40 * FIX_K];
+    float tk_lp[40 * FIX_K];
+} seq_fix;
+
+static void make_seq(tiny_target *tt, seq_fix *f) {
+    rng_t r;
+    rng_seed(&r, 5);
+    f->T = 36;
+    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+    int tap = tt->t.m.cfg.n_layers - 1, D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
+    f->final = malloc(sizeof(float) * f->T * D);
+    f->taps = malloc(sizeof(float) * f->T * D);
+    kv_cache *kv = kv_cache_new(tt->t.be, &tt->t.m.cfg, f->T);
+    float *logits = malloc(sizeof(float) * f->T * V);
+    fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .all_logits = 1, .logits = logits,
+                   .n_capture = 1, .capture_layers = &tap, .capture = f->taps, .final_hidden = f->final};
+    assert_int_equal(model_forward(&tt->t.m, &tt->t.fs, &b), 0);
+    for (int i = 0; i < f->T - FIX_PROMPT; i++)
+        topk_logprobs(logits + (size_t)(FIX_PROMPT - 1 + i) * V, V, FIX_K, f->tk_id + i * FIX_K, f->tk_lp + i * FIX_K);
+    free(logits);
+    kv_cache_free(tt->t.be, kv);
+    int anchors[6] = {3, 9, 14, 20, 32, 34};
+    for (int a = 0; a < 6; a++) {
+        f->anchor[a] = anchors[a];
+        f->n_valid[a] = DS_MIN(DEPTH, f->T - 1 - anchors[a]); /* the last chains are cut short */
+    }
+}
+
+typedef struct {
+    const mtp_config *c;
+    mtp_pv_d P;
+    double *Ein, *E;
+    train_seq_d s;
+    double w;
+    mtp_ws_d ws;
+} dctx;
+
+static double loss_d(void *ctx) {
+    dctx *x = ctx;
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (mtp_step_d(x->c, &x->P, NULL, x->Ein, x->E, &x->s, x->w, &st, &x->ws)) fail_msg("%s", ds_errmsg());
+    return (x->c->w_ce * st.ce + x->c->w_l1 * st.l1) / x->w;
+}
+
+/* target: 0 = the final states (full law), 1 = the cached top-8 rows */
+static void gradcheck(int target) {
+    tiny_target *tt = tiny_open();
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    c.depth = DEPTH;
+    c.w_ce = 0.3f, c.w_l1 = 0.7f;
+    mtp_model m;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 3, 1), 0);
+    rng_t r;
+    rng_seed(&r, 9);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* the norms too */
+    seq_fix f;
+    make_seq(tt, &f);
+    int D = c.dim;
+    size_t nE = (size_t)c.vocab * D, nt = (size_t)f.T * D;
+    dctx x;
+    memset(&x, 0, sizeof x);
+    x.c = &m.cfg;
+    double *p = malloc(sizeof(double) * m.n_params);
+    x.Ein = malloc(sizeof(double) * nE);
+    x.E = malloc(sizeof(double) * nE);
+    double *taps = malloc(sizeof(double) * nt), *fin = malloc(sizeof(double) * nt);
+    for (size_t i = 0; i < m.n_params; i++) p[i] = m.params[i];
+    for (size_t i = 0; i < nE; i++) x.Ein[i] = m.Ein[i], x.E[i] = m.E[i];
+    for (size_t i = 0; i < nt; i++) taps[i] = f.taps[i], fin[i] = f.final[i];
+    mtp_pv_set_d(&x.P, &m, p);
+    train_seq sf = {f.T, f.taps, target ? NULL : f.final, f.tokens, FIX_PROMPT, FIX_K, target ? f.tk_id : NULL,
+                    target ? f.tk_lp : NULL, 6, f.anchor, f.n_valid};
+    x.s = (train_seq_d){f.T, taps, target ? NULL : fin, f.tokens, FIX_PROMPT, FIX_K, sf.tk_id, sf.tk_lp, 6, f.anchor, f.n_valid};
+    for (int a = 0; a < 6; a++) x.w += f.n_valid[a];
+    double *gd = calloc(m.n_params, sizeof(double));
+    float *gf = calloc(m.n_params, sizeof(float));
+    mtp_pv_d Gd;
+    mtp_pv_f Gf;
+    mtp_pv_set_d(&Gd, &m, gd);
+    mtp_pv_set_f(&Gf, &m, gf);
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (mtp_step_d(&m.cfg, &x.P, &Gd, x.Ein, x.E, &x.s, x.w, &st, &x.ws)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(st.rows, (long)x.w);
+    assert_true(st.n_at[DEPTH] > 0); /* the chain's last position is supervised */
+    memset(&st, 0, sizeof st);
+    if (mtp_step_f(&m.cfg, &m.pv, &Gf, m.Ein, m.E, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+    double worst = 0, worst_f = 0;
+    for (int ti = 0; ti < MTP_N_TENSORS; ti++) {
+        const train_tensor *t = &m.tt[ti];
+        char what[80];
+        snprintf(what, sizeof what, "mtp: tensor %s", MTP_TENSOR_NAMES[ti]);
+        double rel_f, rel = fd_check_tensor(loss_d, &x, p + t->offset, gd + t->offset, gf + t->offset, t->numel, &r,
+                                            what, &rel_f);
+        worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
+    }
+    printf("  mtp, depth %d, target %s: %d tensors; worst relative error vs finite differences %.2e (double); float "
+           "vs double gradient %.2e\n",
+           DEPTH, target ? "top-8" : "final states", MTP_N_TENSORS, worst, worst_f);
+    mtp_ws_free_d(&x.ws);
+    free(gd), free(gf), free(p), free(x.Ein), free(x.E), free(taps), free(fin), free(f.taps), free(f.final);
+    mtp_model_free(&m);
+    tiny_close(tt);
+}
+
+static void test_grad_final(void **state) {
+    (void)state;
+    gradcheck(0);
+}
+static void test_grad_topk(void **state) {
+    (void)state;
+    gradcheck(1);
+}
+
+/* begin on seq[0..c), propose (its speculative rows enter the module's cache), commit j of them:
+ * the next proposal must equal a fresh begin's on seq[0..c+j+1) — the rejected rows left nothing */
+static void test_cache_rollback(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    cJSON *cfg = cJSON_Parse("{\"depth\": 3, \"seed\": 4}");
+    drafter dr;
+    if (drafter_open(&dr, "mtp", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    int n = 30, seq[30], tap = tt->t.m.cfg.n_layers - 1, D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
+    rng_t r;
+    rng_seed(&r, 3);
+    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    float *hid = target_states(&tt->t, seq, n, 1, &tap);
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block a, b;
+    assert_int_equal(draft_block_init(&a, 3, V, 1), 0);
+    assert_int_equal(draft_block_init(&b, 3, V, 1), 0);
+    double worst = 0;
+    for (int c = 4; c <= 20; c += 4)
+        for (int j = 0; j <= 2; j++) {
+            request ra, rb;
+            assert_int_equal(request_init(&ra, &tt->t, 0, seq, c, 16, 7), 0);
+            assert_int_equal(ivec_push(&ra.toks, seq[c]), 0);
+            if (dr.ops->begin(&dr, &ra, hid)) fail_msg("%s", ds_errmsg());
+            if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
+            for (int i = 1; i <= j + 1; i++) assert_int_equal(ivec_push(&ra.toks, seq[c + i]), 0);
+            if (dr.ops->commit(&dr, &ra, j, seq[c + j + 1], hid + (size_t)c * D)) fail_msg("%s", ds_errmsg());
+            rng_seed(&ra.rng_draft, 99);
+            if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
+            assert_int_equal(request_init(&rb, &tt->t, 0, seq, c + j + 1, 16, 7), 0);
+            assert_int_equal(ivec_push(&rb.toks, seq[c + j + 1]), 0);
+            if (dr.ops->begin(&dr, &rb, hid)) fail_msg("%s", ds_errmsg());
+            rng_seed(&rb.rng_draft, 99);
+            if (dr.ops->propose(&dr, &rb, 3, &sp, &b)) fail_msg("%s", ds_errmsg());
+            assert_int_equal(a.n, 3);
+            assert_int_equal(b.n, 3);
+            assert_memory_equal(a.tok, b.tok, sizeof(int) * 3);
+            for (int i = 0; i < 3 * V; i++) worst = fmax(worst, fabs((double)a.q[i] - b.q[i]));
+            dr.ops->end(&dr, &ra), dr.ops->end(&dr, &rb);
+            request_free(&ra, &tt->t), request_free(&rb, &tt->t);
+        }
+    printf("  mtp cache after commits of 0-2 of 3 drafts: next drafts equal a fresh begin's (worst |dq| %.2e)\n", worst);
+    assert_true(worst < 1e-5);
+    draft_block_free(&a), draft_block_free(&b);
+    drafter_close(&dr);
+    cJSON_Delete(cfg);
+    free(hid);
+    tiny_close(tt);
+}
+
+static void test_checkpoint(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    c.depth = 2;
+    c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
+    mtp_model m, m2;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 7, 0), 0);
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s", tmp_path("mtp-ck"));
+    assert_int_equal(mtp_save(&m, dir), 0);
+    assert_int_equal(mtp_load(&m2, dir, &tt->t.m, 0), 0);
+    assert_int_equal(m2.cfg.depth, 2);
+    assert_int_equal(m2.cfg.n_calib, 2);
+    assert_true(m2.cfg.calib[1] == 0.7f);
+    assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
+    mtp_model_free(&m2);
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter d;
+    if (drafter_open(&d, "mtp", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(d.max_gamma, 2);
+    assert_int_equal(d.n_capture, 1);
+    assert_int_equal(d.capture_layers[0], tt->t.m.cfg.n_layers - 1);
+    drafter_close(&d);
+    cJSON_AddNumberToObject(dc, "depth", 3);
+    assert_int_equal(drafter_open(&d, "mtp", dc, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "depth"));
+    cJSON_Delete(dc);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    const char *bad[][2] = {{"{\"kind\": \"mtp\", \"depth\": 2, \"dim\": 64}", "dim"},
+                            {"{\"kind\": \"mtp\", \"depth\": 2, \"n_kv_heads\": 4}", "heads"},
+                            {"{\"kind\": \"mtp\", \"target_fingerprint\": \"0123\"}", "trained against"},
+                            {"{\"kind\": \"medusa\", \"depth\": 2}", "not an mtp checkpoint"},
+                            {"{\"kind\": \"mtp\", \"dpeth\": 3}", "dpeth"},
+                            {"{\"kind\": \"mtp\", \"depth\": 40}", "depth"},
+                            {"{\"kind\": \"mtp\", \"hidden_dim\": 16}", "init_layer"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_file(p, bad[i][0], strlen(bad[i][0]));
+        assert_int_equal(mtp_load(&m2, dir, &tt->t.m, 0), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
+    }
+    /* a checkpoint whose tensor has the wrong shape */
+    c.hidden_dim = 16, c.init_layer = -1;
+    assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0), 0);
+    assert_int_equal(mtp_save(&m2, dir), 0);
+    const char *cj = "{\"kind\": \"mtp\", \"depth\": 2, \"hidden_dim\": 64, \"init_layer\": -1}";
+    write_file(p, cj, strlen(cj));
+    mtp_model m3;
+    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "wrong shape"));
+    mtp_model_free(&m2);
+    mtp_model_free(&m);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+/* The overfit gate (train_fixture.h): the module trained on one cached sequence of random tokens
+ * through the shared loop, served from its checkpoint through the registry, must draft the memorised
+ * tokens back at every cut, before and after a commit; then the decoding loop at T = 0 must emit the
+ * target's own output. */
+static void test_overfit_gate(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char cache[512], run[512], cmd[1200];
+    snprintf(cache, sizeof cache, "%s", tmp_path("mtp-overfit-cache"));
+    snprintf(run, sizeof run, "%s", tmp_path("mtp-overfit-run"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
+    assert_int_equal(system(cmd), 0);
+    int n = 46, np = 6, seq[46];
+    rng_t r;
+    rng_seed(&r, 11);
+    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    int tap = tt->t.m.cfg.n_layers - 1;
+    traindata_layout lay = {.n_tap = 1, .taps = {tap}, .top_k = 8};
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
+    if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
+    train_cache d;
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    c.depth = DEPTH;
+    c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
+    mtp_model m;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 5, 1), 0);
+    train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
+    train_point h[400];
+    int nh;
+    trainable tr;
+    assert_int_equal(mtp_trainable(&m, &tr), 0);
+    if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter dr;
+    if (drafter_open(&dr, "mtp", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    float *hid = target_states(&tt->t, seq, n, 1, &tap);
+    long hit, tried;
+    teacher_forced(&dr, &tt->t, seq, n, np, DEPTH, hid, &hit, &tried);
+    printf("  overfit gate, mtp (depth %d): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
+           "serving drafts %ld of %ld back\n",
+           DEPTH, n - np, h[0].loss, h[nh - 1].loss, hit, tried);
+    if (hit < 0.9 * tried) fail_msg("mtp: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
+    decode_matches_ar(&tt->t, &dr, seq, np, 30, DEPTH);
+    drafter_close(&dr);
+    free(hid);
+    cJSON_Delete(dc);
+    mtp_model_free(&m);
+    traindata_close(&d);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_final),
+        cmocka_unit_test(test_grad_topk),
+        cmocka_unit_test(test_cache_rollback),
+        cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_overfit_gate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
