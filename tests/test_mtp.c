@@ -137,6 +137,58 @@ static void test_grad_topk(void **state) {
     gradcheck(1);
 }
 
+/* The first draft position, trained and served: for each anchor of a sequence, the training step's
+ * logits row (position 1, full-vocabulary path) and the drafter's, served from a begin on the
+ * sequence up to the anchor with the same target states, must agree (same h row, same token, same
+ * module); their top probabilities are compared through c_raw. Memorising one sequence can be done
+ * from the tokens alone, so the overfit gate would not see a state read from the wrong row; this does. */
+static void test_train_serve_first(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    seq_fix f;
+    make_seq(tt, &f);
+    cJSON *cfg = cJSON_Parse("{\"depth\": 3, \"seed\": 6}");
+    drafter dr;
+    if (drafter_open(&dr, "mtp", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    c.depth = 3;
+    mtp_model m;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1), 0); /* the same module the drafter opened */
+    int V = c.vocab, ones[6] = {1, 1, 1, 1, 1, 1};
+    train_seq sf = {f.T, f.taps, f.final, f.tokens, FIX_PROMPT, FIX_K, NULL, NULL, 6, f.anchor, ones};
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, &sf, 6, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+    sampling_params greedy = {0, 0, 1};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, 3, V, 1), 0);
+    double worst = 0;
+    for (int a = 0; a < 6; a++) {
+        int at = f.anchor[a];
+        const float *z = m.ws.Z + (size_t)a * V; /* rows by position then anchor: position 1 first */
+        double mx = z[0], sum = 0;
+        for (int i = 1; i < V; i++) mx = fmax(mx, z[i]);
+        for (int i = 0; i < V; i++) sum += exp(z[i] - mx);
+        request r;
+        assert_int_equal(request_init(&r, &tt->t, 0, f.tokens, at, 8, 1), 0);
+        assert_int_equal(ivec_push(&r.toks, f.tokens[at]), 0);
+        if (dr.ops->begin(&dr, &r, f.taps)) fail_msg("%s", ds_errmsg());
+        if (dr.ops->propose(&dr, &r, 1, &greedy, &b)) fail_msg("%s", ds_errmsg());
+        worst = fmax(worst, fabs(b.conf_raw[0] - 1 / sum));
+        dr.ops->end(&dr, &r);
+        request_free(&r, &tt->t);
+    }
+    printf("  mtp position 1, trained vs served on 6 anchors: worst |top probability difference| %.2e\n", worst);
+    assert_true(worst < 1e-4);
+    draft_block_free(&b);
+    mtp_model_free(&m);
+    drafter_close(&dr);
+    cJSON_Delete(cfg);
+    free(f.taps), free(f.final);
+    tiny_close(tt);
+}
+
 /* begin on seq[0..c), propose (its speculative rows enter the module's cache), commit j of them:
  * the next proposal must equal a fresh begin's on seq[0..c+j+1) — the rejected rows left nothing */
 static void test_cache_rollback(void **state) {
@@ -264,13 +316,25 @@ static void test_overfit_gate(void **state) {
     rng_t r;
     rng_seed(&r, 11);
     for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    /* the cache taps layer 0 too (one cache for several families): training must pick the module's
+     * layer out of it, or serving (which reads the last layer) drafts nothing back */
     int tap = tt->t.m.cfg.n_layers - 1;
-    traindata_layout lay = {.n_tap = 1, .taps = {tap}, .top_k = 8};
+    traindata_layout lay = {.n_tap = 2, .taps = {0, tap}, .top_k = 8};
     char shard[600];
     snprintf(shard, sizeof shard, "%s/shard-0000", cache);
     if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
     train_cache d;
     if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    { /* the picked layer's rows are the cache's second tap, row by row */
+        int D = tt->t.m.cfg.dim, sel[1];
+        float *all = malloc(sizeof(float) * (size_t)n * 2 * D), *one = malloc(sizeof(float) * (size_t)n * D);
+        assert_int_equal(traindata_select_taps(&d, &tap, 1, sel), 0);
+        assert_int_equal(sel[0], 1);
+        traindata_seq(&d, 0, NULL, 0, all, NULL);
+        traindata_seq(&d, 0, sel, 1, one, NULL);
+        for (int i = 0; i < n; i++) assert_memory_equal(one + (size_t)i * D, all + ((size_t)i * 2 + 1) * D, sizeof(float) * D);
+        free(all), free(one);
+    }
     mtp_config c;
     assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
     c.depth = DEPTH;
@@ -282,6 +346,11 @@ static void test_overfit_gate(void **state) {
     int nh;
     trainable tr;
     assert_int_equal(mtp_trainable(&m, &tr), 0);
+    int wrong = 1; /* a cache without the layer a drafter reads is refused by name */
+    tr.taps = &wrong;
+    assert_int_equal(train_run(&tr, &d, &o, h, 400, &nh), -1);
+    if (!strstr(ds_errmsg(), "taps layers 0,2; the drafter reads layer 1")) fail_msg("unexpected message: %s", ds_errmsg());
+    tr.taps = &m.cfg.tap;
     if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
     char dj[800];
     snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
@@ -309,6 +378,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_final),
         cmocka_unit_test(test_grad_topk),
+        cmocka_unit_test(test_train_serve_first),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
