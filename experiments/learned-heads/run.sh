@@ -7,7 +7,8 @@
 #    (~25 min together), 3. tau at temperature 0 and 1 on 20 held-out prompts each of GSM8K,
 #    HumanEval and MT-Bench (~20 min), 4. the tables (results.md). About 50 min in all; every stage
 #    resumes (training from its last checkpoint, evaluation skips traces that exist). A smoke
-#    comparison at a small budget, not the paper's Table 1.
+#    comparison at a small budget, not the paper's Table 1. SERVE=1 then calibrates Medusa and MTP
+#    on their T = 1 traces and serves MTP closed-loop (~3 min).
 set -e
 make -s
 E=experiments/learned-heads
@@ -23,3 +24,8 @@ for k in medusa mtp dspark-markov; do
 done
 build/dspark-bench report $E/traces/medusa-t0.h5 $E/traces/mtp-t0.h5 $E/traces/dspark-markov-t0.h5 \
     $E/traces/medusa-t1.h5 $E/traces/mtp-t1.h5 $E/traces/dspark-markov-t1.h5 --out $E/results.md
+if [ -n "$SERVE" ]; then
+    build/dspark-bench calibrate $E/traces/medusa-t1.h5
+    build/dspark-bench calibrate $E/traces/mtp-t1.h5
+    build/dspark-bench serve --config $E/serve-mtp.json --out $E/serving
+fi
