@@ -105,12 +105,20 @@ int cmd_train(int argc, char **argv) {
     DS_TRY(traindata_open(&data, d.dir, &t, d.max_shards));
     trainable tr;
     if (medusa) { /* a resumed run reads its parameters from OUT/last in train_run */
-        DS_TRY(md_model_init(&mm, &mc, &t.m, o.seed, 0, 1));
+        int *ids;
+        DS_TRY(train_config_vocab(&data, &t, mc.draft_vocab, &ids));
+        int e = md_model_init(&mm, &mc, &t.m, o.seed, 0, 1, ids);
+        free(ids);
+        DS_TRY(e);
         DS_TRY(md_trainable(&mm, &tr));
         fprintf(stderr, "train: medusa, %zu parameters (%d heads on layer %d); data %s: %d sequences, %ld tokens\n",
                 mm.n_params, mc.heads, mc.tap, d.dir, data.n_seq, data.n_tok);
     } else if (is_mtp) {
-        DS_TRY(mtp_model_init(&pm, &pc, &t.m, o.seed, 1));
+        int *ids;
+        DS_TRY(train_config_vocab(&data, &t, pc.draft_vocab, &ids));
+        int e = mtp_model_init(&pm, &pc, &t.m, o.seed, 1, ids);
+        free(ids);
+        DS_TRY(e);
         DS_TRY(mtp_trainable(&pm, &tr));
         fprintf(stderr, "train: mtp, %zu parameters (one module on layer %d, depth %d, block from %s); data %s: %d "
                         "sequences, %ld tokens\n",

@@ -123,6 +123,23 @@ int train_config_mtp(const train_config *tc, const target *t, mtp_config *c) {
     return rc;
 }
 
+int train_config_vocab(const train_cache *d, const target *t, int Vd, int **ids) {
+    *ids = NULL;
+    int V = t->m.cfg.vocab_size;
+    if (Vd <= 0 || Vd >= V) return 0;
+    draft_vocab_report vr;
+    DS_TRYP(*ids = ds_malloc(sizeof(int) * (size_t)Vd, "draft vocabulary"));
+    DS_TRY(draft_vocab_choose(d, &t->tk, Vd, *ids, &vr));
+    fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes) covers %.2f%% of "
+                    "the cache's response tokens and %.2f%% of the target's top-%d mass\n",
+            Vd, V, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, d->top_k);
+    return 0;
+fail:
+    free(*ids);
+    *ids = NULL;
+    return -1;
+}
+
 int train_drafter_new(const bd_config *c0, const target *t, const train_cache *d, int full_vocab, uint64_t seed,
                       const char *resume_dir, bd_model *m) {
     bd_config c = *c0;
@@ -132,17 +149,10 @@ int train_drafter_new(const bd_config *c0, const target *t, const train_cache *d
     snprintf(p, sizeof p, "%s/config.json", resume_dir ? resume_dir : "");
     if (c.draft_vocab && resume_dir && stat(p, &st) == 0) /* resuming: the checkpoint's own vocabulary */
         return bd_load(m, resume_dir, &t->m);
-    if (!c.draft_vocab) return bd_model_init(m, &c, &t->m, seed, 0);
-    draft_vocab_report vr;
-    int *ids = ds_malloc(sizeof(int) * (size_t)c.draft_vocab, "draft vocabulary");
-    if (!ids) return -1;
-    int e = draft_vocab_choose(d, &t->tk, c.draft_vocab, ids, &vr);
-    if (!e) e = bd_model_init_vocab(m, &c, &t->m, seed, 0, ids);
+    int *ids;
+    if (train_config_vocab(d, t, c.draft_vocab, &ids)) return -1;
+    int e = bd_model_init_vocab(m, &c, &t->m, seed, 0, ids);
     free(ids);
-    if (!e)
-        fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes) covers %.2f%% of "
-                        "the cache's response tokens and %.2f%% of the target's top-%d mass\n",
-                c.draft_vocab, c.vocab, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, d->top_k);
     return e;
 }
 

@@ -29,6 +29,9 @@ int train_config_drafter(const train_config *tc, const target *t, bd_config *c);
 int train_config_medusa(const train_config *tc, const target *t, md_config *c);
 /* the same for an MTP module ("name": "mtp") */
 int train_config_mtp(const train_config *tc, const target *t, mtp_config *c);
+/* the draft vocabulary of Vd ids chosen from d (reported on stderr) into *ids (caller frees); NULL
+ * when Vd is 0 or the whole vocabulary */
+int train_config_vocab(const train_cache *d, const target *t, int Vd, int **ids);
 /* a fresh drafter for training on d: its draft vocabulary chosen from d (and reported on stderr)
  * unless full_vocab; with a checkpoint in resume_dir (may be NULL), that checkpoint's model */
 int train_drafter_new(const bd_config *c, const target *t, const train_cache *d, int full_vocab, uint64_t seed,

@@ -265,38 +265,29 @@ void bd_views(const bd_model *m, float *base, float **out) {
     for (int i = 0; i < m->n_t; i++) out[i] = base + m->t[i].offset;
 }
 
-void bd_vocab_hash(const int *ids, int n, char out[20]) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < n; i++)
-        for (int b = 0; b < 4; b++) h = (h ^ (uint8_t)((unsigned)ids[i] >> (8 * b))) * 0x100000001b3ull;
-    snprintf(out, 20, "%016llx", (unsigned long long)h);
-}
-
-/* the draft vocabulary: ids checked (distinct, in range, the recorded hash), the head's rows gathered */
-static int set_vocab(bd_model *m, const int *ids) {
+/* the model's side of its draft vocabulary m->sv (set and checked): Vd, the recorded hash, the
+ * head's fp32 rows */
+static int finish_vocab(bd_model *m) {
     bd_config *c = &m->cfg;
-    m->Vd = c->draft_vocab ? c->draft_vocab : c->vocab;
+    m->Vd = m->sv.Vd;
     m->Eh = m->E;
-    if (!c->draft_vocab) return 0;
-    DS_CHECK(ids != NULL, "a draft vocabulary of %d needs its ids (a checkpoint's vocab.ids)", c->draft_vocab);
-    char h[20];
-    bd_vocab_hash(ids, c->draft_vocab, h);
-    DS_CHECK(!c->vocab_hash[0] || strcmp(h, c->vocab_hash) == 0,
-             "the draft vocabulary's ids hash to %s, but the checkpoint records vocab_hash %s", h, c->vocab_hash);
-    snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", h);
-    DS_TRYP(m->vid = ds_malloc(sizeof(int) * (size_t)m->Vd, "draft vocabulary"));
-    DS_TRYP(m->vmap = ds_malloc(sizeof(int) * (size_t)c->vocab, "draft vocabulary"));
+    if (!m->sv.vid) return 0;
+    snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", m->sv.hash);
     DS_TRYP(m->Eh_owned = ds_malloc(sizeof(float) * (size_t)m->Vd * c->dim, "draft head"));
-    for (int v = 0; v < c->vocab; v++) m->vmap[v] = -1;
-    for (int j = 0; j < m->Vd; j++) {
-        DS_CHECK(ids[j] >= 0 && ids[j] < c->vocab && m->vmap[ids[j]] < 0, "draft vocabulary id %d (row %d) is %s", ids[j],
-                 j, ids[j] < 0 || ids[j] >= c->vocab ? "outside the vocabulary" : "repeated");
-        m->vid[j] = ids[j];
-        m->vmap[ids[j]] = j;
-        memcpy(m->Eh_owned + (size_t)j * c->dim, m->E + (size_t)ids[j] * c->dim, sizeof(float) * c->dim);
-    }
+    subvocab_gather_f32(&m->sv, m->E, c->dim, m->Eh_owned);
     m->Eh = m->Eh_owned;
     return 0;
+fail:
+    return -1;
+}
+
+/* the draft vocabulary from its ids: checked (distinct, in range, the recorded hash), rows gathered */
+static int set_vocab(bd_model *m, const int *ids) {
+    const bd_config *c = &m->cfg;
+    DS_CHECK(!c->draft_vocab || ids != NULL, "a draft vocabulary of %d needs its ids (a checkpoint's vocab.ids)",
+             c->draft_vocab);
+    DS_TRY(subvocab_set(&m->sv, c->vocab, ids, c->draft_vocab ? c->draft_vocab : c->vocab, c->vocab_hash));
+    return finish_vocab(m);
 fail:
     return -1;
 }
@@ -402,7 +393,8 @@ void bd_model_free(bd_model *m) {
     free(m->layer);
     free(m->params);
     free(m->E_owned);
-    free(m->vid), free(m->vmap), free(m->Eh_owned), free(m->tt);
+    subvocab_free(&m->sv);
+    free(m->Eh_owned), free(m->tt);
     bd_ws_free_f(&m->ws);
     memset(m, 0, sizeof *m);
 }
@@ -425,9 +417,8 @@ int bd_save(const bd_model *m, const char *dir) {
         w[i].shape[1] = m->t[i].shape[1];
     }
     int nw = m->n_t;
-    if (m->vid) { /* the draft vocabulary's ids (exact in fp32 below 2^24) */
-        DS_TRYP(vids = ds_malloc(sizeof(float) * (size_t)m->Vd, "checkpoint"));
-        for (int j = 0; j < m->Vd; j++) vids[j] = (float)m->vid[j];
+    if (m->sv.vid) { /* the draft vocabulary's ids (exact in fp32 below 2^24) */
+        DS_TRYP(vids = subvocab_ids_f32(&m->sv));
         w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->Vd}};
     }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
@@ -469,8 +460,6 @@ fail:
 int bd_load(bd_model *m, const char *dir, const model *target) {
     char p[4096];
     cJSON *j = NULL;
-    st_file f;
-    memset(&f, 0, sizeof f);
     memset(m, 0, sizeof *m);
     snprintf(p, sizeof p, "%s/config.json", dir);
     DS_TRYP(j = ds_read_json(p));
@@ -484,30 +473,12 @@ int bd_load(bd_model *m, const char *dir, const model *target) {
              "%s: trained against target %s, but the target is %s", p, fp->valuestring, target->fingerprint);
     DS_TRY(alloc_model(m, &c, target));
     DS_TRY(bd_read_params(m, dir));
-    if (c.draft_vocab) {
-        snprintf(p, sizeof p, "%s/model.safetensors", dir);
-        DS_TRY(st_open(&f, p));
-        const st_tensor *vt = st_find(&f, "vocab.ids");
-        DS_CHECK(vt && vt->n_dims == 1 && vt->shape[0] == c.draft_vocab, "%s: no vocab.ids of %d entries (draft_vocab)", p,
-                 c.draft_vocab);
-        float *fv = ds_malloc(sizeof(float) * (size_t)c.draft_vocab, "draft vocabulary");
-        int *iv = ds_malloc(sizeof(int) * (size_t)c.draft_vocab, "draft vocabulary");
-        int ok = fv && iv && st_to_f32(&f, vt, fv) == 0;
-        for (int i = 0; ok && i < c.draft_vocab; i++) iv[i] = (int)fv[i];
-        ok = ok && set_vocab(m, iv) == 0;
-        free(fv), free(iv);
-        st_close(&f);
-        memset(&f, 0, sizeof f);
-        if (!ok) {
-            ds_error_prefix("%s", dir);
-            goto fail;
-        }
-    } else
-        DS_TRY(set_vocab(m, NULL));
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    DS_TRY(subvocab_read(&m->sv, p, c.vocab, c.draft_vocab ? c.draft_vocab : c.vocab, c.vocab_hash));
+    DS_TRY(finish_vocab(m));
     cJSON_Delete(j);
     return 0;
 fail:
-    st_close(&f);
     cJSON_Delete(j);
     bd_model_free(m);
     return -1;
@@ -535,7 +506,7 @@ double bd_seq_weight(const bd_config *c, int A, const int *n_valid) {
 int bd_train_seq(bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st) {
     bd_pv_f g;
     bd_pv_set_f(&g, &m->cfg, m->t, grad);
-    return bd_train_seq_f(&m->cfg, &m->pv, grad ? &g : NULL, m->E, m->Eh, m->Vd, m->vmap, s, norm, st, &m->ws);
+    return bd_train_seq_f(&m->cfg, &m->pv, grad ? &g : NULL, m->E, m->Eh, m->Vd, m->sv.vmap, s, norm, st, &m->ws);
 }
 
 /* ----------------------------------------------------------------------- the trainer's view */

@@ -17,6 +17,7 @@
 #include <cJSON.h>
 
 #include "../runtime/model.h"
+#include "subvocab.h"
 #include "trainable.h"
 
 typedef enum { HEAD_NONE = 0, HEAD_MARKOV = 1, HEAD_RNN = 2 } bd_head;
@@ -106,10 +107,10 @@ typedef struct {
     /* frozen, shared with the target */
     const float *E;        /* [vocab][dim] fp32 copy of the target's embedding/head */
     float *E_owned;
-    /* the draft vocabulary: Vd rows of the head (Eh), vid[j] = vocabulary id of draft row j,
-     * vmap[id] = its row or -1; with the full vocabulary Vd = vocab, Eh = E, vid = vmap = NULL */
+    /* the draft vocabulary (subvocab.h): Vd = sv.Vd rows of the head (Eh); with the full
+     * vocabulary Vd = vocab, Eh = E, sv.vid = sv.vmap = NULL */
     int Vd;
-    int *vid, *vmap;
+    subvocab sv;
     const float *Eh;
     float *Eh_owned;
     /* the training step's named views and workspace (allocated once, grown on demand) */
@@ -127,8 +128,6 @@ int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t
 /* the same with a draft vocabulary: ids[0..c->draft_vocab) (distinct vocabulary ids), or NULL */
 int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise,
                         const int *ids);
-/* FNV-1a of a draft vocabulary's ids, hex (the checkpoint records it) */
-void bd_vocab_hash(const int *ids, int n, char out[20]);
 /* multiply every weight but the norms and the zero-initialised head/confidence tensors by f (the
  * gate's untrained drafters: init_std) */
 void bd_model_rescale(bd_model *m, float f);

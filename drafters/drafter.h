@@ -15,6 +15,7 @@
 #include "../engine/request.h"
 #include "../runtime/target.h"
 #include "../verify/logits.h"
+#include "subvocab.h"
 
 typedef struct {
     int n, cap, V;
@@ -77,13 +78,14 @@ void drafter_close(drafter *d);
  * was rendered with ("" = not recorded) must be the target's; -1 with a message naming `what`. */
 int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what);
 
-/* Draft position k (0-based) of a chain from the logits z[out->V] of a head: q_k = the processed
- * softmax (out->q row k, what verification reads), x_k drawn from it (from the law without top-p
- * under the FAULT_DRAFT_NO_TOP_P control; qalt [V] is its scratch), c_k = the top probability of
- * softmax(z) at temperature 1 (a function of the state, never of the drawn x_k), temperature-scaled
- * by calib[k] when k < n_calib (conf_raw keeps it unscaled). */
-int draft_from_logits(drafter *d, request *r, const float *z, const sampling_params *sp, const float *calib,
-                      int n_calib, int k, draft_block *out, lp_scratch *scr, float *qalt);
+/* Draft position k (0-based) of a chain from a head's logits z over the draft vocabulary sv (z has
+ * sv->Vd entries; the whole vocabulary when sv is NULL or has no ids): q_k = the processed softmax
+ * over those entries, 0 outside them (out->q row k, what verification reads), x_k drawn from it
+ * (from the law without top-p under the FAULT_DRAFT_NO_TOP_P control), c_k = the top probability
+ * of softmax(z) at temperature 1 (a function of the state, never of the drawn x_k), temperature-
+ * scaled by calib[k] when k < n_calib (conf_raw keeps it unscaled). tmp [out->V] is scratch. */
+int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
+                      const float *calib, int n_calib, int k, draft_block *out, lp_scratch *scr, float *tmp);
 
 int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what);
 

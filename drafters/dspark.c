@@ -28,7 +28,6 @@ typedef struct {
     /* the drafter's matrices as fp32 qmats over its parameters (backend weight descriptors) */
     qmat Eq, fcq, W2q;
     qmat headq;          /* the target's quantized head, or its draft-vocabulary rows gathered */
-    uint8_t *head_rows;  /* owned bytes of that gather */
     block_q8_0 *w2_q8;   /* the Markov/RNN factor W2 in Q8_0 (head_precision "q8_0"), owned */
     struct dlayer { qmat wq, wk, wv, wo, w_gate, w_up, w_down; } *lq;
     /* backend buffers for one block of B rows */
@@ -79,15 +78,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
         /* a draft vocabulary given by its ids (the gate's case; trained drafters carry theirs) */
         const cJSON *vj = jcfg_get(&r, "vocab_ids");
         int vids[256], nv = 0;
-        if (vj) {
-            nv = cJSON_GetArraySize(vj);
-            DS_CHECK(cJSON_IsArray(vj) && nv >= 1 && nv <= 256, "drafter: 'vocab_ids' must be an array of 1..256 token ids");
-            for (int i = 0; i < nv; i++) {
-                const cJSON *e = cJSON_GetArrayItem(vj, i);
-                DS_CHECK(cJSON_IsNumber(e) && e->valuedouble == (int)e->valuedouble, "drafter: 'vocab_ids'[%d] is not an id", i);
-                vids[i] = e->valueint;
-            }
-        }
+        if (vj) DS_TRY(subvocab_json_ids(vj, vids, 256, &nv));
         cJSON *arch = cJSON_Duplicate(cfg, 1);
         if (arch) {
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "seed");
@@ -130,13 +121,9 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     int B = bd_rows(c), D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
     int V = c->vocab, L = c->n_layers;
     s->headq = t->m.output;
-    if (s->m.vid) { /* the head's draft-vocabulary rows, in the target's own (quantized) format */
-        const qmat *o = &t->m.output;
-        DS_TRYP(s->head_rows = ds_malloc(o->row_bytes * (size_t)Vd, "draft head rows"));
-        for (int j = 0; j < Vd; j++)
-            memcpy(s->head_rows + o->row_bytes * (size_t)j, (const uint8_t *)o->data + o->row_bytes * (size_t)s->m.vid[j],
-                   o->row_bytes);
-        s->headq = (qmat){o->type, Vd, o->cols, o->row_bytes, s->head_rows};
+    if (s->m.sv.vid) { /* the head's draft-vocabulary rows, in the target's own (quantized) format */
+        DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
+        s->headq = s->m.sv.head;
         DS_TRY(t->be->prepare_mats(t->be, (const qmat *[]){&s->headq}, 1));
     }
     backend *be = s->be = t->be;
@@ -355,10 +342,9 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
             return -1;
         for (int i = 0; i < V; i++) z[i] += s->bias[i];
     }
-    if (m->vid) { /* q over the whole vocabulary: the draft's law on its rows, 0 elsewhere */
+    if (m->sv.vid) { /* q over the whole vocabulary: the draft's law on its rows, 0 elsewhere */
         if (logits_process(z, V, sp, s->qsub, &s->scr)) return -1;
-        memset(q, 0, sizeof(float) * (size_t)c->vocab);
-        for (int j = 0; j < V; j++) q[m->vid[j]] = s->qsub[j];
+        subvocab_scatter(&m->sv, s->qsub, q);
     } else if (logits_process(z, V, sp, q, &s->scr))
         return -1;
     if (c->conf && conf) {
@@ -390,15 +376,12 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
         if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
             sampling_params nop = *sp;
             nop.top_p = 1.0f;
-            if (logits_process(s->zrow, s->m.Vd, &nop, s->m.vid ? s->qsub : s->qalt, &s->scr)) return -1;
-            if (s->m.vid) {
-                memset(s->qalt, 0, sizeof(float) * (size_t)c->vocab);
-                for (int j = 0; j < s->m.Vd; j++) s->qalt[s->m.vid[j]] = s->qsub[j];
-            }
+            if (logits_process(s->zrow, s->m.Vd, &nop, s->m.sv.vid ? s->qsub : s->qalt, &s->scr)) return -1;
+            if (s->m.sv.vid) subvocab_scatter(&s->m.sv, s->qsub, s->qalt);
             law = s->qalt;
         }
         /* with a draft vocabulary, the same law drawn over its rows only (a third of the vocabulary) */
-        out->tok[k] = law == qk && s->m.vid ? rng_draw_ids(&r->rng_draft, s->qsub, s->m.vid, s->m.Vd)
+        out->tok[k] = law == qk && s->m.sv.vid ? rng_draw_ids(&r->rng_draft, s->qsub, s->m.sv.vid, s->m.Vd)
                                             : rng_draw(&r->rng_draft, law, c->vocab);
         if (out->tok[k] < 0) return -1;
         prev = out->tok[k];
@@ -439,10 +422,10 @@ static void dspark_close(drafter *d) {
         float *bufs[] = {s->x, s->xn, s->q, s->kb, s->vb, s->att, s->tmp, s->g, s->u, s->h, s->Ud, s->w2in, s->w2out};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) s->be->release(s->be, bufs[i]);
     }
+    /* the backend keys its copies by the data's address: forget them before the rows are freed */
+    if (s->m.sv.rows && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->headq}, 1);
     bd_model_free(&s->m);
     free(s->lq);
-    if (s->head_rows && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->headq}, 1);
-    free(s->head_rows);
     if (s->w2_q8 && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->W2q}, 1);
     free(s->w2_q8);
     free(s->U), free(s->hh), free(s->zrow), free(s->bias), free(s->qalt), free(s->qsub), free(s->cos), free(s->sin);

@@ -30,6 +30,8 @@ int md_config_init(md_config *c, const model *target, const cJSON *j) {
     DS_TRY(jcfg_open(&r, j, "medusa"));
     jcfg_skip(&r, "kind");
     DS_TRY(jcfg_int(&r, "heads", 1, MD_MAX_HEADS, &c->heads));
+    DS_TRY(jcfg_int(&r, "draft_vocab", 0, 1 << 24, &c->draft_vocab));
+    DS_TRY(jcfg_strcpy(&r, "vocab_hash", c->vocab_hash, sizeof c->vocab_hash));
     DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
     DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
     DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
@@ -48,6 +50,7 @@ int md_config_init(md_config *c, const model *target, const cJSON *j) {
              c->tap);
     DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "medusa: trained against target %s, but the target is %s", fp,
              target->fingerprint);
+    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
     return 0;
 fail:
     return -1;
@@ -57,6 +60,8 @@ cJSON *md_config_json(const md_config *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "medusa");
     cJSON_AddNumberToObject(j, "heads", c->heads);
+    cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
+    if (c->vocab_hash[0]) cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "tap", c->tap);
@@ -79,13 +84,18 @@ void md_model_free(md_model *m) {
     free(m->params);
     free(m->norm);
     free(m->E);
+    subvocab_free(&m->sv);
     md_ws_release_f(&m->ws);
     memset(m, 0, sizeof *m);
 }
 
+/* the model's buffers around its draft vocabulary m->sv (already set and checked) */
 static int md_alloc(md_model *m, const md_config *c, const model *target, int with_head) {
+    subvocab sv = m->sv;
     memset(m, 0, sizeof *m);
+    m->sv = sv;
     m->cfg = *c;
+    snprintf(m->cfg.vocab_hash, sizeof m->cfg.vocab_hash, "%s", sv.hash);
     int D = c->dim;
     m->n_t = 2 * c->heads;
     for (int k = 0; k < c->heads; k++) {
@@ -99,9 +109,15 @@ static int md_alloc(md_model *m, const md_config *c, const model *target, int wi
     DS_TRYP(m->params = ds_calloc(m->n_params, sizeof(float), "medusa parameters"));
     DS_TRYP(m->norm = ds_malloc(sizeof(float) * (size_t)D, "medusa norm"));
     memcpy(m->norm, target->out_norm, sizeof(float) * (size_t)D);
-    if (with_head) { /* the frozen head, dequantized once (the training step's E) */
+    if (with_head) { /* the frozen head, dequantized once (the training step's E: the draft rows) */
         DS_TRYP(m->E = ds_malloc(sizeof(float) * (size_t)c->vocab * D, "medusa head copy"));
         qmat_to_f32(&target->output, m->E);
+        if (sv.vid) {
+            float *Eh = ds_malloc(sizeof(float) * (size_t)sv.Vd * D, "medusa head copy");
+            if (Eh) subvocab_gather_f32(&sv, m->E, D, Eh);
+            free(m->E);
+            DS_TRYP(m->E = Eh);
+        }
     }
     return 0;
 fail:
@@ -109,7 +125,11 @@ fail:
     return -1;
 }
 
-int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head) {
+int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head,
+                  const int *ids) {
+    memset(m, 0, sizeof *m);
+    DS_CHECK(!c->draft_vocab || ids, "medusa: a draft vocabulary of %d needs its ids", c->draft_vocab);
+    DS_TRY(subvocab_set(&m->sv, c->vocab, ids, c->draft_vocab ? c->draft_vocab : c->vocab, c->vocab_hash));
     DS_TRY(md_alloc(m, c, target, with_head));
     if (init_std > 0) {
         rng_t r;
@@ -128,14 +148,19 @@ fail:
 
 int md_save(const md_model *m, const char *dir) {
     char p[4096], *txt = NULL;
-    st_write_tensor w[2 * MD_MAX_HEADS];
-    int rc = -1, D = m->cfg.dim;
+    st_write_tensor w[2 * MD_MAX_HEADS + 1];
+    float *vids = NULL;
+    int rc = -1, D = m->cfg.dim, nw = m->n_t;
     DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
     for (int i = 0; i < m->n_t; i++)
         w[i] = (st_write_tensor){m->names[i], m->params + m->tt[i].offset, i % 2 ? 1 : 2, {D, D}};
+    if (m->sv.vid) { /* the draft vocabulary's ids */
+        DS_TRYP(vids = subvocab_ids_f32(&m->sv));
+        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->sv.Vd}};
+    }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
-    DS_TRY(st_write(p, w, m->n_t, ST_F32, meta, 2));
+    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
     cJSON *j = md_config_json(&m->cfg);
     txt = cJSON_Print(j);
     cJSON_Delete(j);
@@ -145,6 +170,7 @@ int md_save(const md_model *m, const char *dir) {
     rc = 0;
 fail:
     free(txt);
+    free(vids);
     return rc;
 }
 
@@ -163,6 +189,11 @@ int md_read_params(md_model *m, const char *dir) {
         DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
     }
     st_close(&f);
+    if (m->sv.vid) { /* resuming: the checkpoint must draft over the same vocabulary */
+        subvocab cv;
+        if (subvocab_read(&cv, p, m->cfg.vocab, m->sv.Vd, m->sv.hash)) return -1;
+        subvocab_free(&cv);
+    }
     return 0;
 fail:
     st_close(&f);
@@ -183,6 +214,8 @@ int md_load(md_model *m, const char *dir, const model *target, int with_head) {
         ds_error_prefix("%s", p);
         goto fail;
     }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    DS_TRY(subvocab_read(&m->sv, p, c.vocab, c.draft_vocab ? c.draft_vocab : c.vocab, c.vocab_hash));
     DS_TRY(md_alloc(m, &c, target, with_head));
     DS_TRY(md_read_params(m, dir));
     cJSON_Delete(j);
@@ -225,7 +258,7 @@ double md_seq_weight(int A, const int *n_valid) {
 static int tr_step(trainable *tr, const train_seq *s, float *grad, double norm, train_stats *st) {
     md_model *m = tr->impl;
     DS_CHECK(m->E != NULL, "medusa: the model was opened without the training head");
-    return md_step_f(&m->cfg, m->params, grad, m->norm, m->E, s, norm, st, &m->ws);
+    return md_step_f(&m->cfg, m->params, grad, m->norm, m->E, m->sv.Vd, m->sv.vmap, s, norm, st, &m->ws);
 fail:
     return -1;
 }
@@ -240,7 +273,7 @@ static cJSON *tr_config(const trainable *tr) { return md_config_json(&((const md
 int md_trainable(md_model *m, trainable *tr) {
     *tr = (trainable){.impl = m, .kind = "medusa", .params = m->params, .n_params = m->n_params, .n_t = m->n_t,
                       .t = m->tt, .positions = m->cfg.heads, .n_tap = 1, .dim = m->cfg.dim, .taps = &m->cfg.tap,
-                      .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = 1, .step = tr_step,
+                      .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = !m->sv.vid, .step = tr_step,
                       .seq_weight = tr_weight, .save = tr_save, .read_params = tr_read, .config_json = tr_config};
     return 0;
 }
@@ -280,18 +313,21 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(md_load(&s->m, ck, &t->m, 0));
         snprintf(d->describe, sizeof d->describe, "medusa: checkpoint %s (%d heads)", ck, s->m.cfg.heads);
-    } else { /* untrained, for tests and the gate: {"heads": K, "seed": N, "init_std": x} */
+    } else { /* untrained, for tests and the gate: {"heads": K, "seed": N, "init_std": x, "vocab_ids": [...]} */
         md_config c;
         uint64_t seed = 1;
         float istd = 0;
-        int heads = 4;
+        int heads = 4, vids[256], nv = 0;
         DS_TRY(jcfg_u64(&r, "seed", &seed));
         DS_TRY(jcfg_float(&r, "init_std", 0, 100, &istd));
         DS_TRY(jcfg_int(&r, "heads", 1, MD_MAX_HEADS, &heads));
+        const cJSON *vj = jcfg_get(&r, "vocab_ids");
+        if (vj) DS_TRY(subvocab_json_ids(vj, vids, 256, &nv));
         DS_TRY(jcfg_close(&r));
         DS_TRY(md_config_init(&c, &t->m, NULL));
         c.heads = heads;
-        DS_TRY(md_model_init(&s->m, &c, &t->m, seed, istd, 0));
+        c.draft_vocab = nv < c.vocab ? nv : 0;
+        DS_TRY(md_model_init(&s->m, &c, &t->m, seed, istd, 0, nv ? vids : NULL));
         snprintf(d->describe, sizeof d->describe, "medusa: untrained (%d heads%s)", heads, istd > 0 ? ", random blocks" : "");
     }
     const md_config *c = &s->m.cfg;
@@ -301,11 +337,14 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = 1;
     d->capture_layers[0] = c->tap;
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
-    int K = c->heads, D = c->dim, V = c->vocab;
+    int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
+    /* the head the drafts come from: the target's own, or its draft-vocabulary rows (prepared once) */
+    DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
+    if (s->m.sv.rows) DS_TRY(be->prepare_mats(be, (const qmat *[]){&s->m.sv.head}, 1));
     DS_TRYP(s->Rd = be->alloc(be, sizeof(float) * (size_t)K * D));
-    DS_TRYP(s->Ud = be->alloc(be, sizeof(float) * (size_t)K * V));
-    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)K * V, "medusa logits"));
+    DS_TRYP(s->Ud = be->alloc(be, sizeof(float) * (size_t)K * Vd));
+    DS_TRYP(s->U = ds_malloc(sizeof(float) * (size_t)K * Vd, "medusa logits"));
     DS_TRYP(s->R = ds_malloc(sizeof(float) * (size_t)K * D, "medusa rows"));
     DS_TRYP(s->u = ds_malloc(sizeof(float) * (size_t)D, "medusa rows"));
     DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "medusa logits"));
@@ -334,7 +373,7 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     medusa *s = d->impl;
     md_state *st = r->dstate;
     const md_config *c = &s->m.cfg;
-    int D = c->dim, V = c->vocab, g = DS_MIN(gamma, c->heads);
+    int D = c->dim, Vd = s->m.sv.Vd, g = DS_MIN(gamma, c->heads);
     out->n = 0;
     if (g <= 0) return 0;
     for (int k = 0; k < g; k++) { /* r_k = h + SiLU(W_k h + b_k) */
@@ -345,12 +384,13 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     }
     backend *be = s->be;
     float *o[1] = {s->Ud};
-    const qmat *w[1] = {&d->t->m.output};
+    const qmat *w[1] = {&s->m.sv.head};
     DS_TRY(be->to_device(be, s->Rd, s->R, sizeof(float) * (size_t)g * D));
     DS_TRY(be->matmul(be, 1, o, w, s->Rd, g));
-    DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * V));
+    DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * Vd));
     for (int k = 0; k < g; k++)
-        DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * V, sp, c->calib, c->n_calib, k, out, &s->scr, s->qalt));
+        DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * Vd, &s->m.sv, sp, c->calib, c->n_calib, k, out, &s->scr,
+                                 s->qalt));
     out->n = g;
     return 0;
 fail:
@@ -391,6 +431,8 @@ static void medusa_close(drafter *d) {
     medusa *s = d->impl;
     if (!s) return;
     if (s->be) s->be->release(s->be, s->Rd), s->be->release(s->be, s->Ud);
+    /* the backend keys its copies by the data's address: forget them before the rows are freed */
+    if (s->be && s->m.sv.rows) s->be->forget_mats(s->be, (const qmat *[]){&s->m.sv.head}, 1);
     md_model_free(&s->m);
     free(s->U), free(s->R), free(s->u), free(s->qalt);
     lp_scratch_free(&s->scr);
@@ -403,7 +445,9 @@ const drafter_ops drafter_medusa = {
     "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR} (untrained: {\"heads\": 4, \"init_std\": 0, "
     "\"seed\": 1})",
     medusa_open, medusa_begin, medusa_propose, medusa_commit, medusa_end, medusa_rewind, medusa_save, medusa_close,
-    /* the gate's untrained heads: random blocks, so the drafts move with the state */
+    /* the gate's untrained heads: random blocks, so the drafts move with the state; on the tiny
+     * target over a draft vocabulary of 6 of its 8 tokens in a scrambled order (row j is not token j),
+     * on the real one over the whole vocabulary */
+    "{\"heads\": 3, \"init_std\": 2.0, \"vocab_ids\": [5, 0, 7, 2, 6, 3]}",
     "{\"heads\": 3, \"init_std\": 2.0}",
-    NULL,
 };

@@ -21,12 +21,15 @@
 #include <stddef.h>
 
 #include "../runtime/model.h"
+#include "subvocab.h"
 #include "trainable.h"
 
 #define MD_MAX_HEADS 16
 
 typedef struct {
     int dim, vocab, heads;
+    int draft_vocab;       /* rows of the head the drafts come from (0: the whole vocabulary) */
+    char vocab_hash[20];   /* FNV-1a of their ids (checkpoint contract), "" when whole */
     int tap;               /* the target layer read: its last (the residual stream before the final norm) */
     float eps;             /* the target's RMSNorm eps */
     float w_ce, w_l1;
@@ -56,7 +59,8 @@ typedef struct {
     char names[2 * MD_MAX_HEADS][32];
     train_tensor tt[2 * MD_MAX_HEADS];
     float *norm;           /* [dim] the target's final norm (frozen copy) */
-    float *E;              /* [vocab][dim] fp32 copy of the target's head (training only; NULL when serving) */
+    subvocab sv;           /* the draft vocabulary (the whole one when cfg.draft_vocab is 0) */
+    float *E;              /* [sv.Vd][dim] fp32 copy of the target's head rows (training only; NULL when serving) */
     md_ws_f ws;
 } md_model;
 
@@ -66,8 +70,9 @@ int md_config_init(md_config *c, const model *target, const cJSON *j);
 cJSON *md_config_json(const md_config *c);
 /* W_k = 0 and b_k = 0 (Medusa's init); init_std > 0 draws W_k from N(0, init_std^2 / dim) instead
  * (an untrained head whose blocks matter, for tests and the gate). with_head: keep the fp32 head
- * copy the training step needs. */
-int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head);
+ * copy the training step needs. ids: the draft vocabulary's c->draft_vocab ids (NULL: the whole). */
+int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head,
+                  const int *ids);
 int md_load(md_model *m, const char *dir, const model *target, int with_head);
 int md_save(const md_model *m, const char *dir);
 int md_read_params(md_model *m, const char *dir);
@@ -76,11 +81,13 @@ void md_model_free(md_model *m);
 int md_trainable(md_model *m, trainable *tr);
 
 /* One sequence, forward (and backward into grad when grad != NULL, scaled by 1/norm): the float
- * step, and the same code in double over double copies of params, norm and E (tests/test_medusa.c) */
-int md_step_f(const md_config *c, const float *P, float *G, const float *norm, const float *E, const train_seq *s,
-              double norm_w, train_stats *st, md_ws_f *w);
-int md_step_d(const md_config *c, const double *P, double *G, const double *norm, const double *E,
-              const train_seq_d *s, double norm_w, train_stats *st, md_ws_d *w);
+ * step, and the same code in double over double copies of params, norm and E (tests/test_medusa.c).
+ * E holds the head's Vd draft rows; vmap maps a vocabulary id to its row (-1 outside; NULL when
+ * Vd is the whole vocabulary, which the reference path without top-K needs). */
+int md_step_f(const md_config *c, const float *P, float *G, const float *norm, const float *E, int Vd, const int *vmap,
+              const train_seq *s, double norm_w, train_stats *st, md_ws_f *w);
+int md_step_d(const md_config *c, const double *P, double *G, const double *norm, const double *E, int Vd,
+              const int *vmap, const train_seq_d *s, double norm_w, train_stats *st, md_ws_d *w);
 void md_ws_free_d(md_ws_d *w);
 double md_seq_weight(int A, const int *n_valid);
 

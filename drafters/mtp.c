@@ -59,6 +59,8 @@ int mtp_config_init(mtp_config *c, const model *target, const cJSON *j) {
     DS_TRY(jcfg_open(&r, j, "mtp"));
     jcfg_skip(&r, "kind");
     DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c->depth));
+    DS_TRY(jcfg_int(&r, "draft_vocab", 0, 1 << 24, &c->draft_vocab));
+    DS_TRY(jcfg_strcpy(&r, "vocab_hash", c->vocab_hash, sizeof c->vocab_hash));
     DS_TRY(jcfg_int(&r, "hidden_dim", 1, 1 << 20, &c->hidden_dim));
     DS_TRY(jcfg_int(&r, "init_layer", -1, t->n_layers - 1, &c->init_layer));
     DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
@@ -86,6 +88,7 @@ int mtp_config_init(mtp_config *c, const model *target, const cJSON *j) {
              target->fingerprint);
     DS_CHECK(c->init_layer < 0 || (can_copy_layer(target) && c->hidden_dim == t->hidden_dim),
              "mtp: 'init_layer' needs the target's FFN width and interleaved RoPE without q/k norms (use -1)");
+    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
     return 0;
 fail:
     return -1;
@@ -95,6 +98,8 @@ cJSON *mtp_config_json(const mtp_config *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "mtp");
     cJSON_AddNumberToObject(j, "depth", c->depth);
+    cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
+    if (c->vocab_hash[0]) cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "n_heads", c->n_heads);
@@ -132,13 +137,18 @@ void mtp_model_free(mtp_model *m) {
     free(m->params);
     if (m->E != m->Ein) free(m->E);
     free(m->Ein);
+    subvocab_free(&m->sv);
     mtp_ws_release_f(&m->ws);
     memset(m, 0, sizeof *m);
 }
 
+/* the model's buffers around its draft vocabulary m->sv (already set and checked) */
 static int mtp_alloc(mtp_model *m, const mtp_config *c, const model *target, int with_embed) {
+    subvocab sv = m->sv;
     memset(m, 0, sizeof *m);
+    m->sv = sv;
     m->cfg = *c;
+    snprintf(m->cfg.vocab_hash, sizeof m->cfg.vocab_hash, "%s", sv.hash);
     size_t off = 0;
     for (int i = 0; i < MTP_N_TENSORS; i++) {
         int rows, cols;
@@ -154,10 +164,20 @@ static int mtp_alloc(mtp_model *m, const mtp_config *c, const model *target, int
         size_t n = (size_t)c->vocab * c->dim;
         DS_TRYP(m->Ein = ds_malloc(sizeof(float) * n, "mtp embedding copy"));
         qmat_to_f32(&target->tok_embd, m->Ein);
-        if (target->cfg.tied) m->E = m->Ein;
+        if (target->cfg.tied && !sv.vid) m->E = m->Ein;
         else {
-            DS_TRYP(m->E = ds_malloc(sizeof(float) * n, "mtp head copy"));
-            qmat_to_f32(&target->output, m->E);
+            float *full = m->Ein;
+            if (!target->cfg.tied) {
+                DS_TRYP(full = ds_malloc(sizeof(float) * n, "mtp head copy"));
+                qmat_to_f32(&target->output, full);
+            }
+            if (sv.vid) { /* the head's draft rows only */
+                m->E = ds_malloc(sizeof(float) * (size_t)sv.Vd * c->dim, "mtp head copy");
+                if (m->E) subvocab_gather_f32(&sv, full, c->dim, m->E);
+                if (full != m->Ein) free(full);
+                DS_CHECK(m->E != NULL, "out of memory (the mtp head copy)");
+            } else
+                m->E = full;
         }
     }
     return 0;
@@ -166,7 +186,11 @@ fail:
     return -1;
 }
 
-int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed) {
+int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed,
+                   const int *ids) {
+    memset(m, 0, sizeof *m);
+    DS_CHECK(!c->draft_vocab || ids, "mtp: a draft vocabulary of %d needs its ids", c->draft_vocab);
+    DS_TRY(subvocab_set(&m->sv, c->vocab, ids, c->draft_vocab ? c->draft_vocab : c->vocab, c->vocab_hash));
     DS_TRY(mtp_alloc(m, c, target, with_embed));
     rng_t r;
     rng_seed(&r, seed);
@@ -198,17 +222,22 @@ fail:
 
 int mtp_save(const mtp_model *m, const char *dir) {
     char p[4096], *txt = NULL;
-    st_write_tensor w[MTP_N_TENSORS];
-    int rc = -1;
+    st_write_tensor w[MTP_N_TENSORS + 1];
+    float *vids = NULL;
+    int rc = -1, nw = MTP_N_TENSORS;
     DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
     for (int i = 0; i < MTP_N_TENSORS; i++) {
         int rows, cols;
         tensor_shape(&m->cfg, i, &rows, &cols);
         w[i] = (st_write_tensor){MTP_TENSOR_NAMES[i], m->params + m->tt[i].offset, cols ? 2 : 1, {rows, cols}};
     }
+    if (m->sv.vid) { /* the draft vocabulary's ids */
+        DS_TRYP(vids = subvocab_ids_f32(&m->sv));
+        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->sv.Vd}};
+    }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
-    DS_TRY(st_write(p, w, MTP_N_TENSORS, ST_F32, meta, 2));
+    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
     cJSON *j = mtp_config_json(&m->cfg);
     txt = cJSON_Print(j);
     cJSON_Delete(j);
@@ -218,6 +247,7 @@ int mtp_save(const mtp_model *m, const char *dir) {
     rc = 0;
 fail:
     free(txt);
+    free(vids);
     return rc;
 }
 
@@ -236,6 +266,11 @@ int mtp_read_params(mtp_model *m, const char *dir) {
         DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
     }
     st_close(&f);
+    if (m->sv.vid) { /* resuming: the checkpoint must draft over the same vocabulary */
+        subvocab cv;
+        if (subvocab_read(&cv, p, m->cfg.vocab, m->sv.Vd, m->sv.hash)) return -1;
+        subvocab_free(&cv);
+    }
     return 0;
 fail:
     st_close(&f);
@@ -256,6 +291,8 @@ int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed)
         ds_error_prefix("%s", p);
         goto fail;
     }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    DS_TRY(subvocab_read(&m->sv, p, c.vocab, c.draft_vocab ? c.draft_vocab : c.vocab, c.vocab_hash));
     DS_TRY(mtp_alloc(m, &c, target, with_embed));
     DS_TRY(mtp_read_params(m, dir));
     cJSON_Delete(j);
@@ -303,7 +340,7 @@ static int tr_step(trainable *tr, const train_seq *s, float *grad, double norm, 
     DS_CHECK(m->Ein != NULL, "mtp: the model was opened without the training tables");
     mtp_pv_f G;
     mtp_pv_set_f(&G, m, grad);
-    return mtp_step_f(&m->cfg, &m->pv, grad ? &G : NULL, m->Ein, m->E, s, norm, st, &m->ws);
+    return mtp_step_f(&m->cfg, &m->pv, grad ? &G : NULL, m->Ein, m->E, m->sv.Vd, m->sv.vmap, s, norm, st, &m->ws);
 fail:
     return -1;
 }
@@ -320,7 +357,7 @@ static cJSON *tr_config(const trainable *tr) { return mtp_config_json(&((const m
 int mtp_trainable(mtp_model *m, trainable *tr) {
     *tr = (trainable){.impl = m, .kind = "mtp", .params = m->params, .n_params = m->n_params, .n_t = MTP_N_TENSORS,
                       .t = m->tt, .positions = m->cfg.depth, .n_tap = 1, .dim = m->cfg.dim, .taps = &m->cfg.tap,
-                      .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = 1, .step = tr_step,
+                      .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = !m->sv.vid, .step = tr_step,
                       .seq_weight = tr_weight, .save = tr_save, .read_params = tr_read, .config_json = tr_config};
     return 0;
 }
@@ -329,10 +366,18 @@ int mtp_trainable(mtp_model *m, trainable *tr) {
 
 #define MTP_CHUNK 128 /* prompt rows per pass at begin (bounds the attention buffer) */
 
+/* the block's 8 matrices in the order of the groups: proj | wq wk wv | wo | w_gate w_up | w_down */
+#define MTP_BLOCK_MATS 8
+static const int group_first[MTP_MM_GROUPS] = {0, 1, 4, 5, 7}, group_n[MTP_MM_GROUPS] = {1, 3, 1, 2, 1};
+
 typedef struct {
     mtp_model m;
     backend *be;
     const qmat *emb, *head;     /* the target's, frozen */
+    int q8;                     /* the block's matrices in Q8_0 on the backend (block_precision) */
+    block_q8_0 *bq8[MTP_BLOCK_MATS]; /* their blocks, owned */
+    qmat bq[MTP_BLOCK_MATS];
+    float *Bin, *Bout[3];       /* backend: a pass's input rows and a group's outputs */
     float *Xd, *Zd;             /* backend: one normed state, its logits */
     float *z, *hf, *ych, *qalt; /* host */
     float rstd[1];
@@ -381,6 +426,50 @@ fail:
     return -1;
 }
 
+/* the serving hook (mtp.h): group G's matrices on the backend, over N rows of in */
+static int block_mm(void *ctx, int group, float *const *out, const float *in, int N) {
+    mtp *s = ctx;
+    backend *be = s->be;
+    const qmat *w[3];
+    int n = group_n[group], cols = s->bq[group_first[group]].cols;
+    for (int i = 0; i < n; i++) w[i] = &s->bq[group_first[group] + i];
+    DS_TRY(be->to_device(be, s->Bin, in, sizeof(float) * (size_t)N * cols));
+    DS_TRY(be->matmul(be, n, s->Bout, w, s->Bin, N));
+    for (int i = 0; i < n; i++) DS_TRY(be->to_host(be, out[i], s->Bout[i], sizeof(float) * (size_t)N * w[i]->rows));
+    return 0;
+fail:
+    return -1;
+}
+
+/* The block in Q8_0 on the backend: one row reads 4.4 MB of weights instead of the fp32 17.7 MB (SmolLM2's
+ * geometry), on the backend's int8 kernels. The drafts move by the rounding; q stays the law each token is
+ * drawn from, so verification is exact either way. */
+static int block_to_backend(mtp *s) {
+    const mtp_config *c = &s->m.cfg;
+    float *const src[MTP_BLOCK_MATS] = {s->m.pv.proj, s->m.pv.wq, s->m.pv.wk, s->m.pv.wv,
+                                        s->m.pv.wo, s->m.pv.w_gate, s->m.pv.w_up, s->m.pv.w_down};
+    static const int tensor[MTP_BLOCK_MATS] = {2, 4, 5, 6, 7, 9, 10, 11}; /* their MTP_TENSOR_NAMES */
+    const qmat *ws[MTP_BLOCK_MATS];
+    size_t maxin = 0, maxout = 0;
+    for (int i = 0; i < MTP_BLOCK_MATS; i++) {
+        int rows, cols;
+        tensor_shape(c, tensor[i], &rows, &cols);
+        size_t nb = (size_t)cols / QK8_0;
+        DS_TRYP(s->bq8[i] = ds_malloc(sizeof(block_q8_0) * nb * (size_t)rows, "mtp block in Q8_0"));
+        quantize_q8_0(src[i], s->bq8[i], (int64_t)rows * cols);
+        s->bq[i] = (qmat){GGML_Q8_0, rows, cols, sizeof(block_q8_0) * nb, s->bq8[i]};
+        ws[i] = &s->bq[i];
+        maxin = DS_MAX(maxin, (size_t)cols), maxout = DS_MAX(maxout, (size_t)rows);
+    }
+    DS_TRY(s->be->prepare_mats(s->be, ws, MTP_BLOCK_MATS));
+    DS_TRYP(s->Bin = s->be->alloc(s->be, sizeof(float) * MTP_CHUNK * maxin));
+    for (int i = 0; i < 3; i++) DS_TRYP(s->Bout[i] = s->be->alloc(s->be, sizeof(float) * MTP_CHUNK * maxout));
+    s->acts.mm = block_mm, s->acts.mm_ctx = s;
+    return 0;
+fail:
+    return -1;
+}
+
 static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     mtp *s = ds_calloc(1, sizeof *s, "mtp drafter");
     if (!s) return -1;
@@ -389,19 +478,27 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     const char *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    const char *bp = "auto";
+    DS_TRY(jcfg_str(&r, "block_precision", &bp));
+    DS_CHECK(!strcmp(bp, "auto") || !strcmp(bp, "q8_0") || !strcmp(bp, "f32"),
+             "drafter: block_precision '%s' is not one of auto, q8_0, f32", bp);
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(mtp_load(&s->m, ck, &t->m, 0));
         snprintf(d->describe, sizeof d->describe, "mtp: checkpoint %s (one module, depth %d)", ck, s->m.cfg.depth);
-    } else { /* untrained, for tests and the gate: {"depth": N, "seed": S, "init_layer": L} */
+    } else { /* untrained, for tests and the gate: {"depth": N, "seed": S, "init_layer": L, "vocab_ids": [...]} */
         mtp_config c;
         uint64_t seed = 1;
+        int vids[256], nv = 0;
         DS_TRY(mtp_config_init(&c, &t->m, NULL));
         DS_TRY(jcfg_u64(&r, "seed", &seed));
         DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c.depth));
         DS_TRY(jcfg_int(&r, "init_layer", -1, c.init_layer, &c.init_layer));
+        const cJSON *vj = jcfg_get(&r, "vocab_ids");
+        if (vj) DS_TRY(subvocab_json_ids(vj, vids, 256, &nv));
         DS_TRY(jcfg_close(&r));
-        DS_TRY(mtp_model_init(&s->m, &c, &t->m, seed, 0));
+        c.draft_vocab = nv < c.vocab ? nv : 0;
+        DS_TRY(mtp_model_init(&s->m, &c, &t->m, seed, 0, nv ? vids : NULL));
         snprintf(d->describe, sizeof d->describe, "mtp: untrained (depth %d)", c.depth);
     }
     const mtp_config *c = &s->m.cfg;
@@ -411,12 +508,21 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = 1;
     d->capture_layers[0] = c->tap;
     snprintf(d->fingerprint, sizeof d->fingerprint, "mtp-%d-%016llx", c->depth, (unsigned long long)s->m.n_params);
-    int D = c->dim, V = c->vocab;
+    int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
-    s->emb = &t->m.tok_embd, s->head = &t->m.output;
+    int fits = c->dim % QK8_0 == 0 && (c->n_heads * c->head_dim) % QK8_0 == 0 && c->hidden_dim % QK8_0 == 0;
+    DS_CHECK(fits || strcmp(bp, "q8_0"), "drafter: block_precision q8_0 needs widths that are multiples of %d", QK8_0);
+    s->q8 = fits && strcmp(bp, "f32");
+    if (s->q8) DS_TRY(block_to_backend(s));
+    snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", block %s",
+             s->q8 ? "q8_0" : "f32");
+    /* the head the drafts come from: the target's own, or its draft-vocabulary rows (prepared once) */
+    DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
+    if (s->m.sv.rows) DS_TRY(be->prepare_mats(be, (const qmat *[]){&s->m.sv.head}, 1));
+    s->emb = &t->m.tok_embd, s->head = &s->m.sv.head;
     DS_TRYP(s->Xd = be->alloc(be, sizeof(float) * (size_t)D));
-    DS_TRYP(s->Zd = be->alloc(be, sizeof(float) * (size_t)V));
-    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)V, "mtp logits"));
+    DS_TRYP(s->Zd = be->alloc(be, sizeof(float) * (size_t)Vd));
+    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)Vd, "mtp logits"));
     DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "mtp logits"));
     DS_TRYP(s->hf = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
     DS_TRYP(s->ych = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
@@ -453,7 +559,7 @@ static int head_logits(mtp *s, const float *y) {
     const qmat *w[1] = {s->head};
     DS_TRY(be->to_device(be, s->Xd, s->hf, sizeof(float) * (size_t)c->dim));
     DS_TRY(be->matmul(be, 1, o, w, s->Xd, 1));
-    DS_TRY(be->to_host(be, s->z, s->Zd, sizeof(float) * (size_t)c->vocab));
+    DS_TRY(be->to_host(be, s->z, s->Zd, sizeof(float) * (size_t)s->m.sv.Vd));
     return 0;
 fail:
     return -1;
@@ -474,7 +580,7 @@ static int mtp_propose(drafter *d, request *r, int gamma, const sampling_params 
             y = s->ych;
         }
         DS_TRY(head_logits(s, y));
-        DS_TRY(draft_from_logits(d, r, s->z, sp, c->calib, c->n_calib, k - 1, out, &s->scr, s->qalt));
+        DS_TRY(draft_from_logits(d, r, s->z, &s->m.sv, sp, c->calib, c->n_calib, k - 1, out, &s->scr, s->qalt));
         out->n = k;
     }
     return 0;
@@ -521,7 +627,16 @@ static int mtp_save_ops(const drafter *d, const char *dir) { return mtp_save(&((
 static void mtp_close(drafter *d) {
     mtp *s = d->impl;
     if (!s) return;
-    if (s->be) s->be->release(s->be, s->Xd), s->be->release(s->be, s->Zd);
+    if (s->be) {
+        s->be->release(s->be, s->Xd), s->be->release(s->be, s->Zd), s->be->release(s->be, s->Bin);
+        for (int i = 0; i < 3; i++) s->be->release(s->be, s->Bout[i]);
+    }
+    /* the backend keys its copies by the data's address: forget them before the rows are freed */
+    if (s->be && s->m.sv.rows) s->be->forget_mats(s->be, (const qmat *[]){&s->m.sv.head}, 1);
+    for (int i = 0; i < MTP_BLOCK_MATS; i++) {
+        if (s->be && s->bq8[i]) s->be->forget_mats(s->be, (const qmat *[]){&s->bq[i]}, 1);
+        free(s->bq8[i]);
+    }
     mtp_model_free(&s->m);
     mtp_acts_free_f(&s->acts);
     free(s->z), free(s->hf), free(s->ych), free(s->qalt);
@@ -532,10 +647,12 @@ static void mtp_close(drafter *d) {
 
 const drafter_ops drafter_mtp = {
     "mtp",
-    "DeepSeek-V3-style MTP module on the target's last hidden state, one module chained: {\"checkpoint\": DIR} "
-    "(untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
+    "DeepSeek-V3-style MTP module on the target's last hidden state, one module chained: {\"checkpoint\": DIR, "
+    "\"block_precision\": \"auto\" | \"q8_0\" | \"f32\"} (untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
     mtp_open, mtp_begin, mtp_propose, mtp_commit, mtp_end, mtp_rewind, mtp_save_ops, mtp_close,
-    /* the gate's untrained module: the block copied from the tiny target's last layer, P random */
+    /* the gate's untrained module: the block copied from the tiny target's last layer, P random; on
+     * the tiny target over a draft vocabulary of 6 of its 8 tokens in a scrambled order, on the real
+     * one over the whole vocabulary */
+    "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"depth\": 3}",
-    NULL,
 };

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "../runtime/model.h"
+#include "subvocab.h"
 #include "trainable.h"
 
 #define MTP_MAX_DEPTH 16
@@ -34,6 +35,8 @@
 typedef struct {
     int dim, vocab, n_heads, n_kv_heads, head_dim, hidden_dim;
     int depth;             /* chained positions trained and drafted */
+    int draft_vocab;       /* rows of the head the drafts come from (0: the whole vocabulary) */
+    char vocab_hash[20];   /* FNV-1a of their ids (checkpoint contract), "" when whole */
     int tap;               /* the target layer read: its last */
     int init_layer;        /* the target layer the block started from (-1: random) */
     float eps, rope_theta;
@@ -54,10 +57,17 @@ typedef struct {
 MTP_PV_TYPE(float, _f)
 MTP_PV_TYPE(double, _d)
 
-/* one pass of the module over N rows: what the backward pass needs, grown on demand */
+/* the block's matrix groups, as a serving pass hands them to its hook (outputs in this order) */
+enum { MTP_MM_PROJ, MTP_MM_QKV /* q, k, v */, MTP_MM_O, MTP_MM_GU /* gate, up */, MTP_MM_DOWN, MTP_MM_GROUPS };
+
+/* one pass of the module over N rows: what the backward pass needs, grown on demand. mm, when set,
+ * runs the block's matrices instead of the host's fp32 GEMMs (serving on the backend): group G's
+ * outputs out[] from N input rows, 0 or -1 with a message. */
 #define MTP_ACTS_TYPE(REAL, SFX)                                                                          \
     typedef struct {                                                                                      \
         int cap, cap_l;                                                                                   \
+        int (*mm)(void *ctx, int group, REAL *const *out, const REAL *in, int N);                         \
+        void *mm_ctx;                                                                                     \
         REAL *hin, *ein, *hn, *en, *rstd_h, *rstd_e, *cat, *x_in, *xn, *rstd1, *q, *k, *v, *prob, *att,   \
             *x_mid, *xn2, *rstd2, *g, *u, *hm, *y, *dy;                                                   \
         int *pos, *ctx_len, *lo, *hi, *bidx, *tok, *prev;                                                 \
@@ -69,7 +79,7 @@ MTP_ACTS_TYPE(double, _d)
 #define MTP_WS_TYPE(REAL, SFX)                                                                            \
     typedef struct {                                                                                      \
         mtp_acts##SFX step[MTP_MAX_DEPTH];                                                                \
-        size_t cap_kv, cap_m, cap_a, cap_r;                                                               \
+        size_t cap_kv, cap_m, cap_a, cap_r, cap_vd;                                                               \
         REAL *K1, *V1, *Kc, *Vc, *dK1, *dV1, *dKc, *dVc;                                                  \
         REAL *Ys, *hf, *rstd_f, *Z, *dZ, *dhf, *dYs, *tf, *Tp, *tk_p, *scr, *scr2;                        \
         REAL *dx, *dcat, *dtmp, *dq, *dk, *dv, *datt, *dxn, *dhm, *dg, *du, *dxm, *dxn2, *dh;         \
@@ -86,7 +96,8 @@ typedef struct {
     train_tensor tt[MTP_N_TENSORS];
     mtp_pv_f pv;
     float *Ein;            /* [vocab][dim] fp32 copy of the target's embedding (training only) */
-    float *E;              /* [vocab][dim] fp32 copy of the target's head (training only; may alias Ein) */
+    subvocab sv;           /* the draft vocabulary (the whole one when cfg.draft_vocab is 0) */
+    float *E;              /* [sv.Vd][dim] fp32 copy of the target head's draft rows (training only; may alias Ein) */
     mtp_ws_f ws;
 } mtp_model;
 
@@ -97,8 +108,9 @@ extern const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS];
 int mtp_config_init(mtp_config *c, const model *target, const cJSON *j);
 cJSON *mtp_config_json(const mtp_config *c);
 /* the initial module (see the header comment); with_embed: keep the fp32 embedding and head copies
- * the training step needs */
-int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed);
+ * the training step needs; ids: the draft vocabulary's c->draft_vocab ids (NULL: the whole) */
+int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed,
+                   const int *ids);
 int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed);
 int mtp_save(const mtp_model *m, const char *dir);
 int mtp_read_params(mtp_model *m, const char *dir);
@@ -108,11 +120,13 @@ void mtp_pv_set_f(mtp_pv_f *v, const mtp_model *m, float *base);
 void mtp_pv_set_d(mtp_pv_d *v, const mtp_model *m, double *base);
 
 /* One sequence, forward (and backward into G when G has its pointers set), scaled by 1/norm_w: the
- * float step, and the same code in double (tests/test_mtp.c). Ein/E: the frozen tables. */
-int mtp_step_f(const mtp_config *c, const mtp_pv_f *P, const mtp_pv_f *G, const float *Ein, const float *E,
-               const train_seq *s, double norm_w, train_stats *st, mtp_ws_f *w);
-int mtp_step_d(const mtp_config *c, const mtp_pv_d *P, const mtp_pv_d *G, const double *Ein, const double *E,
-               const train_seq_d *s, double norm_w, train_stats *st, mtp_ws_d *w);
+ * float step, and the same code in double (tests/test_mtp.c). Ein: the frozen embedding [vocab][dim];
+ * E: the head's Vd draft rows, vmap a vocabulary id's row (-1 outside; NULL for the whole vocabulary,
+ * which the reference path without top-K needs). */
+int mtp_step_f(const mtp_config *c, const mtp_pv_f *P, const mtp_pv_f *G, const float *Ein, const float *E, int Vd,
+               const int *vmap, const train_seq *s, double norm_w, train_stats *st, mtp_ws_f *w);
+int mtp_step_d(const mtp_config *c, const mtp_pv_d *P, const mtp_pv_d *G, const double *Ein, const double *E, int Vd,
+               const int *vmap, const train_seq_d *s, double norm_w, train_stats *st, mtp_ws_d *w);
 void mtp_ws_free_d(mtp_ws_d *w);
 
 /* The serving pass: N rows at positions pos0.. of one request (hin: states [N][dim], tok: the next

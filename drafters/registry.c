@@ -77,19 +77,21 @@ void draft_block_free(draft_block *b) {
     memset(b, 0, sizeof *b);
 }
 
-int draft_from_logits(drafter *d, request *r, const float *z, const sampling_params *sp, const float *calib,
-                      int n_calib, int k, draft_block *out, lp_scratch *scr, float *qalt) {
-    int V = out->V;
+int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
+                      const float *calib, int n_calib, int k, draft_block *out, lp_scratch *scr, float *tmp) {
+    int V = out->V, sub = sv && sv->vid, n = sub ? sv->Vd : V;
     float *qk = out->q + (size_t)k * V;
-    DS_TRY(logits_process(z, V, sp, qk, scr));
-    const float *law = qk;
+    /* the law over the head's own entries (into tmp with a draft vocabulary, then onto its ids) */
+    DS_TRY(logits_process(z, n, sp, sub ? tmp : qk, scr));
+    if (sub) subvocab_scatter(sv, tmp, qk);
+    const float *law = sub ? tmp : qk;
     if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
         sampling_params nop = *sp;
         nop.top_p = 1.0f;
-        DS_TRY(logits_process(z, V, &nop, qalt, scr));
-        law = qalt;
+        DS_TRY(logits_process(z, n, &nop, tmp, scr));
+        law = tmp;
     }
-    int x = rng_draw(&r->rng_draft, law, V);
+    int x = sub ? rng_draw_ids(&r->rng_draft, law, sv->vid, n) : rng_draw(&r->rng_draft, law, V);
     DS_CHECK(x >= 0, "%s: no token to draw at position %d", d->ops->name, k + 1);
     out->tok[k] = x;
     /* The confidence must not read x: a scheduler that stops where c_k is low would then keep or drop
@@ -97,8 +99,8 @@ int draft_from_logits(drafter *d, request *r, const float *z, const sampling_par
      * (the gate rejected exactly that, c_k = p_head(x_k), under threshold and greedy). At T = 0 x
      * is the argmax, so the top probability and p(x) agree there. */
     double mx = z[0], sum = 0;
-    for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
-    for (int i = 0; i < V; i++) sum += exp(z[i] - mx);
+    for (int i = 1; i < n; i++) mx = z[i] > mx ? z[i] : mx;
+    for (int i = 0; i < n; i++) sum += exp(z[i] - mx);
     double p = 1 / sum, lg = log(p + 1e-12) - log1p(-p + 1e-12);
     if (out->conf_raw) out->conf_raw[k] = (float)p;
     if (k < n_calib && calib[k] > 0) lg /= calib[k];

@@ -50,6 +50,7 @@ static void make_seq(tiny_target *tt, seq_fix *f) {
 
 typedef struct {
     const md_config *c;
+    const subvocab *sv;
     double *p, *norm, *E;
     train_seq_d s;
     double w;
@@ -60,28 +61,34 @@ static double loss_d(void *ctx) {
     dctx *x = ctx;
     train_stats st;
     memset(&st, 0, sizeof st);
-    if (md_step_d(x->c, x->p, NULL, x->norm, x->E, &x->s, x->w, &st, &x->ws)) fail_msg("%s", ds_errmsg());
+    if (md_step_d(x->c, x->p, NULL, x->norm, x->E, x->sv->Vd, x->sv->vmap, &x->s, x->w, &st, &x->ws))
+        fail_msg("%s", ds_errmsg());
     return (x->c->w_ce * st.ce + x->c->w_l1 * st.l1) / x->w;
 }
 
-/* target: 0 = the final states (full law), 1 = the cached top-8 rows */
-static void gradcheck(int target) {
+/* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of
+ * 40 of the 48 ids in a scrambled order (labels and top-K entries fall outside it) */
+static void gradcheck(int target, int vocab) {
     tiny_target *tt = tiny_open();
     md_config c;
     assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
     c.heads = HEADS;
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
+    c.draft_vocab = vocab ? 40 : 0;
     md_model m;
-    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1), 0);
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
     rng_t r;
     rng_seed(&r, 9);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* biases too */
     seq_fix f;
     make_seq(tt, &f);
     int D = c.dim;
-    size_t nE = (size_t)c.vocab * D, nt = (size_t)f.T * D;
+    size_t nE = (size_t)m.sv.Vd * D, nt = (size_t)f.T * D;
     dctx x;
     memset(&x, 0, sizeof x);
     x.c = &m.cfg;
+    x.sv = &m.sv;
     x.p = malloc(sizeof(double) * m.n_params);
     x.E = malloc(sizeof(double) * nE);
     x.norm = malloc(sizeof(double) * D);
@@ -98,10 +105,11 @@ static void gradcheck(int target) {
     float *gf = calloc(m.n_params, sizeof(float));
     train_stats st;
     memset(&st, 0, sizeof st);
-    if (md_step_d(&m.cfg, x.p, gd, x.norm, x.E, &x.s, x.w, &st, &x.ws)) fail_msg("%s", ds_errmsg());
+    if (md_step_d(&m.cfg, x.p, gd, x.norm, x.E, m.sv.Vd, m.sv.vmap, &x.s, x.w, &st, &x.ws)) fail_msg("%s", ds_errmsg());
     assert_int_equal(st.rows, (long)x.w);
+    if (vocab) assert_true(st.label_outside > 0); /* the path for tokens outside the draft vocabulary ran */
     memset(&st, 0, sizeof st);
-    if (md_step_f(&m.cfg, m.params, gf, m.norm, m.E, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+    if (md_step_f(&m.cfg, m.params, gf, m.norm, m.E, m.sv.Vd, m.sv.vmap, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
     double worst = 0, worst_f = 0;
     for (int ti = 0; ti < m.n_t; ti++) {
         const train_tensor *t = &m.tt[ti];
@@ -111,9 +119,9 @@ static void gradcheck(int target) {
                                             what, &rel_f);
         worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
     }
-    printf("  medusa, %d heads, target %s: %d tensors; worst relative error vs finite differences %.2e (double); float "
-           "vs double gradient %.2e\n",
-           HEADS, target ? "top-8" : "final states", m.n_t, worst, worst_f);
+    printf("  medusa, %d heads, target %s%s: %d tensors; worst relative error vs finite differences %.2e (double); "
+           "float vs double gradient %.2e\n",
+           HEADS, target ? "top-8" : "final states", vocab ? ", draft vocabulary 40 of 48" : "", m.n_t, worst, worst_f);
     md_ws_free_d(&x.ws);
     free(gd), free(gf), free(x.p), free(x.E), free(x.norm), free(taps), free(fin), free(f.taps), free(f.final);
     md_model_free(&m);
@@ -122,11 +130,15 @@ static void gradcheck(int target) {
 
 static void test_grad_final(void **state) {
     (void)state;
-    gradcheck(0);
+    gradcheck(0, 0);
 }
 static void test_grad_topk(void **state) {
     (void)state;
-    gradcheck(1);
+    gradcheck(1, 0);
+}
+static void test_grad_vocab(void **state) {
+    (void)state;
+    gradcheck(1, 1);
 }
 
 /* checkpoints: a round trip through the registry, and every way a config.json can fail to belong */
@@ -138,7 +150,7 @@ static void test_checkpoint(void **state) {
     c.heads = 2;
     c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
     md_model m, m2;
-    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0), 0);
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0, NULL), 0);
     char dir[600], p[700];
     snprintf(dir, sizeof dir, "%s", tmp_path("medusa-ck"));
     assert_int_equal(md_save(&m, dir), 0);
@@ -187,8 +199,7 @@ static void test_checkpoint(void **state) {
  * tokens drafted back, teacher-forced (train_fixture.h): it catches a train/serve mismatch in the
  * tap, the final norm, which state a head reads (begin's or commit's row) and which token it
  * predicts. The decoding loop then runs the drafter at T = 0 and must emit the target's own output. */
-static void test_overfit_gate(void **state) {
-    (void)state;
+static void overfit_gate(int vocab) {
     tiny_target *tt = tiny_open();
     char cache[512], run[512], cmd[1200];
     snprintf(cache, sizeof cache, "%s", tmp_path("medusa-overfit-cache"));
@@ -210,8 +221,13 @@ static void test_overfit_gate(void **state) {
     assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
     c.heads = HEADS;
     c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
+    /* with a draft vocabulary: the 46 ids the sequence draws from, in a scrambled order (row j is
+     * not token j, so a missing mapping cannot pass), 2 of the 48 left out */
+    int ids[46];
+    for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
+    c.draft_vocab = vocab ? 46 : 0;
     md_model m;
-    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 5, 0, 1), 0);
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 5, 0, 1, vocab ? ids : NULL), 0);
     train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
     train_point h[400];
     int nh;
@@ -226,9 +242,9 @@ static void test_overfit_gate(void **state) {
     float *hid = target_states(&tt->t, seq, n, 1, &tap);
     long hit, tried;
     teacher_forced(&dr, &tt->t, seq, n, np, HEADS, hid, &hit, &tried);
-    printf("  overfit gate, medusa (%d heads): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
+    printf("  overfit gate, medusa (%d heads%s): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
            "serving drafts %ld of %ld back\n",
-           HEADS, n - np, h[0].loss, h[nh - 1].loss, hit, tried);
+           HEADS, vocab ? ", draft vocabulary 46 of 48" : "", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
     if (hit < 0.9 * tried) fail_msg("medusa: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
     decode_matches_ar(&tt->t, &dr, seq, np, 30, HEADS);
     drafter_close(&dr);
@@ -240,12 +256,94 @@ static void test_overfit_gate(void **state) {
     tiny_close(tt);
 }
 
+static void test_overfit_gate(void **state) {
+    (void)state;
+    overfit_gate(0);
+}
+static void test_overfit_gate_vocab(void **state) {
+    (void)state;
+    overfit_gate(1);
+}
+
+/* a draft vocabulary's checkpoint: its ids round-trip, and a wrong hash or missing ids are refused */
+static void test_checkpoint_vocab(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    md_config c;
+    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    c.heads = 2;
+    int ids[30];
+    for (int j = 0; j < 30; j++) ids[j] = (j * 11 + 4) % c.vocab;
+    c.draft_vocab = 30;
+    md_model m, m2;
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0, ids), 0);
+    assert_int_equal(m.sv.Vd, 30);
+    char dir[600], p[700], cmd[700];
+    snprintf(dir, sizeof dir, "%s", tmp_path("medusa-ck-vocab"));
+    assert_int_equal(md_save(&m, dir), 0);
+    assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), 0);
+    assert_int_equal(m2.cfg.draft_vocab, 30);
+    assert_memory_equal(m2.sv.vid, ids, sizeof ids);
+    assert_string_equal(m2.cfg.vocab_hash, m.sv.hash);
+    md_model_free(&m2);
+    /* through the registry: drafts come from the 30 ids only */
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter d;
+    if (drafter_open(&d, "medusa", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    int seq[8] = {1, 5, 9, 2, 7, 3, 11, 4};
+    float *hid = target_states(&tt->t, seq, 8, 1, &(int){tt->t.m.cfg.n_layers - 1});
+    request rq;
+    assert_int_equal(request_init(&rq, &tt->t, 0, seq, 7, 8, 3), 0);
+    assert_int_equal(ivec_push(&rq.toks, seq[7]), 0); /* the anchor */
+    if (d.ops->begin(&d, &rq, hid)) fail_msg("%s", ds_errmsg());
+    draft_block blk;
+    assert_int_equal(draft_block_init(&blk, 2, c.vocab, 1), 0);
+    sampling_params sp = {1.0f, 0, 1.0f};
+    for (int round = 0; round < 20; round++) {
+        if (d.ops->propose(&d, &rq, 2, &sp, &blk)) fail_msg("%s", ds_errmsg());
+        for (int k = 0; k < blk.n; k++) {
+            assert_true(m.sv.vmap[blk.tok[k]] >= 0);
+            double mass = 0;
+            for (int v = 0; v < c.vocab; v++) {
+                if (m.sv.vmap[v] < 0) assert_true(blk.q[(size_t)k * c.vocab + v] == 0.0f);
+                mass += blk.q[(size_t)k * c.vocab + v];
+            }
+            assert_true(fabs(mass - 1) < 1e-4);
+        }
+    }
+    d.ops->end(&d, &rq);
+    request_free(&rq, &tt->t);
+    draft_block_free(&blk);
+    free(hid);
+    drafter_close(&d);
+    cJSON_Delete(dc);
+    /* a recorded hash the ids do not have; a draft_vocab without its ids */
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    const char *bad = "{\"kind\": \"medusa\", \"heads\": 2, \"draft_vocab\": 30, \"vocab_hash\": \"0123456789abcdef\"}";
+    write_file(p, bad, strlen(bad));
+    assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "vocab_hash"));
+    bad = "{\"kind\": \"medusa\", \"heads\": 2, \"draft_vocab\": 31}";
+    write_file(p, bad, strlen(bad));
+    assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "vocab.ids"));
+    md_model_free(&m);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_final),
         cmocka_unit_test(test_grad_topk),
+        cmocka_unit_test(test_grad_vocab),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_checkpoint_vocab),
         cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_overfit_gate_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

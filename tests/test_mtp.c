@@ -51,6 +51,7 @@ static void make_seq(tiny_target *tt, seq_fix *f) {
 
 typedef struct {
     const mtp_config *c;
+    const subvocab *sv;
     mtp_pv_d P;
     double *Ein, *E;
     train_seq_d s;
@@ -62,35 +63,42 @@ static double loss_d(void *ctx) {
     dctx *x = ctx;
     train_stats st;
     memset(&st, 0, sizeof st);
-    if (mtp_step_d(x->c, &x->P, NULL, x->Ein, x->E, &x->s, x->w, &st, &x->ws)) fail_msg("%s", ds_errmsg());
+    if (mtp_step_d(x->c, &x->P, NULL, x->Ein, x->E, x->sv->Vd, x->sv->vmap, &x->s, x->w, &st, &x->ws))
+        fail_msg("%s", ds_errmsg());
     return (x->c->w_ce * st.ce + x->c->w_l1 * st.l1) / x->w;
 }
 
-/* target: 0 = the final states (full law), 1 = the cached top-8 rows */
-static void gradcheck(int target) {
+/* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of
+ * 40 of the 48 ids in a scrambled order (labels and top-K entries fall outside it) */
+static void gradcheck(int target, int vocab) {
     tiny_target *tt = tiny_open();
     mtp_config c;
     assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
     c.depth = DEPTH;
     c.w_ce = 0.3f, c.w_l1 = 0.7f;
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
+    c.draft_vocab = vocab ? 40 : 0;
     mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 3, 1), 0);
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 3, 1, vocab ? ids : NULL), 0);
     rng_t r;
     rng_seed(&r, 9);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* the norms too */
     seq_fix f;
     make_seq(tt, &f);
     int D = c.dim;
-    size_t nE = (size_t)c.vocab * D, nt = (size_t)f.T * D;
+    size_t nE = (size_t)c.vocab * D, nEh = (size_t)m.sv.Vd * D, nt = (size_t)f.T * D;
     dctx x;
     memset(&x, 0, sizeof x);
     x.c = &m.cfg;
+    x.sv = &m.sv;
     double *p = malloc(sizeof(double) * m.n_params);
     x.Ein = malloc(sizeof(double) * nE);
-    x.E = malloc(sizeof(double) * nE);
+    x.E = malloc(sizeof(double) * nEh);
     double *taps = malloc(sizeof(double) * nt), *fin = malloc(sizeof(double) * nt);
     for (size_t i = 0; i < m.n_params; i++) p[i] = m.params[i];
-    for (size_t i = 0; i < nE; i++) x.Ein[i] = m.Ein[i], x.E[i] = m.E[i];
+    for (size_t i = 0; i < nE; i++) x.Ein[i] = m.Ein[i];
+    for (size_t i = 0; i < nEh; i++) x.E[i] = m.E[i];
     for (size_t i = 0; i < nt; i++) taps[i] = f.taps[i], fin[i] = f.final[i];
     mtp_pv_set_d(&x.P, &m, p);
     train_seq sf = {f.T, f.taps, target ? NULL : f.final, f.tokens, FIX_PROMPT, FIX_K, target ? f.tk_id : NULL,
@@ -105,11 +113,12 @@ static void gradcheck(int target) {
     mtp_pv_set_f(&Gf, &m, gf);
     train_stats st;
     memset(&st, 0, sizeof st);
-    if (mtp_step_d(&m.cfg, &x.P, &Gd, x.Ein, x.E, &x.s, x.w, &st, &x.ws)) fail_msg("%s", ds_errmsg());
+    if (mtp_step_d(&m.cfg, &x.P, &Gd, x.Ein, x.E, m.sv.Vd, m.sv.vmap, &x.s, x.w, &st, &x.ws)) fail_msg("%s", ds_errmsg());
     assert_int_equal(st.rows, (long)x.w);
     assert_true(st.n_at[DEPTH] > 0); /* the chain's last position is supervised */
+    if (vocab) assert_true(st.label_outside > 0); /* the path for tokens outside the draft vocabulary ran */
     memset(&st, 0, sizeof st);
-    if (mtp_step_f(&m.cfg, &m.pv, &Gf, m.Ein, m.E, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+    if (mtp_step_f(&m.cfg, &m.pv, &Gf, m.Ein, m.E, m.sv.Vd, m.sv.vmap, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
     double worst = 0, worst_f = 0;
     for (int ti = 0; ti < MTP_N_TENSORS; ti++) {
         const train_tensor *t = &m.tt[ti];
@@ -119,9 +128,10 @@ static void gradcheck(int target) {
                                             what, &rel_f);
         worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
     }
-    printf("  mtp, depth %d, target %s: %d tensors; worst relative error vs finite differences %.2e (double); float "
+    printf("  mtp, depth %d, target %s%s: %d tensors; worst relative error vs finite differences %.2e (double); float "
            "vs double gradient %.2e\n",
-           DEPTH, target ? "top-8" : "final states", MTP_N_TENSORS, worst, worst_f);
+           DEPTH, target ? "top-8" : "final states", vocab ? ", draft vocabulary 40 of 48" : "", MTP_N_TENSORS, worst,
+           worst_f);
     mtp_ws_free_d(&x.ws);
     free(gd), free(gf), free(p), free(x.Ein), free(x.E), free(taps), free(fin), free(f.taps), free(f.final);
     mtp_model_free(&m);
@@ -130,11 +140,15 @@ static void gradcheck(int target) {
 
 static void test_grad_final(void **state) {
     (void)state;
-    gradcheck(0);
+    gradcheck(0, 0);
 }
 static void test_grad_topk(void **state) {
     (void)state;
-    gradcheck(1);
+    gradcheck(1, 0);
+}
+static void test_grad_vocab(void **state) {
+    (void)state;
+    gradcheck(1, 1);
 }
 
 /* The first draft position, trained and served: for each anchor of a sequence, the training step's
@@ -142,24 +156,25 @@ static void test_grad_topk(void **state) {
  * sequence up to the anchor with the same target states, must agree (same h row, same token, same
  * module); their top probabilities are compared through c_raw. Memorising one sequence can be done
  * from the tokens alone, so the overfit gate would not see a state read from the wrong row; this does. */
-static void test_train_serve_first(void **state) {
-    (void)state;
+static double train_serve_first(const char *precision) {
     tiny_target *tt = tiny_open();
     seq_fix f;
     make_seq(tt, &f);
-    cJSON *cfg = cJSON_Parse("{\"depth\": 3, \"seed\": 6}");
+    char cj[200];
+    snprintf(cj, sizeof cj, "{\"depth\": 3, \"seed\": 6, \"block_precision\": \"%s\"}", precision);
+    cJSON *cfg = cJSON_Parse(cj);
     drafter dr;
     if (drafter_open(&dr, "mtp", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
     mtp_config c;
     assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
     c.depth = 3;
     mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1), 0); /* the same module the drafter opened */
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, NULL), 0); /* the same module the drafter opened */
     int V = c.vocab, ones[6] = {1, 1, 1, 1, 1, 1};
     train_seq sf = {f.T, f.taps, f.final, f.tokens, FIX_PROMPT, FIX_K, NULL, NULL, 6, f.anchor, ones};
     train_stats st;
     memset(&st, 0, sizeof st);
-    if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, &sf, 6, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+    if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, m.sv.Vd, m.sv.vmap, &sf, 6, &st, &m.ws)) fail_msg("%s", ds_errmsg());
     sampling_params greedy = {0, 0, 1};
     draft_block b;
     assert_int_equal(draft_block_init(&b, 3, V, 1), 0);
@@ -179,14 +194,24 @@ static void test_train_serve_first(void **state) {
         dr.ops->end(&dr, &r);
         request_free(&r, &tt->t);
     }
-    printf("  mtp position 1, trained vs served on 6 anchors: worst |top probability difference| %.2e\n", worst);
-    assert_true(worst < 1e-4);
+    printf("  mtp position 1, trained vs served (block %s) on 6 anchors: worst |top probability difference| %.2e\n",
+           precision, worst);
     draft_block_free(&b);
     mtp_model_free(&m);
     drafter_close(&dr);
     cJSON_Delete(cfg);
     free(f.taps), free(f.final);
     tiny_close(tt);
+    return worst;
+}
+
+/* served in fp32 on the host: the training step's own operations; in Q8_0 on the backend's int8
+ * kernels: within the rounding's bound, and not equal (the Q8_0 path really ran) */
+static void test_train_serve_first(void **state) {
+    (void)state;
+    assert_true(train_serve_first("f32") < 1e-4);
+    double q8 = train_serve_first("q8_0");
+    assert_true(q8 < 0.05 && q8 > 1e-6);
 }
 
 /* begin on seq[0..c), propose (its speculative rows enter the module's cache), commit j of them:
@@ -247,7 +272,7 @@ static void test_checkpoint(void **state) {
     c.depth = 2;
     c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
     mtp_model m, m2;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 7, 0), 0);
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 7, 0, NULL), 0);
     char dir[600], p[700];
     snprintf(dir, sizeof dir, "%s", tmp_path("mtp-ck"));
     assert_int_equal(mtp_save(&m, dir), 0);
@@ -285,13 +310,29 @@ static void test_checkpoint(void **state) {
     }
     /* a checkpoint whose tensor has the wrong shape */
     c.hidden_dim = 16, c.init_layer = -1;
-    assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0), 0);
+    assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0, NULL), 0);
     assert_int_equal(mtp_save(&m2, dir), 0);
     const char *cj = "{\"kind\": \"mtp\", \"depth\": 2, \"hidden_dim\": 64, \"init_layer\": -1}";
     write_file(p, cj, strlen(cj));
     mtp_model m3;
     assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), -1);
     assert_non_null(strstr(ds_errmsg(), "wrong shape"));
+    mtp_model_free(&m2);
+    /* a draft vocabulary: its ids round-trip; a recorded hash they do not have is refused */
+    int ids[30];
+    for (int j = 0; j < 30; j++) ids[j] = (j * 11 + 4) % c.vocab;
+    c.hidden_dim = tt->t.m.cfg.hidden_dim, c.draft_vocab = 30;
+    assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0, ids), 0);
+    assert_int_equal(mtp_save(&m2, dir), 0);
+    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), 0);
+    assert_int_equal(m3.sv.Vd, 30);
+    assert_memory_equal(m3.sv.vid, ids, sizeof ids);
+    mtp_model_free(&m3);
+    const char *hj = "{\"kind\": \"mtp\", \"depth\": 2, \"init_layer\": -1, \"draft_vocab\": 30, "
+                     "\"vocab_hash\": \"0123456789abcdef\"}";
+    write_file(p, hj, strlen(hj));
+    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "vocab_hash"));
     mtp_model_free(&m2);
     mtp_model_free(&m);
     char cmd[700];
@@ -304,8 +345,7 @@ static void test_checkpoint(void **state) {
  * through the shared loop, served from its checkpoint through the registry, must draft the memorised
  * tokens back at every cut, before and after a commit; then the decoding loop at T = 0 must emit the
  * target's own output. */
-static void test_overfit_gate(void **state) {
-    (void)state;
+static void overfit_gate(int vocab) {
     tiny_target *tt = tiny_open();
     char cache[512], run[512], cmd[1200];
     snprintf(cache, sizeof cache, "%s", tmp_path("mtp-overfit-cache"));
@@ -339,8 +379,12 @@ static void test_overfit_gate(void **state) {
     assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
     c.depth = DEPTH;
     c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
+    /* with a draft vocabulary: the 46 ids the sequence draws from, scrambled (row j is not token j) */
+    int ids[46];
+    for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
+    c.draft_vocab = vocab ? 46 : 0;
     mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 5, 1), 0);
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 5, 1, vocab ? ids : NULL), 0);
     train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
     train_point h[400];
     int nh;
@@ -360,9 +404,9 @@ static void test_overfit_gate(void **state) {
     float *hid = target_states(&tt->t, seq, n, 1, &tap);
     long hit, tried;
     teacher_forced(&dr, &tt->t, seq, n, np, DEPTH, hid, &hit, &tried);
-    printf("  overfit gate, mtp (depth %d): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
+    printf("  overfit gate, mtp (depth %d%s): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
            "serving drafts %ld of %ld back\n",
-           DEPTH, n - np, h[0].loss, h[nh - 1].loss, hit, tried);
+           DEPTH, vocab ? ", draft vocabulary 46 of 48" : "", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
     if (hit < 0.9 * tried) fail_msg("mtp: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
     decode_matches_ar(&tt->t, &dr, seq, np, 30, DEPTH);
     drafter_close(&dr);
@@ -374,14 +418,25 @@ static void test_overfit_gate(void **state) {
     tiny_close(tt);
 }
 
+static void test_overfit_gate(void **state) {
+    (void)state;
+    overfit_gate(0);
+}
+static void test_overfit_gate_vocab(void **state) {
+    (void)state;
+    overfit_gate(1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_final),
         cmocka_unit_test(test_grad_topk),
+        cmocka_unit_test(test_grad_vocab),
         cmocka_unit_test(test_train_serve_first),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_overfit_gate_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

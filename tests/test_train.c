@@ -73,7 +73,7 @@ static double loss_d(void *ctx) {
     bd_stats st;
     memset(&st, 0, sizeof st);
     st.label_in = x->labels; /* the detached confidence labels of the base point */
-    if (bd_train_seq_d(&x->m->cfg, x->m->t, x->p, x->E, x->Eh, x->m->Vd, x->m->vmap, &x->s, NULL, x->norm, &st))
+    if (bd_train_seq_d(&x->m->cfg, x->m->t, x->p, x->E, x->Eh, x->m->Vd, x->m->sv.vmap, &x->s, NULL, x->norm, &st))
         fail_msg("%s", ds_errmsg());
     return (x->m->cfg.w_ce * st.ce + x->m->cfg.w_l1 * st.l1 + x->m->cfg.w_bce * st.bce) / x->norm;
 }
@@ -121,7 +121,7 @@ static void gradcheck(const char *kind, const char *extra, int target) {
     bd_stats st;
     memset(&st, 0, sizeof st);
     st.label_out = x.labels;
-    if (bd_train_seq_d(&m.cfg, m.t, x.p, x.E, x.Eh, m.Vd, m.vmap, &x.s, gd, x.norm, &st)) fail_msg("%s", ds_errmsg());
+    if (bd_train_seq_d(&m.cfg, m.t, x.p, x.E, x.Eh, m.Vd, m.sv.vmap, &x.s, gd, x.norm, &st)) fail_msg("%s", ds_errmsg());
     if (target == 2) assert_true(st.label_outside > 0); /* the CE skip is exercised */
     memset(&st, 0, sizeof st);
     assert_int_equal(bd_train_seq(&m, &f.s, gf, x.norm, &st), 0);
@@ -263,9 +263,9 @@ static void test_checkpoint_every_kind(void **state) {
     assert_int_equal(bd_save(&m, dir), 0);
     assert_int_equal(bd_load(&m2, dir, &tt->t.m), 0);
     assert_int_equal(m2.Vd, 20);
-    assert_memory_equal(m2.vid, ids, sizeof ids);
-    assert_int_equal(m2.vmap[5], 2);
-    assert_int_equal(m2.vmap[4], -1);
+    assert_memory_equal(m2.sv.vid, ids, sizeof ids);
+    assert_int_equal(m2.sv.vmap[5], 2);
+    assert_int_equal(m2.sv.vmap[4], -1);
     assert_memory_equal(m2.Eh + 3 * c.dim, m.E + 7 * c.dim, sizeof(float) * c.dim);
     assert_string_equal(m2.cfg.vocab_hash, m.cfg.vocab_hash);
     bd_model_free(&m2);

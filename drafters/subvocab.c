@@ -1,0 +1,127 @@
+/* subvocab.c — see subvocab.h. */
+#include "subvocab.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/base/common.h"
+#include "../runtime/formats/safetensors.h"
+
+void subvocab_hash(const int *ids, int n, char out[20]) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ (uint8_t)((unsigned)ids[i] >> (8 * b))) * 0x100000001b3ull;
+    snprintf(out, 20, "%016llx", (unsigned long long)h);
+}
+
+void subvocab_free(subvocab *s) {
+    free(s->vid), free(s->vmap), free(s->rows);
+    memset(s, 0, sizeof *s);
+}
+
+void subvocab_full(subvocab *s, int V) {
+    memset(s, 0, sizeof *s);
+    s->V = s->Vd = V;
+}
+
+int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorded_hash) {
+    subvocab_full(s, V);
+    if (!ids || Vd >= V) return 0;
+    DS_CHECK(Vd >= 1, "a draft vocabulary needs at least one token (got %d)", Vd);
+    subvocab_hash(ids, Vd, s->hash);
+    DS_CHECK(!recorded_hash || !recorded_hash[0] || strcmp(s->hash, recorded_hash) == 0,
+             "the draft vocabulary's ids hash to %s, but the checkpoint records vocab_hash %s", s->hash, recorded_hash);
+    s->Vd = Vd;
+    DS_TRYP(s->vid = ds_malloc(sizeof(int) * (size_t)Vd, "draft vocabulary"));
+    DS_TRYP(s->vmap = ds_malloc(sizeof(int) * (size_t)V, "draft vocabulary"));
+    for (int v = 0; v < V; v++) s->vmap[v] = -1;
+    for (int j = 0; j < Vd; j++) {
+        DS_CHECK(ids[j] >= 0 && ids[j] < V && s->vmap[ids[j]] < 0, "draft vocabulary id %d (row %d) is %s", ids[j], j,
+                 ids[j] < 0 || ids[j] >= V ? "outside the vocabulary" : "repeated");
+        s->vid[j] = ids[j];
+        s->vmap[ids[j]] = j;
+    }
+    return 0;
+fail:
+    subvocab_free(s);
+    return -1;
+}
+
+int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *recorded_hash) {
+    st_file f;
+    float *fv = NULL;
+    int *iv = NULL, rc = -1;
+    subvocab_full(s, V);
+    if (Vd >= V) return 0;
+    if (st_open(&f, path)) return -1;
+    const st_tensor *t = st_find(&f, "vocab.ids");
+    DS_CHECK(t && t->n_dims == 1 && t->shape[0] == Vd, "%s: no vocab.ids of %d entries (draft_vocab)", path, Vd);
+    DS_TRYP(fv = ds_malloc(sizeof(float) * (size_t)Vd, "draft vocabulary"));
+    DS_TRYP(iv = ds_malloc(sizeof(int) * (size_t)Vd, "draft vocabulary"));
+    DS_TRY(st_to_f32(&f, t, fv));
+    for (int i = 0; i < Vd; i++) {
+        DS_CHECK(fv[i] == (float)(int)fv[i], "%s: vocab.ids[%d] = %g is not a token id", path, i, (double)fv[i]);
+        iv[i] = (int)fv[i];
+    }
+    if (subvocab_set(s, V, iv, Vd, recorded_hash)) {
+        ds_error_prefix("%s", path);
+        goto fail;
+    }
+    rc = 0;
+fail:
+    st_close(&f);
+    free(fv), free(iv);
+    return rc;
+}
+
+float *subvocab_ids_f32(const subvocab *s) {
+    float *v = ds_malloc(sizeof(float) * (size_t)s->Vd, "draft vocabulary");
+    if (v)
+        for (int j = 0; j < s->Vd; j++) v[j] = (float)(s->vid ? s->vid[j] : j);
+    return v;
+}
+
+int subvocab_gather_head(subvocab *s, const qmat *o) {
+    free(s->rows);
+    s->rows = NULL;
+    if (!s->vid) {
+        s->head = *o;
+        return 0;
+    }
+    DS_CHECK(o->rows == s->V, "the head has %d rows, the draft vocabulary is over %d", o->rows, s->V);
+    DS_TRYP(s->rows = ds_malloc(o->row_bytes * (size_t)s->Vd, "draft head rows"));
+    for (int j = 0; j < s->Vd; j++)
+        memcpy(s->rows + o->row_bytes * (size_t)j, (const uint8_t *)o->data + o->row_bytes * (size_t)s->vid[j], o->row_bytes);
+    s->head = (qmat){o->type, s->Vd, o->cols, o->row_bytes, s->rows};
+    return 0;
+fail:
+    return -1;
+}
+
+void subvocab_gather_f32(const subvocab *s, const float *E, int D, float *Eh) {
+    for (int j = 0; j < s->Vd; j++)
+        memcpy(Eh + (size_t)j * D, E + (size_t)(s->vid ? s->vid[j] : j) * D, sizeof(float) * (size_t)D);
+}
+
+void subvocab_scatter(const subvocab *s, const float *sub, float *full) {
+    if (!s->vid) {
+        memcpy(full, sub, sizeof(float) * (size_t)s->V);
+        return;
+    }
+    memset(full, 0, sizeof(float) * (size_t)s->V);
+    for (int j = 0; j < s->Vd; j++) full[s->vid[j]] = sub[j];
+}
+
+int subvocab_json_ids(const cJSON *arr, int *ids, int max, int *n) {
+    *n = cJSON_GetArraySize(arr);
+    DS_CHECK(cJSON_IsArray(arr) && *n >= 1 && *n <= max, "drafter: 'vocab_ids' must be an array of 1..%d token ids", max);
+    for (int i = 0; i < *n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(arr, i);
+        DS_CHECK(cJSON_IsNumber(e) && e->valuedouble == (int)e->valuedouble, "drafter: 'vocab_ids'[%d] is not an id", i);
+        ids[i] = e->valueint;
+    }
+    return 0;
+fail:
+    return -1;
+}

@@ -1,0 +1,45 @@
+/* subvocab.h — a drafter's draft vocabulary (FR-Spec style), one definition for every family with a
+ * head over the target's vocabulary (DFlash, DSpark, Medusa, MTP): the Vd target ids its head
+ * covers, chosen from the training cache (engine/draft_vocab.h). The draft's q is 0 outside them,
+ * so verification stays exact; the drafter simply cannot propose the other tokens. A checkpoint
+ * stores the ids as the tensor "vocab.ids" (fp32, exact below 2^24) and their hash in its config.
+ * Vd == V with vid == NULL is the whole vocabulary: every function then does the plain thing. */
+#ifndef DS_SUBVOCAB_H
+#define DS_SUBVOCAB_H
+
+#include <cJSON.h>
+#include <stdint.h>
+
+#include "../runtime/formats/quant.h"
+
+typedef struct {
+    int V, Vd;      /* the target's vocabulary; the draft's rows */
+    int *vid;       /* [Vd] the target id of draft row j (NULL: the whole vocabulary) */
+    int *vmap;      /* [V] the draft row of target id v, -1 outside */
+    char hash[20];  /* FNV-1a of the ids, hex ("" for the whole vocabulary) */
+    uint8_t *rows;  /* the target head's rows of the subset, in the file's own format */
+    qmat head;      /* what the drafter runs: those rows, or the target's head itself */
+} subvocab;
+
+/* The whole vocabulary of V tokens. */
+void subvocab_full(subvocab *s, int V);
+/* ids[0..Vd) (distinct, in 0..V); Vd >= V or ids == NULL means the whole vocabulary. A recorded
+ * hash ("" or NULL: none) must match the ids' own. -1 with a message naming the bad id. */
+int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorded_hash);
+/* the ids from a checkpoint's "vocab.ids" tensor (path: its safetensors file), then subvocab_set */
+int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *recorded_hash);
+/* the ids as floats for "vocab.ids" (caller frees), NULL on failure */
+float *subvocab_ids_f32(const subvocab *s);
+/* head = the target's output matrix restricted to the subset (rows gathered in its own format) */
+int subvocab_gather_head(subvocab *s, const qmat *output);
+/* Eh[j] = E[vid[j]] for fp32 rows of D (training's frozen head); a copy of E when whole */
+void subvocab_gather_f32(const subvocab *s, const float *E, int D, float *Eh);
+/* full[V] = sub[Vd] on the subset's ids, 0 elsewhere */
+void subvocab_scatter(const subvocab *s, const float *sub, float *full);
+/* the ids of a JSON array (the untrained drafters' "vocab_ids", for tests and the gate), at most
+ * max of them; -1 with a message naming the entry */
+int subvocab_json_ids(const cJSON *arr, int *ids, int max, int *n);
+void subvocab_free(subvocab *s);
+void subvocab_hash(const int *ids, int n, char out[20]);
+
+#endif
