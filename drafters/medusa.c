@@ -60,8 +60,10 @@ cJSON *md_config_json(const md_config *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "medusa");
     cJSON_AddNumberToObject(j, "heads", c->heads);
-    cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
-    if (c->vocab_hash[0]) cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
+    if (c->draft_vocab) { /* absent: the whole vocabulary (as checkpoints before draft vocabularies have it) */
+        cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
+        cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
+    }
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "tap", c->tap);
@@ -283,6 +285,10 @@ int md_trainable(md_model *m, trainable *tr) {
 typedef struct {
     md_model m;
     backend *be;
+    int q8;                /* the heads' blocks W_k in Q8_0 on the backend (block_precision) */
+    block_q8_0 *wq8;       /* their codes, owned */
+    qmat wq[MD_MAX_HEADS];
+    float *Hd, *Wd[MD_MAX_HEADS]; /* backend: the state, W_k h */
     float *Rd, *Ud;        /* backend: the K residual rows, their logits */
     float *U, *R, *u, *qalt; /* host */
     lp_scratch scr;
@@ -301,6 +307,28 @@ static void norm_row(const md_model *m, float *out, const float *x) {
     for (int i = 0; i < D; i++) out[i] = x[i] * s * m->norm[i];
 }
 
+/* The heads' blocks in Q8_0 on the backend's int8 kernels, one pass for all K (they share the
+ * input): a quarter of fp32's bytes. The drafts move by the rounding; q stays the law each token is
+ * drawn from, so verification is exact either way. */
+static int blocks_to_backend(medusa *s) {
+    int K = s->m.cfg.heads, D = s->m.cfg.dim;
+    size_t nb = (size_t)D / QK8_0;
+    const qmat *ws[MD_MAX_HEADS];
+    DS_TRYP(s->wq8 = ds_malloc(sizeof(block_q8_0) * nb * (size_t)D * K, "medusa blocks in Q8_0"));
+    for (int k = 0; k < K; k++) {
+        block_q8_0 *b = s->wq8 + nb * (size_t)D * k;
+        quantize_q8_0(s->m.params + (size_t)k * (D + 1) * D, b, (int64_t)D * D);
+        s->wq[k] = (qmat){GGML_Q8_0, D, D, sizeof(block_q8_0) * nb, b};
+        ws[k] = &s->wq[k];
+        DS_TRYP(s->Wd[k] = s->be->alloc(s->be, sizeof(float) * (size_t)D));
+    }
+    DS_TRY(s->be->prepare_mats(s->be, ws, K));
+    DS_TRYP(s->Hd = s->be->alloc(s->be, sizeof(float) * (size_t)D));
+    return 0;
+fail:
+    return -1;
+}
+
 static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     medusa *s = ds_calloc(1, sizeof *s, "medusa drafter");
     if (!s) return -1;
@@ -309,6 +337,10 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     const char *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    const char *bp = "auto";
+    DS_TRY(jcfg_str(&r, "block_precision", &bp));
+    DS_CHECK(!strcmp(bp, "auto") || !strcmp(bp, "q8_0") || !strcmp(bp, "f32"),
+             "drafter: block_precision '%s' is not one of auto, q8_0, f32", bp);
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(md_load(&s->m, ck, &t->m, 0));
@@ -339,6 +371,12 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
     int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
+    DS_CHECK(D % QK8_0 == 0 || strcmp(bp, "q8_0"), "drafter: block_precision q8_0 needs a width that is a multiple of %d",
+             QK8_0);
+    s->q8 = D % QK8_0 == 0 && strcmp(bp, "f32");
+    if (s->q8) DS_TRY(blocks_to_backend(s));
+    snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", blocks %s",
+             s->q8 ? "q8_0" : "f32");
     /* the head the drafts come from: the target's own, or its draft-vocabulary rows (prepared once) */
     DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
     if (s->m.sv.rows) DS_TRY(be->prepare_mats(be, (const qmat *[]){&s->m.sv.head}, 1));
@@ -376,13 +414,25 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     int D = c->dim, Vd = s->m.sv.Vd, g = DS_MIN(gamma, c->heads);
     out->n = 0;
     if (g <= 0) return 0;
+    backend *be = s->be;
+    if (s->q8) { /* W_k h for every head in passes of up to 8 matrices sharing the input */
+        DS_TRY(be->to_device(be, s->Hd, st->h, sizeof(float) * (size_t)D));
+        for (int k0 = 0; k0 < g; k0 += 8) {
+            const qmat *w8[8];
+            for (int k = k0; k < DS_MIN(g, k0 + 8); k++) w8[k - k0] = &s->wq[k];
+            DS_TRY(be->matmul(be, DS_MIN(8, g - k0), s->Wd + k0, w8, s->Hd, 1));
+        }
+    }
     for (int k = 0; k < g; k++) { /* r_k = h + SiLU(W_k h + b_k) */
-        const float *Wk = s->m.params + (size_t)k * (D + 1) * D;
-        linear_forward_f(s->u, st->h, Wk, Wk + (size_t)D * D, 1, D, D);
+        const float *Wk = s->m.params + (size_t)k * (D + 1) * D, *bk = Wk + (size_t)D * D;
+        if (s->q8) {
+            DS_TRY(be->to_host(be, s->u, s->Wd[k], sizeof(float) * (size_t)D));
+            for (int i = 0; i < D; i++) s->u[i] += bk[i];
+        } else
+            linear_forward_f(s->u, st->h, Wk, bk, 1, D, D);
         float *rk = s->R + (size_t)k * D;
         for (int i = 0; i < D; i++) rk[i] = st->h[i] + s->u[i] / (1.0f + expf(-s->u[i]));
     }
-    backend *be = s->be;
     float *o[1] = {s->Ud};
     const qmat *w[1] = {&s->m.sv.head};
     DS_TRY(be->to_device(be, s->Rd, s->R, sizeof(float) * (size_t)g * D));
@@ -430,7 +480,12 @@ static int medusa_save(const drafter *d, const char *dir) { return md_save(&((co
 static void medusa_close(drafter *d) {
     medusa *s = d->impl;
     if (!s) return;
-    if (s->be) s->be->release(s->be, s->Rd), s->be->release(s->be, s->Ud);
+    if (s->be) {
+        s->be->release(s->be, s->Rd), s->be->release(s->be, s->Ud), s->be->release(s->be, s->Hd);
+        for (int k = 0; k < MD_MAX_HEADS; k++) s->be->release(s->be, s->Wd[k]);
+        for (int k = 0; s->wq8 && k < s->m.cfg.heads; k++) s->be->forget_mats(s->be, (const qmat *[]){&s->wq[k]}, 1);
+    }
+    free(s->wq8);
     /* the backend keys its copies by the data's address: forget them before the rows are freed */
     if (s->be && s->m.sv.rows) s->be->forget_mats(s->be, (const qmat *[]){&s->m.sv.head}, 1);
     md_model_free(&s->m);
@@ -442,8 +497,8 @@ static void medusa_close(drafter *d) {
 
 const drafter_ops drafter_medusa = {
     "medusa",
-    "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR} (untrained: {\"heads\": 4, \"init_std\": 0, "
-    "\"seed\": 1})",
+    "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | "
+    "\"f32\"} (untrained: {\"heads\": 4, \"init_std\": 0, \"seed\": 1})",
     medusa_open, medusa_begin, medusa_propose, medusa_commit, medusa_end, medusa_rewind, medusa_save, medusa_close,
     /* the gate's untrained heads: random blocks, so the drafts move with the state; on the tiny
      * target over a draft vocabulary of 6 of its 8 tokens in a scrambled order (row j is not token j),

@@ -98,8 +98,10 @@ cJSON *mtp_config_json(const mtp_config *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "mtp");
     cJSON_AddNumberToObject(j, "depth", c->depth);
-    cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
-    if (c->vocab_hash[0]) cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
+    if (c->draft_vocab) { /* absent: the whole vocabulary (as checkpoints before draft vocabularies have it) */
+        cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
+        cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
+    }
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "n_heads", c->n_heads);
