@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "../engine/request.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/target.h"
 #include "../verify/logits.h"
 #include "subvocab.h"
@@ -86,6 +87,13 @@ int drafter_check_contract(const target *t, const char *chat_template, const cha
  * scaled by calib[k] when k < n_calib (conf_raw keeps it unscaled). tmp [out->V] is scratch. */
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
                       const float *calib, int n_calib, int k, draft_block *out, lp_scratch *scr, float *tmp);
+
+/* A drafter's serving precision for matrices it may hold in Q8_0 (dspark's head_precision,
+ * Medusa's and MTP's block_precision): read `key` from r ("auto" when absent; anything but auto,
+ * q8_0, f32 is an error naming it), then q8_of decides: auto takes Q8_0 where the widths fit it
+ * (fits), q8_0 where they do not is an error naming `widths`. */
+int drafter_precision(jcfg *r, const char *key, const char **p);
+int drafter_q8_of(const char *p, const char *key, int fits, const char *widths, int *q8);
 
 int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what);
 

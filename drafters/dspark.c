@@ -56,10 +56,8 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     /* the sequential head reads all of W2 (Vd x rank) once per drafted position: in Q8_0 it moves a
      * quarter of fp32's bytes. q stays the law the token is drawn from, so verification is exact
      * either way; only the draft distribution moves (by the Q8_0 rounding of W2). */
-    const char *hp = "auto";
-    DS_TRY(jcfg_str(&r, "head_precision", &hp));
-    DS_CHECK(!strcmp(hp, "auto") || !strcmp(hp, "q8_0") || !strcmp(hp, "f32"),
-             "drafter: head_precision '%s' is not one of auto, q8_0, f32", hp);
+    const char *hp;
+    DS_TRY(drafter_precision(&r, "head_precision", &hp));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture: nothing else may be given */
         DS_TRY(bd_load(&s->m, ck, &t->m));
@@ -105,9 +103,10 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
     int Vd = s->m.Vd;
     if (c->head != HEAD_NONE) {
-        int q8 = !strcmp(hp, "q8_0") || (!strcmp(hp, "auto") && c->rank % QK8_0 == 0);
-        DS_CHECK(!q8 || c->rank % QK8_0 == 0, "drafter: head_precision q8_0 needs a rank that is a multiple of %d (it is %d)",
-                 QK8_0, c->rank);
+        char why[64];
+        snprintf(why, sizeof why, "a rank that is a multiple of %d (it is %d)", QK8_0, c->rank);
+        int q8;
+        DS_TRY(drafter_q8_of(hp, "head_precision", c->rank % QK8_0 == 0, why, &q8));
         if (q8) {
             size_t nb = (size_t)c->rank / QK8_0;
             DS_TRYP(s->w2_q8 = ds_malloc(sizeof *s->w2_q8 * nb * (size_t)Vd, "Q8_0 head factor"));

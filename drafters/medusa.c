@@ -191,12 +191,7 @@ int md_read_params(md_model *m, const char *dir) {
         DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
     }
     st_close(&f);
-    if (m->sv.vid) { /* resuming: the checkpoint must draft over the same vocabulary */
-        subvocab cv;
-        if (subvocab_read(&cv, p, m->cfg.vocab, m->sv.Vd, m->sv.hash)) return -1;
-        subvocab_free(&cv);
-    }
-    return 0;
+    return subvocab_check_file(&m->sv, p); /* resuming: the checkpoint drafts over the same vocabulary */
 fail:
     st_close(&f);
     return -1;
@@ -337,10 +332,8 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     const char *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
-    const char *bp = "auto";
-    DS_TRY(jcfg_str(&r, "block_precision", &bp));
-    DS_CHECK(!strcmp(bp, "auto") || !strcmp(bp, "q8_0") || !strcmp(bp, "f32"),
-             "drafter: block_precision '%s' is not one of auto, q8_0, f32", bp);
+    const char *bp;
+    DS_TRY(drafter_precision(&r, "block_precision", &bp));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(md_load(&s->m, ck, &t->m, 0));
@@ -371,9 +364,7 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
     int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
-    DS_CHECK(D % QK8_0 == 0 || strcmp(bp, "q8_0"), "drafter: block_precision q8_0 needs a width that is a multiple of %d",
-             QK8_0);
-    s->q8 = D % QK8_0 == 0 && strcmp(bp, "f32");
+    DS_TRY(drafter_q8_of(bp, "block_precision", D % QK8_0 == 0, "a width that is a multiple of 32", &s->q8));
     if (s->q8) DS_TRY(blocks_to_backend(s));
     snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", blocks %s",
              s->q8 ? "q8_0" : "f32");

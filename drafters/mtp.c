@@ -268,12 +268,7 @@ int mtp_read_params(mtp_model *m, const char *dir) {
         DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
     }
     st_close(&f);
-    if (m->sv.vid) { /* resuming: the checkpoint must draft over the same vocabulary */
-        subvocab cv;
-        if (subvocab_read(&cv, p, m->cfg.vocab, m->sv.Vd, m->sv.hash)) return -1;
-        subvocab_free(&cv);
-    }
-    return 0;
+    return subvocab_check_file(&m->sv, p); /* resuming: the checkpoint drafts over the same vocabulary */
 fail:
     st_close(&f);
     return -1;
@@ -480,10 +475,8 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     const char *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
-    const char *bp = "auto";
-    DS_TRY(jcfg_str(&r, "block_precision", &bp));
-    DS_CHECK(!strcmp(bp, "auto") || !strcmp(bp, "q8_0") || !strcmp(bp, "f32"),
-             "drafter: block_precision '%s' is not one of auto, q8_0, f32", bp);
+    const char *bp;
+    DS_TRY(drafter_precision(&r, "block_precision", &bp));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(mtp_load(&s->m, ck, &t->m, 0));
@@ -513,8 +506,7 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
     int fits = c->dim % QK8_0 == 0 && (c->n_heads * c->head_dim) % QK8_0 == 0 && c->hidden_dim % QK8_0 == 0;
-    DS_CHECK(fits || strcmp(bp, "q8_0"), "drafter: block_precision q8_0 needs widths that are multiples of %d", QK8_0);
-    s->q8 = fits && strcmp(bp, "f32");
+    DS_TRY(drafter_q8_of(bp, "block_precision", fits, "widths that are multiples of 32", &s->q8));
     if (s->q8) DS_TRY(block_to_backend(s));
     snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", block %s",
              s->q8 ? "q8_0" : "f32");

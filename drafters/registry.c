@@ -111,6 +111,24 @@ fail:
     return -1;
 }
 
+int drafter_precision(jcfg *r, const char *key, const char **p) {
+    *p = "auto";
+    DS_TRY(jcfg_str(r, key, p));
+    DS_CHECK(!strcmp(*p, "auto") || !strcmp(*p, "q8_0") || !strcmp(*p, "f32"),
+             "drafter: %s '%s' is not one of auto, q8_0, f32", key, *p);
+    return 0;
+fail:
+    return -1;
+}
+
+int drafter_q8_of(const char *p, const char *key, int fits, const char *widths, int *q8) {
+    DS_CHECK(fits || strcmp(p, "q8_0"), "drafter: %s q8_0 needs %s", key, widths);
+    *q8 = fits && strcmp(p, "f32");
+    return 0;
+fail:
+    return -1;
+}
+
 int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what) {
     if (!t->has_tokenizer || (!chat_template[0] && !tokenizer[0])) return 0;
     char tf[20];

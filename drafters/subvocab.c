@@ -75,6 +75,14 @@ fail:
     return rc;
 }
 
+int subvocab_check_file(const subvocab *s, const char *path) {
+    if (!s->vid) return 0;
+    subvocab cv;
+    if (subvocab_read(&cv, path, s->V, s->Vd, s->hash)) return -1;
+    subvocab_free(&cv);
+    return 0;
+}
+
 float *subvocab_ids_f32(const subvocab *s) {
     float *v = ds_malloc(sizeof(float) * (size_t)s->Vd, "draft vocabulary");
     if (v)

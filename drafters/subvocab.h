@@ -28,6 +28,8 @@ void subvocab_full(subvocab *s, int V);
 int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorded_hash);
 /* the ids from a checkpoint's "vocab.ids" tensor (path: its safetensors file), then subvocab_set */
 int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *recorded_hash);
+/* 0 when the checkpoint file at path drafts over exactly s's vocabulary (or s is the whole one) */
+int subvocab_check_file(const subvocab *s, const char *path);
 /* the ids as floats for "vocab.ids" (caller frees), NULL on failure */
 float *subvocab_ids_f32(const subvocab *s);
 /* head = the target's output matrix restricted to the subset (rows gathered in its own format) */
