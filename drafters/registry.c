@@ -99,8 +99,8 @@ int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv
      * a sampled draft by its own value, and the verified tokens would no longer follow the target
      * (the gate rejected exactly that, c_k = p_head(x_k), under threshold and greedy). At T = 0 x
      * is the argmax, so the top probability and p(x) agree there. */
-    float mx = z[0];
-    for (int i = 1; i < n; i++) mx = z[i] > mx ? z[i] : mx;
+    int bad;
+    float mx = qk_max_scan(z, n, &bad); /* z passed logits_process: finite or -inf */
     /* the kernels' SIMD exponential: a libm exp per entry took ~1 ms a position over 49,152 */
     double p = 1 / qk_exp_sum(z, mx, tmp, n), lg = log(p + 1e-12) - log1p(-p + 1e-12);
     if (out->conf_raw) out->conf_raw[k] = (float)p;

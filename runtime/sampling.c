@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "../verify/enumerate.h"
+#include "kernels/kernels_cpu.h"
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -39,12 +40,7 @@ double rng_uniform_pos(rng_t *r) {
     return u;
 }
 
-int argmax_f32(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
+int argmax_f32(const float *x, int n) { return qk_argmax(x, n); }
 
 /* inverse CDF over weights w (float or double), normalised by their positive total */
 #define SAMPLE_BODY(w, n, u)                                                                                 \

@@ -436,6 +436,57 @@ static void test_exp_sum(void **state) {
     free(got);
 }
 
+/* argmax as the scalar scan from best = 0 with x[i] > x[best] defines it (first of ties, NaN never
+ * wins, -0 == +0), and the logits checks' max and NaN/+inf flag, on every path, over lengths that
+ * take the SIMD body, the tail and both, with the maximum in every lane position */
+static int ref_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void test_argmax_paths(void **state) {
+    (void)state;
+    enum { N = 200 };
+    float x[N];
+    rng_t r;
+    rng_seed(&r, 7);
+    for (int trial = 0; trial < 4000; trial++) {
+        int n = 1 + trial % N, kind = trial / N % 10;
+        for (int i = 0; i < n; i++) x[i] = (float)(int)(rng_uniform(&r) * 9) - 4; /* many ties */
+        int at = (int)(rng_uniform(&r) * n);
+        if (kind == 1) x[at] = NAN;
+        if (kind == 2) x[0] = NAN;
+        if (kind == 3) x[at] = INFINITY;
+        if (kind == 4)
+            for (int i = 0; i < n; i++) x[i] = -INFINITY;
+        if (kind == 5)
+            for (int i = 0; i < n; i++) x[i] = i % 2 ? 0.0f : -0.0f;
+        if (kind == 6) x[at] = 100.0f, x[n - 1] = 100.0f;
+        int want = ref_argmax(x, n), rbad = 0;
+        float rmax = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            rbad |= isnan(x[i]) || x[i] == INFINITY;
+            if (x[i] > rmax) rmax = x[i];
+        }
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+            if (!k) continue;
+            int bad = -1;
+            float m = k->max_scan(x, n, &bad);
+            if (bad != rbad || (!rbad && !(m == rmax))) fail_msg("%s: n %d kind %d: max %g bad %d, want %g %d", k->name, n, kind, (double)m, bad, (double)rmax, rbad);
+            if (!rbad && ref_argmax(x, n) != k->first_eq(x, n, m))
+                fail_msg("%s: n %d kind %d: first max at %d, want %d", k->name, n, kind, k->first_eq(x, n, m), want);
+            qk_exp_use(k);
+            if (qk_argmax(x, n) != want) fail_msg("%s: n %d kind %d: argmax %d, want %d", k->name, n, kind, qk_argmax(x, n), want);
+        }
+    }
+    qk_exp_use(qk_kernels_for(cpu_isa_best()));
+    assert_int_equal(qk_scalar.first_eq(x, 0, 1.0f), 0);
+    assert_int_equal(qk_argmax(x, 0), 0);
+}
+
 /* the OpenBLAS kernel check behind main's re-exec: never overrides a user's OPENBLAS_CORETYPE; asks
  * for wide kernels only on an AVX2 machine whose OpenBLAS fell back to narrow ones, and names them */
 char *openblas_get_corename(void);
@@ -480,7 +531,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
-        cmocka_unit_test(test_exp_sum), cmocka_unit_test(test_quantize_paths),
+        cmocka_unit_test(test_exp_sum), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_quantize_paths),
         cmocka_unit_test(test_swiglu_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,21 +82,20 @@ int logits_process(const float *logits, int V, const sampling_params *sp, float 
         scr->cap = V;
     }
     /* NaN or +Inf (a broken model or kernel) has no law to sample from; -Inf is a masked token */
-    int all_masked = 1;
-    for (int i = 0; i < V; i++) {
+    int bad;
+    float top = qk_max_scan(logits, V, &bad);
+    for (int i = 0; bad && i < V; i++)
         if (isnan(logits[i]) || logits[i] == INFINITY) {
             ds_error("logit of token %d is not finite (%g)", i, (double)logits[i]);
             return -1;
         }
-        all_masked &= logits[i] == -INFINITY;
-    }
-    if (all_masked) {
+    if (top == -INFINITY) {
         ds_error("every logit is -inf: no token is possible");
         return -1;
     }
     memset(probs, 0, sizeof(float) * (size_t)V);
     if (sampling_is_greedy(sp)) {
-        probs[argmax_f32(logits, V)] = 1.0f;
+        probs[qk_first_eq(logits, V, top)] = 1.0f; /* argmax_f32's token: no NaN here */
         return 0;
     }
     int *id = scr->idx, n = 0;

@@ -23,10 +23,25 @@ static const qk_kernels *qk_exp_path;
 
 void qk_exp_use(const qk_kernels *k) { __atomic_store_n(&qk_exp_path, k, __ATOMIC_RELAXED); }
 
-double qk_exp_sum(const float *x, float shift, float *out, int n) {
+static const qk_kernels *process_path(void);
+double qk_exp_sum(const float *x, float shift, float *out, int n) { return process_path()->exp_sum(x, shift, out, n); }
+
+static const qk_kernels *process_path(void) {
     const qk_kernels *k = __atomic_load_n(&qk_exp_path, __ATOMIC_RELAXED);
     if (!k) qk_exp_use(k = qk_kernels_for(cpu_isa_best()));
-    return k->exp_sum(x, shift, out, n);
+    return k;
+}
+
+float qk_max_scan(const float *x, int n, int *bad) { return process_path()->max_scan(x, n, bad); }
+int qk_first_eq(const float *x, int n, float v) { return process_path()->first_eq(x, n, v); }
+
+int qk_argmax(const float *x, int n) {
+    int bad, best = 0;
+    float m = qk_max_scan(x, n, &bad);
+    if (!bad) return n > 0 ? qk_first_eq(x, n, m) : 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
 }
 
 int qk_supported(const qmat *w) { return (w->type == GGML_Q4_1 || w->type == GGML_Q8_0) && w->cols % 32 == 0; }

@@ -82,6 +82,10 @@ typedef struct {
                          int n, int hd, float scale, float *s);
     /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */
     double (*exp_sum)(const float *x, float shift, float *out, int n);
+    /* *bad = 1 when some x[i] is NaN or +inf; otherwise returns the largest x[i] (-inf for n = 0) */
+    float (*max_scan)(const float *x, int n, int *bad);
+    /* the first i with x[i] == v (n when none) */
+    int (*first_eq)(const float *x, int n, float v);
     /* the roof: n rounds of 12 independent int8 multiply-adds of the kind rows_i8 issues, on
      * registers only (no memory traffic); returns the multiply-adds done. peak_what names them. */
     double (*peak_i8)(long n);
@@ -140,6 +144,13 @@ static inline double qk_exp_sum_tail(const float *x, float shift, float *out, in
  * are bit-identical, so the choice only changes speed */
 double qk_exp_sum(const float *x, float shift, float *out, int n);
 void qk_exp_use(const qk_kernels *k);
+/* max_scan and first_eq on the same path: a logits row's checks and its argmax are 49,152 scalar
+ * compares a row otherwise, every verified position */
+float qk_max_scan(const float *x, int n, int *bad);
+int qk_first_eq(const float *x, int n, float v);
+/* the first index of the largest entry, as a scalar x[i] > x[best] scan from best = 0 gives it
+ * (NaN never wins; with a NaN anywhere the scan itself runs) */
+int qk_argmax(const float *x, int n);
 
 /* The table of a path (NULL if this CPU cannot run it). */
 const qk_kernels *qk_kernels_for(cpu_isa isa);

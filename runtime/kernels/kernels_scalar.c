@@ -120,6 +120,23 @@ static double exp_sum(const float *x, float shift, float *out, int n) {
     return qk_exp_sum_tail(x, shift, out, 0, n, l);
 }
 
+static float max_scan(const float *x, int n, int *bad) {
+    float m = -__builtin_inff();
+    int b = 0;
+    for (int i = 0; i < n; i++) {
+        b |= !(x[i] < __builtin_inff());
+        m = x[i] > m ? x[i] : m;
+    }
+    *bad = b;
+    return m;
+}
+
+static int first_eq(const float *x, int n, float v) {
+    for (int i = 0; i < n; i++)
+        if (x[i] == v) return i;
+    return n;
+}
+
 /* int32 multiply-adds in 12 independent chains (the compiler may vectorise them: this is the
  * scalar path's roof only in the sense of what plain C gets) */
 static double peak_i8(long n) {
@@ -141,5 +158,5 @@ static void swiglu(float *out, const float *g, const float *u, size_t n) {
 }
 
 const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
-                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_group = attend_group, .exp_sum = exp_sum, .swiglu = swiglu,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_group = attend_group, .exp_sum = exp_sum, .max_scan = max_scan, .first_eq = first_eq, .swiglu = swiglu,
                              .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};
