@@ -1,4 +1,4 @@
-/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa, mtp) against the frozen target:
+/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa, mtp, eagle3) against the frozen target:
  * build (or resume building) the data cache of target responses and states, then train with
  * checkpoints in the run folder; a killed run resumes from its last checkpoint. */
 #include <cJSON.h>
@@ -67,7 +67,8 @@ int cmd_train(int argc, char **argv) {
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
     /* the family: a block drafter, or Medusa or MTP (their own models; the cache taps the target's last layer) */
-    int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0, is_mtp = strcmp(tc.drafter_name->valuestring, "mtp") == 0;
+    int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0, is_mtp = strcmp(tc.drafter_name->valuestring, "mtp") == 0 ||
+                                                                      strcmp(tc.drafter_name->valuestring, "eagle3") == 0;
     bd_config c;
     md_config mc;
     mtp_config pc;
@@ -77,7 +78,8 @@ int cmd_train(int argc, char **argv) {
         n_want = 1, want[0] = mc.tap;
     } else if (is_mtp) {
         DS_TRY(train_config_mtp(&tc, &t, &pc));
-        n_want = 1, want[0] = pc.tap;
+        n_want = pc.n_tap;
+        memcpy(want, pc.taps, sizeof(int) * (size_t)n_want);
     } else {
         DS_TRY(train_config_drafter(&tc, &t, &c));
         n_want = c.n_tap;
@@ -120,10 +122,13 @@ int cmd_train(int argc, char **argv) {
         free(ids);
         DS_TRY(e);
         DS_TRY(mtp_trainable(&pm, &tr));
-        fprintf(stderr, "train: mtp, %zu parameters (one module on layer %d, depth %d, block from %s); data %s: %d "
+        char taps[64] = "";
+        for (int i = 0; i < pc.n_tap; i++)
+            snprintf(taps + strlen(taps), sizeof taps - strlen(taps), "%s%d", i ? ", " : "", pc.taps[i]);
+        fprintf(stderr, "train: %s, %zu parameters (one module on layer%s %s%s, depth %d, block from %s); data %s: %d "
                         "sequences, %ld tokens\n",
-                pm.n_params, pc.tap, pc.depth, pc.init_layer >= 0 ? "the target's last layer" : "random", d.dir,
-                data.n_seq, data.n_tok);
+                pc.kind, pm.n_params, pc.n_tap > 1 ? "s" : "", taps, mtp_fused(&pc) ? " fused" : "", pc.depth,
+                pc.init_layer >= 0 ? "the target's last layer" : "random", d.dir, data.n_seq, data.n_tok);
     } else {
         char last[4200];
         snprintf(last, sizeof last, "%s/last", out);

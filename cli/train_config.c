@@ -22,7 +22,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     DS_TRY(jcfg_close(&top));
     const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
     DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
-             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\" | \"mtp\", ...}", config_path);
+             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\" | \"mtp\" | \"eagle3\", ...}", config_path);
     tc->drafter = drafter;
     tc->drafter_name = dname;
 
@@ -117,7 +117,7 @@ int train_config_medusa(const train_config *tc, const target *t, md_config *c) {
 
 int train_config_mtp(const train_config *tc, const target *t, mtp_config *c) {
     cJSON *arch = arch_of(tc);
-    int rc = mtp_config_init(c, &t->m, arch);
+    int rc = mtp_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
     cJSON_Delete(arch);
     if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
     return rc;

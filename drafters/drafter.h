@@ -88,12 +88,17 @@ int drafter_check_contract(const target *t, const char *chat_template, const cha
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
                       const float *calib, int n_calib, int k, draft_block *out, lp_scratch *scr, float *tmp);
 
-/* A drafter's serving precision for matrices it may hold in Q8_0 (dspark's head_precision,
- * Medusa's and MTP's block_precision): read `key` from r ("auto" when absent; anything but auto,
- * q8_0, f32 is an error naming it), then q8_of decides: auto takes Q8_0 where the widths fit it
- * (fits), q8_0 where they do not is an error naming `widths`. */
+/* A drafter's serving precision for matrices it may hold quantized on the backend (dspark's
+ * head_precision, Medusa's and MTP's block_precision): read `key` from r ("auto" when absent;
+ * anything but auto, q8_0, q4_1, f32 is an error naming it), then type_of decides the matrices'
+ * type: auto takes GGML_Q8_0 where the widths fit the 32-wide blocks (fits), GGML_F32 where they do
+ * not; q8_0 or q4_1 where they do not fit is an error naming `widths`. */
 int drafter_precision(jcfg *r, const char *key, const char **p);
-int drafter_q8_of(const char *p, const char *key, int fits, const char *widths, int *q8);
+int drafter_type_of(const char *p, const char *key, int fits, const char *widths, uint32_t *type);
+const char *drafter_type_key(uint32_t type); /* the precision's name: "f32", "q8_0", "q4_1" */
+/* w [rows][cols] fp32 quantized to type (GGML_Q8_0 or GGML_Q4_1) into *q, its blocks owned by the
+ * caller (free(q->data) after the backend forgot them) */
+int drafter_quantize(const float *w, int rows, int cols, uint32_t type, qmat *q, const char *what);
 
 int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what);
 

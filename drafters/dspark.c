@@ -28,7 +28,7 @@ typedef struct {
     /* the drafter's matrices as fp32 qmats over its parameters (backend weight descriptors) */
     qmat Eq, fcq, W2q;
     qmat headq;          /* the target's quantized head, or its draft-vocabulary rows gathered */
-    block_q8_0 *w2_q8;   /* the Markov/RNN factor W2 in Q8_0 (head_precision "q8_0"), owned */
+    void *w2_q;          /* the Markov/RNN factor W2 quantized (head_precision q8_0 or q4_1), owned */
     struct dlayer { qmat wq, wk, wv, wo, w_gate, w_up, w_down; } *lq;
     /* backend buffers for one block of B rows */
     float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *h, *Ud, *w2in, *w2out;
@@ -105,17 +105,15 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     if (c->head != HEAD_NONE) {
         char why[64];
         snprintf(why, sizeof why, "a rank that is a multiple of %d (it is %d)", QK8_0, c->rank);
-        int q8;
-        DS_TRY(drafter_q8_of(hp, "head_precision", c->rank % QK8_0 == 0, why, &q8));
-        if (q8) {
-            size_t nb = (size_t)c->rank / QK8_0;
-            DS_TRYP(s->w2_q8 = ds_malloc(sizeof *s->w2_q8 * nb * (size_t)Vd, "Q8_0 head factor"));
-            quantize_q8_0(s->m.W2, s->w2_q8, (int64_t)Vd * c->rank);
-            s->W2q = (qmat){GGML_Q8_0, Vd, c->rank, sizeof *s->w2_q8 * nb, s->w2_q8};
+        uint32_t ty;
+        DS_TRY(drafter_type_of(hp, "head_precision", c->rank % QK8_0 == 0, why, &ty));
+        if (ty != GGML_F32) {
+            DS_TRY(drafter_quantize(s->m.W2, Vd, c->rank, ty, &s->W2q, "the head factor"));
+            s->w2_q = (void *)s->W2q.data; /* ours: drafter_quantize allocated it */
         } else
             s->W2q = F32Q(Vd, c->rank, s->m.W2);
         snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", head %s",
-                 q8 ? "q8_0" : "f32");
+                 drafter_type_key(ty));
     }
     int B = bd_rows(c), D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
     int V = c->vocab, L = c->n_layers;
@@ -425,8 +423,8 @@ static void dspark_close(drafter *d) {
     if (s->m.sv.rows && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->headq}, 1);
     bd_model_free(&s->m);
     free(s->lq);
-    if (s->w2_q8 && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->W2q}, 1);
-    free(s->w2_q8);
+    if (s->w2_q && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->W2q}, 1);
+    free(s->w2_q);
     free(s->U), free(s->hh), free(s->zrow), free(s->bias), free(s->qalt), free(s->qsub), free(s->cos), free(s->sin);
     free(s->pos), free(s->vis), free(s->seq), free(s->tok);
     free(s->state), free(s->state_new), free(s->o), free(s->cell_inp), free(s->cell_pre), free(s->cin);

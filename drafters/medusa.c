@@ -280,9 +280,8 @@ int md_trainable(md_model *m, trainable *tr) {
 typedef struct {
     md_model m;
     backend *be;
-    int q8;                /* the heads' blocks W_k in Q8_0 on the backend (block_precision) */
-    block_q8_0 *wq8;       /* their codes, owned */
-    qmat wq[MD_MAX_HEADS];
+    uint32_t bt;           /* the heads' blocks W_k: GGML_F32 on the host, or quantized on the backend */
+    qmat wq[MD_MAX_HEADS]; /* quantized: their blocks, owned */
     float *Hd, *Wd[MD_MAX_HEADS]; /* backend: the state, W_k h */
     float *Rd, *Ud;        /* backend: the K residual rows, their logits */
     float *U, *R, *u, *qalt; /* host */
@@ -302,18 +301,14 @@ static void norm_row(const md_model *m, float *out, const float *x) {
     for (int i = 0; i < D; i++) out[i] = x[i] * s * m->norm[i];
 }
 
-/* The heads' blocks in Q8_0 on the backend's int8 kernels, one pass for all K (they share the
- * input): a quarter of fp32's bytes. The drafts move by the rounding; q stays the law each token is
- * drawn from, so verification is exact either way. */
+/* The heads' blocks quantized (Q8_0: a quarter of fp32's bytes, Q4_1: 0.16) on the backend's int8
+ * kernels, one pass for all K (they share the input). The drafts move by the rounding; q stays the
+ * law each token is drawn from, so verification is exact either way. */
 static int blocks_to_backend(medusa *s) {
     int K = s->m.cfg.heads, D = s->m.cfg.dim;
-    size_t nb = (size_t)D / QK8_0;
     const qmat *ws[MD_MAX_HEADS];
-    DS_TRYP(s->wq8 = ds_malloc(sizeof(block_q8_0) * nb * (size_t)D * K, "medusa blocks in Q8_0"));
     for (int k = 0; k < K; k++) {
-        block_q8_0 *b = s->wq8 + nb * (size_t)D * k;
-        quantize_q8_0(s->m.params + (size_t)k * (D + 1) * D, b, (int64_t)D * D);
-        s->wq[k] = (qmat){GGML_Q8_0, D, D, sizeof(block_q8_0) * nb, b};
+        DS_TRY(drafter_quantize(s->m.params + (size_t)k * (D + 1) * D, D, D, s->bt, &s->wq[k], "medusa block"));
         ws[k] = &s->wq[k];
         DS_TRYP(s->Wd[k] = s->be->alloc(s->be, sizeof(float) * (size_t)D));
     }
@@ -364,10 +359,10 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
     int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
-    DS_TRY(drafter_q8_of(bp, "block_precision", D % QK8_0 == 0, "a width that is a multiple of 32", &s->q8));
-    if (s->q8) DS_TRY(blocks_to_backend(s));
+    DS_TRY(drafter_type_of(bp, "block_precision", D % QK8_0 == 0, "a width that is a multiple of 32", &s->bt));
+    if (s->bt != GGML_F32) DS_TRY(blocks_to_backend(s));
     snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", blocks %s",
-             s->q8 ? "q8_0" : "f32");
+             drafter_type_key(s->bt));
     /* the head the drafts come from: the target's own, or its draft-vocabulary rows (prepared once) */
     DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
     if (s->m.sv.rows) DS_TRY(be->prepare_mats(be, (const qmat *[]){&s->m.sv.head}, 1));
@@ -406,7 +401,7 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     out->n = 0;
     if (g <= 0) return 0;
     backend *be = s->be;
-    if (s->q8) { /* W_k h for every head in passes of up to 8 matrices sharing the input */
+    if (s->bt != GGML_F32) { /* W_k h for every head in passes of up to 8 matrices sharing the input */
         DS_TRY(be->to_device(be, s->Hd, st->h, sizeof(float) * (size_t)D));
         for (int k0 = 0; k0 < g; k0 += 8) {
             const qmat *w8[8];
@@ -416,7 +411,7 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     }
     for (int k = 0; k < g; k++) { /* r_k = h + SiLU(W_k h + b_k) */
         const float *Wk = s->m.params + (size_t)k * (D + 1) * D, *bk = Wk + (size_t)D * D;
-        if (s->q8) {
+        if (s->bt != GGML_F32) {
             DS_TRY(be->to_host(be, s->u, s->Wd[k], sizeof(float) * (size_t)D));
             for (int i = 0; i < D; i++) s->u[i] += bk[i];
         } else
@@ -474,9 +469,10 @@ static void medusa_close(drafter *d) {
     if (s->be) {
         s->be->release(s->be, s->Rd), s->be->release(s->be, s->Ud), s->be->release(s->be, s->Hd);
         for (int k = 0; k < MD_MAX_HEADS; k++) s->be->release(s->be, s->Wd[k]);
-        for (int k = 0; s->wq8 && k < s->m.cfg.heads; k++) s->be->forget_mats(s->be, (const qmat *[]){&s->wq[k]}, 1);
+        for (int k = 0; k < MD_MAX_HEADS; k++)
+            if (s->wq[k].data) s->be->forget_mats(s->be, (const qmat *[]){&s->wq[k]}, 1);
     }
-    free(s->wq8);
+    for (int k = 0; k < MD_MAX_HEADS; k++) free((void *)s->wq[k].data);
     /* the backend keys its copies by the data's address: forget them before the rows are freed */
     if (s->be && s->m.sv.rows) s->be->forget_mats(s->be, (const qmat *[]){&s->m.sv.head}, 1);
     md_model_free(&s->m);

@@ -19,13 +19,15 @@
 const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS] = {
     "hnorm.weight", "enorm.weight", "eh_proj.weight", "block.attn_norm.weight", "block.attn.wq.weight",
     "block.attn.wk.weight", "block.attn.wv.weight", "block.attn.wo.weight", "block.ffn_norm.weight",
-    "block.mlp.w_gate.weight", "block.mlp.w_up.weight", "block.mlp.w_down.weight", "shared_head.norm.weight"};
+    "block.mlp.w_gate.weight", "block.mlp.w_up.weight", "block.mlp.w_down.weight", "shared_head.norm.weight",
+    "fc.weight"};
 
-/* [rows][cols] of tensor i (cols 0: a vector) */
+/* [rows][cols] of tensor i (cols 0: a vector; rows 0: absent, eagle3's F in an mtp) */
 static void tensor_shape(const mtp_config *c, int i, int *rows, int *cols) {
     int D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
-    static const int kind[MTP_N_TENSORS] = {0, 0, 1, 0, 2, 3, 3, 4, 0, 5, 5, 6, 0};
+    static const int kind[MTP_N_TENSORS] = {0, 0, 1, 0, 2, 3, 3, 4, 0, 5, 5, 6, 0, 7};
     switch (kind[i]) {
+    case 7: *rows = mtp_fused(c) ? D : 0, *cols = mtp_fused(c) * D; break;
     case 1: *rows = D, *cols = 2 * D; break;
     case 2: *rows = QD, *cols = D; break;
     case 3: *rows = KD, *cols = D; break;
@@ -44,20 +46,28 @@ static int can_copy_layer(const model *t) {
     return !tc->rope_neox && !l->q_norm && !l->k_norm; /* the training ops rotate adjacent pairs */
 }
 
-int mtp_config_init(mtp_config *c, const model *target, const cJSON *j) {
+int mtp_config_init(mtp_config *c, const model *target, const char *kind, const cJSON *j) {
     memset(c, 0, sizeof *c);
     const model_config *t = &target->cfg;
+    int L = t->n_layers, eagle = !strcmp(kind, "eagle3");
+    DS_CHECK(eagle || !strcmp(kind, "mtp"), "mtp: unknown kind '%s'", kind);
+    snprintf(c->kind, sizeof c->kind, "%s", kind);
     c->dim = t->dim, c->vocab = t->vocab_size, c->n_heads = t->n_heads, c->n_kv_heads = t->n_kv_heads;
-    c->head_dim = t->head_dim, c->hidden_dim = t->hidden_dim, c->depth = 3, c->tap = t->n_layers - 1;
+    c->head_dim = t->head_dim, c->hidden_dim = t->hidden_dim, c->depth = 3, c->n_tap = 1, c->taps[0] = L - 1;
+    if (eagle && L >= 8) /* EAGLE-3's low, middle and high layers (SafeAILab: 2, L/2, L-3 counted from 1) */
+        c->n_tap = 3, c->taps[0] = 1, c->taps[1] = L / 2 - 1, c->taps[2] = L - 3;
+    else if (eagle) /* a tiny target: its first and last */
+        c->n_tap = 2, c->taps[0] = 0, c->taps[1] = L - 1;
     c->init_layer = can_copy_layer(target) ? t->n_layers - 1 : -1;
     c->eps = t->norm_eps, c->rope_theta = t->rope_theta;
     c->w_ce = 0.1f, c->w_l1 = 0.9f;
     snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
     if (!j) return 0;
     jcfg r;
-    const char *fp = NULL;
-    DS_TRY(jcfg_open(&r, j, "mtp"));
-    jcfg_skip(&r, "kind");
+    const char *fp = NULL, *jk = kind;
+    DS_TRY(jcfg_open(&r, j, kind));
+    DS_TRY(jcfg_str(&r, "kind", &jk));
+    DS_CHECK(!strcmp(jk, kind), "%s: a checkpoint of kind '%s'", kind, jk);
     DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c->depth));
     DS_TRY(jcfg_int(&r, "draft_vocab", 0, 1 << 24, &c->draft_vocab));
     DS_TRY(jcfg_strcpy(&r, "vocab_hash", c->vocab_hash, sizeof c->vocab_hash));
@@ -66,13 +76,15 @@ int mtp_config_init(mtp_config *c, const model *target, const cJSON *j) {
     DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
     DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
     DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
-    int g[7] = {c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim, c->tap, 0};
+    int g[7] = {c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim, c->taps[0], 0};
     DS_TRY(jcfg_int(&r, "dim", 1, 1 << 20, &g[0]));
     DS_TRY(jcfg_int(&r, "vocab", 1, 1 << 24, &g[1]));
     DS_TRY(jcfg_int(&r, "n_heads", 1, 1 << 10, &g[2]));
     DS_TRY(jcfg_int(&r, "n_kv_heads", 1, 1 << 10, &g[3]));
     DS_TRY(jcfg_int(&r, "head_dim", 1, 1 << 12, &g[4]));
-    DS_TRY(jcfg_int(&r, "tap", 0, 1 << 10, &g[5]));
+    if (eagle) DS_TRY(jcfg_ints(&r, "taps", 1, MTP_MAX_TAPS, 0, L - 1, c->taps, &c->n_tap));
+    else DS_TRY(jcfg_int(&r, "tap", 0, 1 << 10, &g[5]));
+    g[5] = eagle ? c->taps[0] : g[5];
     DS_TRY(jcfg_float(&r, "eps", 0, 1, &c->eps));
     DS_TRY(jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta));
     DS_TRY(jcfg_str(&r, "target_fingerprint", &fp));
@@ -81,11 +93,12 @@ int mtp_config_init(mtp_config *c, const model *target, const cJSON *j) {
     DS_TRY(jcfg_close(&r));
     /* the module shares the target's embedding, head and attention geometry: a checkpoint records it */
     DS_CHECK(g[0] == c->dim && g[1] == c->vocab && g[2] == c->n_heads && g[3] == c->n_kv_heads && g[4] == c->head_dim &&
-                 g[5] == c->tap,
-             "mtp: dim %d, vocab %d, heads %d/%d, head_dim %d, tap %d do not match the target's %d, %d, %d/%d, %d, %d",
-             g[0], g[1], g[2], g[3], g[4], g[5], c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim, c->tap);
-    DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "mtp: trained against target %s, but the target is %s", fp,
-             target->fingerprint);
+                 g[5] == c->taps[0],
+             "%s: dim %d, vocab %d, heads %d/%d, head_dim %d, tap %d do not match the target's %d, %d, %d/%d, %d, %d",
+             kind, g[0], g[1], g[2], g[3], g[4], g[5], c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim,
+             c->taps[0]);
+    DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "%s: trained against target %s, but the target is %s", kind,
+             fp, target->fingerprint);
     DS_CHECK(c->init_layer < 0 || (can_copy_layer(target) && c->hidden_dim == t->hidden_dim),
              "mtp: 'init_layer' needs the target's FFN width and interleaved RoPE without q/k norms (use -1)");
     if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
@@ -96,7 +109,7 @@ fail:
 
 cJSON *mtp_config_json(const mtp_config *c) {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "kind", "mtp");
+    cJSON_AddStringToObject(j, "kind", c->kind);
     cJSON_AddNumberToObject(j, "depth", c->depth);
     if (c->draft_vocab) { /* absent: the whole vocabulary (as checkpoints before draft vocabularies have it) */
         cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
@@ -108,7 +121,11 @@ cJSON *mtp_config_json(const mtp_config *c) {
     cJSON_AddNumberToObject(j, "n_kv_heads", c->n_kv_heads);
     cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
     cJSON_AddNumberToObject(j, "hidden_dim", c->hidden_dim);
-    cJSON_AddNumberToObject(j, "tap", c->tap);
+    if (mtp_fused(c)) {
+        cJSON *t = cJSON_AddArrayToObject(j, "taps");
+        for (int i = 0; i < c->n_tap; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(c->taps[i]));
+    } else
+        cJSON_AddNumberToObject(j, "tap", c->taps[0]);
     cJSON_AddNumberToObject(j, "init_layer", c->init_layer);
     cJSON_AddNumberToObject(j, "eps", c->eps);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
@@ -128,8 +145,9 @@ static void mtp_ws_release_f(mtp_ws_f *w); /* mtp_train.inc */
 
 #define PV_SET(REAL, SFX)                                                                                  \
     void mtp_pv_set##SFX(mtp_pv##SFX *v, const mtp_model *m, REAL *base) {                                \
-        REAL **f[MTP_N_TENSORS] = {&v->hnorm, &v->enorm, &v->proj, &v->attn_norm, &v->wq, &v->wk, &v->wv,  \
-                                   &v->wo, &v->ffn_norm, &v->w_gate, &v->w_up, &v->w_down, &v->final_norm}; \
+        REAL **f[MTP_N_TENSORS] = {&v->hnorm, &v->enorm,  &v->proj,   &v->attn_norm, &v->wq,         \
+                                   &v->wk,    &v->wv,     &v->wo,     &v->ffn_norm,  &v->w_gate,     \
+                                   &v->w_up,  &v->w_down, &v->final_norm, &v->fc};                    \
         for (int i = 0; i < MTP_N_TENSORS; i++) *f[i] = base ? base + m->tt[i].offset : NULL;              \
     }
 PV_SET(float, _f)
@@ -209,6 +227,11 @@ int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint6
         }
     }
     memcpy(m->pv.final_norm, target->out_norm, sizeof(float) * c->dim); /* the module ends as the target does */
+    if (mtp_fused(c)) { /* F = [0 .. 0 I]: the fused state starts as the high tap's, as mtp's is its tap's */
+        size_t D = (size_t)c->dim, W = (size_t)mtp_fused(c) * D;
+        memset(m->pv.fc, 0, sizeof(float) * D * W);
+        for (size_t i = 0; i < D; i++) m->pv.fc[i * W + (W - D) + i] = 1.0f;
+    }
     if (c->init_layer >= 0) { /* the block starts as the target's layer: a transformer layer that works */
         const layer_weights *l = &target->layers[c->init_layer];
         memcpy(m->pv.attn_norm, l->attn_norm, sizeof(float) * c->dim);
@@ -226,12 +249,12 @@ int mtp_save(const mtp_model *m, const char *dir) {
     char p[4096], *txt = NULL;
     st_write_tensor w[MTP_N_TENSORS + 1];
     float *vids = NULL;
-    int rc = -1, nw = MTP_N_TENSORS;
+    int rc = -1, nw = 0;
     DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
     for (int i = 0; i < MTP_N_TENSORS; i++) {
         int rows, cols;
         tensor_shape(&m->cfg, i, &rows, &cols);
-        w[i] = (st_write_tensor){MTP_TENSOR_NAMES[i], m->params + m->tt[i].offset, cols ? 2 : 1, {rows, cols}};
+        if (rows) w[nw++] = (st_write_tensor){MTP_TENSOR_NAMES[i], m->params + m->tt[i].offset, cols ? 2 : 1, {rows, cols}};
     }
     if (m->sv.vid) { /* the draft vocabulary's ids */
         DS_TRYP(vids = subvocab_ids_f32(&m->sv));
@@ -262,6 +285,7 @@ int mtp_read_params(mtp_model *m, const char *dir) {
         const st_tensor *s = st_find(&f, MTP_TENSOR_NAMES[i]);
         int rows, cols;
         tensor_shape(&m->cfg, i, &rows, &cols);
+        if (!rows) continue; /* not in this kind */
         DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, MTP_TENSOR_NAMES[i]);
         DS_CHECK(s->n_dims == (cols ? 2 : 1) && s->shape[0] == rows && (!cols || s->shape[1] == cols),
                  "%s: tensor '%s' has the wrong shape", p, MTP_TENSOR_NAMES[i]);
@@ -274,7 +298,7 @@ fail:
     return -1;
 }
 
-int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed) {
+int mtp_load(mtp_model *m, const char *dir, const model *target, const char *kind_want, int with_embed) {
     char p[4096];
     cJSON *j = NULL;
     mtp_config c;
@@ -282,9 +306,9 @@ int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed)
     snprintf(p, sizeof p, "%s/config.json", dir);
     DS_TRYP(j = ds_read_json(p));
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
-    DS_CHECK(cJSON_IsString(kind) && strcmp(kind->valuestring, "mtp") == 0, "%s: not an mtp checkpoint (kind '%s')", p,
-             cJSON_IsString(kind) ? kind->valuestring : "?");
-    if (mtp_config_init(&c, target, j)) {
+    DS_CHECK(cJSON_IsString(kind) && strcmp(kind->valuestring, kind_want) == 0, "%s: not an %s checkpoint (kind '%s')",
+             p, kind_want, cJSON_IsString(kind) ? kind->valuestring : "?");
+    if (mtp_config_init(&c, target, kind_want, j)) {
         ds_error_prefix("%s", p);
         goto fail;
     }
@@ -352,8 +376,8 @@ static int tr_read(trainable *tr, const char *dir) { return mtp_read_params(tr->
 static cJSON *tr_config(const trainable *tr) { return mtp_config_json(&((const mtp_model *)tr->impl)->cfg); }
 
 int mtp_trainable(mtp_model *m, trainable *tr) {
-    *tr = (trainable){.impl = m, .kind = "mtp", .params = m->params, .n_params = m->n_params, .n_t = MTP_N_TENSORS,
-                      .t = m->tt, .positions = m->cfg.depth, .n_tap = 1, .dim = m->cfg.dim, .taps = &m->cfg.tap,
+    *tr = (trainable){.impl = m, .kind = m->cfg.kind, .params = m->params, .n_params = m->n_params, .n_t = MTP_N_TENSORS,
+                      .t = m->tt, .positions = m->cfg.depth, .n_tap = m->cfg.n_tap, .dim = m->cfg.dim, .taps = m->cfg.taps,
                       .w_ce = m->cfg.w_ce, .w_l1 = m->cfg.w_l1, .w_bce = 0, .full_vocab = !m->sv.vid, .step = tr_step,
                       .seq_weight = tr_weight, .save = tr_save, .read_params = tr_read, .config_json = tr_config};
     return 0;
@@ -363,20 +387,21 @@ int mtp_trainable(mtp_model *m, trainable *tr) {
 
 #define MTP_CHUNK 128 /* prompt rows per pass at begin (bounds the attention buffer) */
 
-/* the block's 8 matrices in the order of the groups: proj | wq wk wv | wo | w_gate w_up | w_down */
-#define MTP_BLOCK_MATS 8
-static const int group_first[MTP_MM_GROUPS] = {0, 1, 4, 5, 7}, group_n[MTP_MM_GROUPS] = {1, 3, 1, 2, 1};
+/* the block's 8 matrices in the order of the groups: proj | wq wk wv | wo | w_gate w_up | w_down, then
+ * eagle3's F */
+#define MTP_BLOCK_MATS 9
+static const int group_first[MTP_MM_GROUPS] = {0, 1, 4, 5, 7, 8}, group_n[MTP_MM_GROUPS] = {1, 3, 1, 2, 1, 1};
 
 typedef struct {
     mtp_model m;
     backend *be;
     const qmat *emb, *head;     /* the target's, frozen */
-    int q8;                     /* the block's matrices in Q8_0 on the backend (block_precision) */
-    block_q8_0 *bq8[MTP_BLOCK_MATS]; /* their blocks, owned */
+    uint32_t bt;                /* the block's matrices: GGML_F32 on the host, or quantized on the backend */
     qmat bq[MTP_BLOCK_MATS];
     float *Bin, *Bout[3];       /* backend: a pass's input rows and a group's outputs */
     float *Xd, *Zd;             /* backend: one normed state, its logits */
     float *z, *hf, *ych, *qalt; /* host */
+    float *cat;                 /* eagle3: [MTP_CHUNK][n_tap dim] a chunk's taps side by side */
     float rstd[1];
     mtp_acts_f acts;            /* the serving pass (requests take turns) */
     lp_scratch scr;
@@ -402,15 +427,26 @@ fail:
     return -1;
 }
 
-/* rows at positions pos0.. from states h[N][dim] and next tokens tok[N]; y of the last row to y_last */
-static int run_rows(mtp *s, mtp_state *st, const float *h, const int *tok, int N, int pos0, float *y_last) {
+static int block_mm(void *ctx, int group, float *const *out, const float *in, int N);
+
+/* rows at positions pos0.. from states h and next tokens tok[N]; y of the last row to y_last. h: the
+ * module's own states [N][dim], or (target = 1) the target's captured taps [n_tap][N][dim], which
+ * eagle3 fuses (F on the backend with the block, or on the host in fp32) */
+static int run_rows(mtp *s, mtp_state *st, const float *h, int target, const int *tok, int N, int pos0, float *y_last) {
     const mtp_config *c = &s->m.cfg;
-    int D = c->dim;
+    int D = c->dim, F = target ? mtp_fused(c) : 0;
     DS_TRY(state_reserve(s, st, pos0 + N + c->depth));
     for (int i0 = 0; i0 < N; i0 += MTP_CHUNK) {
         int n = DS_MIN(MTP_CHUNK, N - i0);
         DS_TRY(mtp_acts_reserve_f(&s->acts, c, n, pos0 + i0 + n));
-        memcpy(s->acts.hin, h + (size_t)i0 * D, sizeof(float) * (size_t)n * D);
+        if (F) {
+            for (int i = 0; i < n; i++)
+                for (int t = 0; t < F; t++)
+                    memcpy(s->cat + ((size_t)i * F + t) * D, h + ((size_t)t * N + i0 + i) * D, sizeof(float) * D);
+            if (s->bt != GGML_F32) DS_TRY(block_mm(s, MTP_MM_FC, (float *const[]){s->acts.hin}, s->cat, n));
+            else linear_forward_f(s->acts.hin, s->cat, s->m.pv.fc, NULL, n, F * D, D);
+        } else
+            memcpy(s->acts.hin, h + (size_t)i0 * D, sizeof(float) * (size_t)n * D);
         for (int i = 0; i < n; i++) {
             DS_CHECK(tok[i0 + i] >= 0 && tok[i0 + i] < c->vocab, "mtp: token %d outside the vocabulary", tok[i0 + i]);
             qmat_row_f32(s->emb, tok[i0 + i], s->acts.ein + (size_t)i * D);
@@ -443,22 +479,20 @@ fail:
  * drawn from, so verification is exact either way. */
 static int block_to_backend(mtp *s) {
     const mtp_config *c = &s->m.cfg;
-    float *const src[MTP_BLOCK_MATS] = {s->m.pv.proj, s->m.pv.wq, s->m.pv.wk, s->m.pv.wv,
-                                        s->m.pv.wo, s->m.pv.w_gate, s->m.pv.w_up, s->m.pv.w_down};
-    static const int tensor[MTP_BLOCK_MATS] = {2, 4, 5, 6, 7, 9, 10, 11}; /* their MTP_TENSOR_NAMES */
+    float *const src[MTP_BLOCK_MATS] = {s->m.pv.proj, s->m.pv.wq,     s->m.pv.wk,   s->m.pv.wv,    s->m.pv.wo,
+                                        s->m.pv.w_gate, s->m.pv.w_up, s->m.pv.w_down, s->m.pv.fc};
+    static const int tensor[MTP_BLOCK_MATS] = {2, 4, 5, 6, 7, 9, 10, 11, 13}; /* their MTP_TENSOR_NAMES */
     const qmat *ws[MTP_BLOCK_MATS];
     size_t maxin = 0, maxout = 0;
-    for (int i = 0; i < MTP_BLOCK_MATS; i++) {
+    int n_mats = mtp_fused(c) ? MTP_BLOCK_MATS : MTP_BLOCK_MATS - 1;
+    for (int i = 0; i < n_mats; i++) {
         int rows, cols;
         tensor_shape(c, tensor[i], &rows, &cols);
-        size_t nb = (size_t)cols / QK8_0;
-        DS_TRYP(s->bq8[i] = ds_malloc(sizeof(block_q8_0) * nb * (size_t)rows, "mtp block in Q8_0"));
-        quantize_q8_0(src[i], s->bq8[i], (int64_t)rows * cols);
-        s->bq[i] = (qmat){GGML_Q8_0, rows, cols, sizeof(block_q8_0) * nb, s->bq8[i]};
+        DS_TRY(drafter_quantize(src[i], rows, cols, s->bt, &s->bq[i], "mtp block"));
         ws[i] = &s->bq[i];
         maxin = DS_MAX(maxin, (size_t)cols), maxout = DS_MAX(maxout, (size_t)rows);
     }
-    DS_TRY(s->be->prepare_mats(s->be, ws, MTP_BLOCK_MATS));
+    DS_TRY(s->be->prepare_mats(s->be, ws, n_mats));
     DS_TRYP(s->Bin = s->be->alloc(s->be, sizeof(float) * MTP_CHUNK * maxin));
     for (int i = 0; i < 3; i++) DS_TRYP(s->Bout[i] = s->be->alloc(s->be, sizeof(float) * MTP_CHUNK * maxout));
     s->acts.mm = block_mm, s->acts.mm_ctx = s;
@@ -467,7 +501,7 @@ fail:
     return -1;
 }
 
-static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
+int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) {
     mtp *s = ds_calloc(1, sizeof *s, "mtp drafter");
     if (!s) return -1;
     d->impl = s;
@@ -479,13 +513,13 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(drafter_precision(&r, "block_precision", &bp));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
-        DS_TRY(mtp_load(&s->m, ck, &t->m, 0));
-        snprintf(d->describe, sizeof d->describe, "mtp: checkpoint %s (one module, depth %d)", ck, s->m.cfg.depth);
+        DS_TRY(mtp_load(&s->m, ck, &t->m, kind, 0));
+        snprintf(d->describe, sizeof d->describe, "%s: checkpoint %s (one module, depth %d)", kind, ck, s->m.cfg.depth);
     } else { /* untrained, for tests and the gate: {"depth": N, "seed": S, "init_layer": L, "vocab_ids": [...]} */
         mtp_config c;
         uint64_t seed = 1;
         int vids[256], nv = 0;
-        DS_TRY(mtp_config_init(&c, &t->m, NULL));
+        DS_TRY(mtp_config_init(&c, &t->m, kind, NULL));
         DS_TRY(jcfg_u64(&r, "seed", &seed));
         DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c.depth));
         DS_TRY(jcfg_int(&r, "init_layer", -1, c.init_layer, &c.init_layer));
@@ -494,22 +528,22 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
         DS_TRY(jcfg_close(&r));
         c.draft_vocab = nv < c.vocab ? nv : 0;
         DS_TRY(mtp_model_init(&s->m, &c, &t->m, seed, 0, nv ? vids : NULL));
-        snprintf(d->describe, sizeof d->describe, "mtp: untrained (depth %d)", c.depth);
+        snprintf(d->describe, sizeof d->describe, "%s: untrained (depth %d)", kind, c.depth);
     }
     const mtp_config *c = &s->m.cfg;
-    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : "mtp"));
+    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : kind));
     d->has_conf = 1;
     d->max_gamma = c->depth;
-    d->n_capture = 1;
-    d->capture_layers[0] = c->tap;
-    snprintf(d->fingerprint, sizeof d->fingerprint, "mtp-%d-%016llx", c->depth, (unsigned long long)s->m.n_params);
+    d->n_capture = c->n_tap;
+    memcpy(d->capture_layers, c->taps, sizeof(int) * (size_t)c->n_tap);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%d-%016llx", kind, c->depth, (unsigned long long)s->m.n_params);
     int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
     int fits = c->dim % QK8_0 == 0 && (c->n_heads * c->head_dim) % QK8_0 == 0 && c->hidden_dim % QK8_0 == 0;
-    DS_TRY(drafter_q8_of(bp, "block_precision", fits, "widths that are multiples of 32", &s->q8));
-    if (s->q8) DS_TRY(block_to_backend(s));
+    DS_TRY(drafter_type_of(bp, "block_precision", fits, "widths that are multiples of 32", &s->bt));
+    if (s->bt != GGML_F32) DS_TRY(block_to_backend(s));
     snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", block %s",
-             s->q8 ? "q8_0" : "f32");
+             drafter_type_key(s->bt));
     /* the head the drafts come from: the target's own, or its draft-vocabulary rows (prepared once) */
     DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
     if (s->m.sv.rows) DS_TRY(be->prepare_mats(be, (const qmat *[]){&s->m.sv.head}, 1));
@@ -520,12 +554,15 @@ static int mtp_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "mtp logits"));
     DS_TRYP(s->hf = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
     DS_TRYP(s->ych = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
+    if (mtp_fused(c)) DS_TRYP(s->cat = ds_malloc(sizeof(float) * MTP_CHUNK * (size_t)mtp_fused(c) * D, "eagle3 taps"));
     return 0;
 fail:
     return -1; /* close() frees what was made */
 }
 
-static int mtp_begin(drafter *d, request *r, const float *prompt_hidden) {
+static int mtp_open(drafter *d, const cJSON *cfg, target *t) { return mtp_drafter_open(d, cfg, t, "mtp"); }
+
+int mtp_drafter_begin(drafter *d, request *r, const float *prompt_hidden) {
     mtp *s = d->impl;
     int D = s->m.cfg.dim, n = r->n_prompt;
     mtp_state *st = ds_calloc(1, sizeof *st, "mtp state");
@@ -536,7 +573,7 @@ static int mtp_begin(drafter *d, request *r, const float *prompt_hidden) {
     DS_TRYP(st->y1 = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
     DS_TRYP(st->y1_0 = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
     /* rows 0..n-1: (h_i, t_{i+1}); the last reads the anchor and is step 1 of the first round */
-    DS_TRY(run_rows(s, st, prompt_hidden, r->toks.v + 1, n, 0, st->y1));
+    DS_TRY(run_rows(s, st, prompt_hidden, 1, r->toks.v + 1, n, 0, st->y1));
     st->n = st->n0 = n;
     memcpy(st->y1_0, st->y1, sizeof(float) * (size_t)D);
     return 0;
@@ -559,7 +596,7 @@ fail:
     return -1;
 }
 
-static int mtp_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+int mtp_drafter_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     mtp *s = d->impl;
     mtp_state *st = r->dstate;
     const mtp_config *c = &s->m.cfg;
@@ -570,7 +607,7 @@ static int mtp_propose(drafter *d, request *r, int gamma, const sampling_params 
     const float *y = st->y1;
     for (int k = 1; k <= g; k++) {
         if (k >= 2) { /* a speculative row at position p + k - 2: (y of step k - 1, x_{k-1}) */
-            DS_TRY(run_rows(s, st, y, &out->tok[k - 2], 1, p + k - 2, s->ych));
+            DS_TRY(run_rows(s, st, y, 0, &out->tok[k - 2], 1, p + k - 2, s->ych));
             y = s->ych;
         }
         DS_TRY(head_logits(s, y));
@@ -583,7 +620,7 @@ fail:
     return -1;
 }
 
-static int mtp_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+int mtp_drafter_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
     mtp *s = d->impl;
     mtp_state *st = r->dstate;
     int p = st->n, tok[MTP_MAX_DEPTH + 66];
@@ -593,14 +630,14 @@ static int mtp_commit(drafter *d, request *r, int n_accepted, int next_token, co
      * accepted drafts as committed, then next_token (the new anchor); the last is the next step 1 */
     for (int i = 0; i < n_accepted; i++) tok[i] = p + 1 + i < r->toks.n ? r->toks.v[p + 1 + i] : next_token;
     tok[n_accepted] = next_token;
-    DS_TRY(run_rows(s, st, hidden, tok, n_accepted + 1, p, st->y1));
+    DS_TRY(run_rows(s, st, hidden, 1, tok, n_accepted + 1, p, st->y1));
     st->n = p + n_accepted + 1;
     return 0;
 fail:
     return -1;
 }
 
-static int mtp_rewind(drafter *d, request *r) {
+int mtp_drafter_rewind(drafter *d, request *r) {
     mtp *s = d->impl;
     mtp_state *st = r->dstate;
     st->n = st->n0; /* the prompt's rows stay in the cache; later ones are overwritten */
@@ -608,7 +645,7 @@ static int mtp_rewind(drafter *d, request *r) {
     return 0;
 }
 
-static void mtp_end(drafter *d, request *r) {
+void mtp_drafter_end(drafter *d, request *r) {
     DS_UNUSED(d);
     mtp_state *st = r->dstate;
     if (!st) return;
@@ -616,9 +653,9 @@ static void mtp_end(drafter *d, request *r) {
     r->dstate = NULL;
 }
 
-static int mtp_save_ops(const drafter *d, const char *dir) { return mtp_save(&((const mtp *)d->impl)->m, dir); }
+int mtp_drafter_save(const drafter *d, const char *dir) { return mtp_save(&((const mtp *)d->impl)->m, dir); }
 
-static void mtp_close(drafter *d) {
+void mtp_drafter_close(drafter *d) {
     mtp *s = d->impl;
     if (!s) return;
     if (s->be) {
@@ -628,12 +665,12 @@ static void mtp_close(drafter *d) {
     /* the backend keys its copies by the data's address: forget them before the rows are freed */
     if (s->be && s->m.sv.rows) s->be->forget_mats(s->be, (const qmat *[]){&s->m.sv.head}, 1);
     for (int i = 0; i < MTP_BLOCK_MATS; i++) {
-        if (s->be && s->bq8[i]) s->be->forget_mats(s->be, (const qmat *[]){&s->bq[i]}, 1);
-        free(s->bq8[i]);
+        if (s->be && s->bq[i].data) s->be->forget_mats(s->be, (const qmat *[]){&s->bq[i]}, 1);
+        free((void *)s->bq[i].data);
     }
     mtp_model_free(&s->m);
     mtp_acts_free_f(&s->acts);
-    free(s->z), free(s->hf), free(s->ych), free(s->qalt);
+    free(s->z), free(s->hf), free(s->ych), free(s->qalt), free(s->cat);
     lp_scratch_free(&s->scr);
     free(s);
     d->impl = NULL;
@@ -642,8 +679,8 @@ static void mtp_close(drafter *d) {
 const drafter_ops drafter_mtp = {
     "mtp",
     "DeepSeek-V3-style MTP module on the target's last hidden state, one module chained: {\"checkpoint\": DIR, "
-    "\"block_precision\": \"auto\" | \"q8_0\" | \"f32\"} (untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
-    mtp_open, mtp_begin, mtp_propose, mtp_commit, mtp_end, mtp_rewind, mtp_save_ops, mtp_close,
+    "\"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} (untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
+    mtp_open, mtp_drafter_begin, mtp_drafter_propose, mtp_drafter_commit, mtp_drafter_end, mtp_drafter_rewind, mtp_drafter_save, mtp_drafter_close,
     /* the gate's untrained module: the block copied from the tiny target's last layer, P random; on
      * the tiny target over a draft vocabulary of 6 of its 8 tokens in a scrambled order, on the real
      * one over the whole vocabulary */

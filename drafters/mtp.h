@@ -18,7 +18,13 @@
  * Training: every anchor runs the chain over the data's own tokens (teacher forcing of the tokens,
  * the module's own states: EAGLE's training-time test), CE + L1 against the cached top-K law, each
  * supervised position weight 1. The block starts as a copy of the target's last layer (where its
- * geometry and RoPE layout allow), the norms at 1 (the final norm at the target's), P at N(0, 0.02). */
+ * geometry and RoPE layout allow), the norms at 1 (the final norm at the target's), P at N(0, 0.02).
+ *
+ * The same module is EAGLE-3 (kind "eagle3", drafters/eagle3.c) when the state it reads at the
+ * target's positions is not one layer's but the fusion of a low, a middle and a high one,
+ *     g_i = F [h_i^low; h_i^mid; h_i^high]      F: [dim][3 dim], started as [0 0 I]
+ * and its own y at the speculative ones, trained with the same unrolled chain (EAGLE-3's training-
+ * time test). */
 #ifndef DS_MTP_H
 #define DS_MTP_H
 
@@ -26,18 +32,22 @@
 #include <stddef.h>
 
 #include "../runtime/model.h"
+#include "drafter.h"
 #include "subvocab.h"
 #include "trainable.h"
 
 #define MTP_MAX_DEPTH 16
-#define MTP_N_TENSORS 13
+#define MTP_MAX_TAPS 4
+#define MTP_N_TENSORS 14
 
 typedef struct {
+    char kind[8];          /* "mtp", or "eagle3" (fused taps) */
     int dim, vocab, n_heads, n_kv_heads, head_dim, hidden_dim;
     int depth;             /* chained positions trained and drafted */
     int draft_vocab;       /* rows of the head the drafts come from (0: the whole vocabulary) */
     char vocab_hash[20];   /* FNV-1a of their ids (checkpoint contract), "" when whole */
-    int tap;               /* the target layer read: its last */
+    int n_tap;             /* the target layers read: mtp its last (1); eagle3 low, mid, high, fused by F */
+    int taps[MTP_MAX_TAPS];
     int init_layer;        /* the target layer the block started from (-1: random) */
     float eps, rope_theta;
     float w_ce, w_l1;
@@ -52,13 +62,14 @@ typedef struct {
 #define MTP_PV_TYPE(REAL, SFX)                                                                           \
     typedef struct {                                                                                      \
         REAL *hnorm, *enorm, *proj, *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down,  \
-            *final_norm;                                                                                  \
+            *final_norm, *fc;                                                                             \
     } mtp_pv##SFX;
 MTP_PV_TYPE(float, _f)
 MTP_PV_TYPE(double, _d)
 
 /* the block's matrix groups, as a serving pass hands them to its hook (outputs in this order) */
-enum { MTP_MM_PROJ, MTP_MM_QKV /* q, k, v */, MTP_MM_O, MTP_MM_GU /* gate, up */, MTP_MM_DOWN, MTP_MM_GROUPS };
+enum { MTP_MM_PROJ, MTP_MM_QKV /* q, k, v */, MTP_MM_O, MTP_MM_GU /* gate, up */, MTP_MM_DOWN, MTP_MM_FC /* eagle3's F */,
+       MTP_MM_GROUPS };
 
 /* one pass of the module over N rows: what the backward pass needs, grown on demand. mm, when set,
  * runs the block's matrices instead of the host's fp32 GEMMs (serving on the backend): group G's
@@ -103,15 +114,17 @@ typedef struct {
 
 extern const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS];
 
-/* Defaults for a target (depth 3, the last layer, the block from it), JSON fields override them;
- * unknown keys are refused. */
-int mtp_config_init(mtp_config *c, const model *target, const cJSON *j);
+/* Defaults for a target (depth 3, the last layer, the block from it; with "kind": "eagle3" the taps
+ * 1, n_layers / 2 - 1, n_layers - 3 fused), JSON fields override them; unknown keys are refused. */
+int mtp_config_init(mtp_config *c, const model *target, const char *kind, const cJSON *j);
+/* the fused width (0: mtp reads its one tap as it is) */
+static inline int mtp_fused(const mtp_config *c) { return c->kind[0] == 'e' ? c->n_tap : 0; }
 cJSON *mtp_config_json(const mtp_config *c);
 /* the initial module (see the header comment); with_embed: keep the fp32 embedding and head copies
  * the training step needs; ids: the draft vocabulary's c->draft_vocab ids (NULL: the whole) */
 int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed,
                    const int *ids);
-int mtp_load(mtp_model *m, const char *dir, const model *target, int with_embed);
+int mtp_load(mtp_model *m, const char *dir, const model *target, const char *kind, int with_embed);
 int mtp_save(const mtp_model *m, const char *dir);
 int mtp_read_params(mtp_model *m, const char *dir);
 void mtp_model_free(mtp_model *m);
@@ -136,5 +149,16 @@ int mtp_rows_forward_f(const mtp_config *c, const mtp_pv_f *P, mtp_acts_f *a, in
                        float *Vcache);
 int mtp_acts_reserve_f(mtp_acts_f *a, const mtp_config *c, int N, int L);
 void mtp_acts_free_f(mtp_acts_f *a);
+
+/* The drafter (registered as "mtp"; eagle3.c registers the same operations as "eagle3"): open a
+ * checkpoint or an untrained module of the given kind, then the usual operations. */
+int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind);
+int mtp_drafter_begin(drafter *d, request *r, const float *prompt_hidden);
+int mtp_drafter_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out);
+int mtp_drafter_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden);
+int mtp_drafter_rewind(drafter *d, request *r);
+void mtp_drafter_end(drafter *d, request *r);
+int mtp_drafter_save(const drafter *d, const char *dir);
+void mtp_drafter_close(drafter *d);
 
 #endif

@@ -10,7 +10,7 @@
 #include "drafter.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
-    drafter_ngram, drafter_suffix, drafter_medusa, drafter_mtp;
+    drafter_ngram, drafter_suffix, drafter_medusa, drafter_mtp, drafter_eagle3;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
@@ -21,6 +21,7 @@ static const drafter_ops *const DRAFTERS[] = {
     &drafter_suffix,
     &drafter_medusa,
     &drafter_mtp,
+    &drafter_eagle3,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 
@@ -114,16 +115,34 @@ fail:
 int drafter_precision(jcfg *r, const char *key, const char **p) {
     *p = "auto";
     DS_TRY(jcfg_str(r, key, p));
-    DS_CHECK(!strcmp(*p, "auto") || !strcmp(*p, "q8_0") || !strcmp(*p, "f32"),
-             "drafter: %s '%s' is not one of auto, q8_0, f32", key, *p);
+    DS_CHECK(!strcmp(*p, "auto") || !strcmp(*p, "q8_0") || !strcmp(*p, "q4_1") || !strcmp(*p, "f32"),
+             "drafter: %s '%s' is not one of auto, q8_0, q4_1, f32", key, *p);
     return 0;
 fail:
     return -1;
 }
 
-int drafter_q8_of(const char *p, const char *key, int fits, const char *widths, int *q8) {
-    DS_CHECK(fits || strcmp(p, "q8_0"), "drafter: %s q8_0 needs %s", key, widths);
-    *q8 = fits && strcmp(p, "f32");
+int drafter_type_of(const char *p, const char *key, int fits, const char *widths, uint32_t *type) {
+    DS_CHECK(fits || !strcmp(p, "auto") || !strcmp(p, "f32"), "drafter: %s %s needs %s", key, p, widths);
+    *type = !fits || !strcmp(p, "f32") ? GGML_F32 : !strcmp(p, "q4_1") ? GGML_Q4_1 : GGML_Q8_0;
+    return 0;
+fail:
+    return -1;
+}
+
+const char *drafter_type_key(uint32_t type) {
+    return type == GGML_Q8_0 ? "q8_0" : type == GGML_Q4_1 ? "q4_1" : "f32";
+}
+
+int drafter_quantize(const float *w, int rows, int cols, uint32_t type, qmat *q, const char *what) {
+    DS_CHECK((type == GGML_Q8_0 || type == GGML_Q4_1) && cols % 32 == 0, "%s: cannot quantize %d columns to %s", what,
+             cols, ggml_type_name(type));
+    size_t nb = (size_t)cols / 32, rb = nb * (type == GGML_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0));
+    void *data;
+    DS_TRYP(data = ds_malloc(rb * (size_t)rows, what));
+    if (type == GGML_Q4_1) quantize_q4_1(w, data, (int64_t)rows * cols);
+    else quantize_q8_0(w, data, (int64_t)rows * cols);
+    *q = (qmat){type, rows, cols, rb, data};
     return 0;
 fail:
     return -1;

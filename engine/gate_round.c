@@ -534,6 +534,8 @@ static const control_case CONTROLS[] = {
     {"medusa", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
     {"mtp", "greedy", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
     {"mtp", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
+    {"eagle3", "fixed", S_TOPP, K_EXACT, FAULT_DRAFT_NO_TOP_P},
+    {"eagle3", NULL, 0, K_QCONS, FAULT_DRAFT_NO_TOP_P},
     {"dflash", "fixed", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"dspark-markov", "greedy", S_TOPK, K_EXACT, FAULT_ACCEPT_BIAS},
     {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_ACCEPT_BIAS},

@@ -118,6 +118,27 @@ int jcfg_floats(jcfg *c, const char *key, int max, double lo, double hi, float *
     return 0;
 }
 
+int jcfg_ints(jcfg *c, const char *key, int min_n, int max_n, long lo, long hi, int *out, int *n) {
+    const cJSON *a = jcfg_get(c, key);
+    if (!a) return 0;
+    int k = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || k < min_n || k > max_n) {
+        ds_error("%s: '%s' must be an array of %d..%d integers", c->path, key, min_n, max_n);
+        return -1;
+    }
+    for (int i = 0; i < k; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble || v->valuedouble < lo ||
+            v->valuedouble > hi) {
+            ds_error("%s: '%s'[%d] must be an integer in [%ld, %ld]", c->path, key, i, lo, hi);
+            return -1;
+        }
+        out[i] = (int)v->valuedouble;
+    }
+    *n = k;
+    return 0;
+}
+
 int jcfg_str(jcfg *c, const char *key, const char **out) {
     const cJSON *v = jcfg_get(c, key);
     if (!v) return 0;

@@ -35,6 +35,8 @@ int jcfg_strcpy(jcfg *c, const char *key, char *dst, size_t n);    /* copied, le
 int jcfg_bool(jcfg *c, const char *key, int *out);
 /* an array of at most max numbers, each in (lo, hi) open: out[0..*n) (untouched when absent) */
 int jcfg_floats(jcfg *c, const char *key, int max, double lo, double hi, float *out, int *n);
+/* an array of min_n..max_n integers, each in [lo, hi]: out[0..*n) (untouched when absent) */
+int jcfg_ints(jcfg *c, const char *key, int min_n, int max_n, long lo, long hi, int *out, int *n);
 void jcfg_skip(jcfg *c, const char *key);   /* a known key read elsewhere (e.g. free text) */
 int jcfg_close(jcfg *c);                    /* -1 on the first key nobody read */
 

@@ -235,16 +235,18 @@ static void overfit_gate(int vocab) {
     assert_int_equal(md_trainable(&m, &tr), 0);
     if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
     char dj[800];
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
+    /* the vocabulary case serves its blocks in Q4_1, the other in the default Q8_0 */
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"%s}", run, vocab ? ", \"block_precision\": \"q4_1\"" : "");
     cJSON *dc = cJSON_Parse(dj);
     drafter dr;
     if (drafter_open(&dr, "medusa", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_non_null(strstr(dr.describe, vocab ? "blocks q4_1" : "blocks q8_0"));
     float *hid = target_states(&tt->t, seq, n, 1, &tap);
     long hit, tried;
     teacher_forced(&dr, &tt->t, seq, n, np, HEADS, hid, &hit, &tried);
-    printf("  overfit gate, medusa (%d heads%s): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
+    printf("  overfit gate, medusa (%d heads%s, blocks %s): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
            "serving drafts %ld of %ld back\n",
-           HEADS, vocab ? ", draft vocabulary 46 of 48" : "", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
+           HEADS, vocab ? ", draft vocabulary 46 of 48" : "", vocab ? "q4_1" : "q8_0", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
     if (hit < 0.9 * tried) fail_msg("medusa: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
     decode_matches_ar(&tt->t, &dr, seq, np, 30, HEADS);
     drafter_close(&dr);

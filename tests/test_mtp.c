@@ -1,9 +1,10 @@
-/* test_mtp — the MTP module as a trainable model and a drafter, on a tiny target the test writes
- * itself: the training loss's gradient against finite differences (both target sides, every tensor,
- * through the unrolled chain), the float step against the double one, the module's cache after a
- * rejection (a commit drops the chain's speculative rows: the next drafts equal those of a fresh
- * begin on the committed text), checkpoints round-tripping and refused when they do not belong, and
- * the one-sequence overfit gate (trained through the shared loop, served through the registry, every
+/* test_mtp — the MTP module as a trainable model and a drafter, and the same for EAGLE-3 (the module
+ * on fused taps), on a tiny target the test writes itself: the training loss's gradient against
+ * finite differences (both target sides, every tensor, through the unrolled chain), the float step
+ * against the double one, position 1 trained vs served, the module's cache after a rejection (a
+ * commit drops the chain's speculative rows: the next drafts equal those of a fresh begin on the
+ * committed text), checkpoints round-tripping and refused when they do not belong, and the
+ * one-sequence overfit gate (trained through the shared loop, served through the registry, every
  * output equal to the target's own). */
 #include "testutil.h"
 
@@ -19,25 +20,37 @@
 #define DEPTH 3
 
 typedef struct {
-    int T, tokens[40], anchor[6], n_valid[6];
-    float *taps, *final;
+    int T, tokens[40], anchor[6], n_valid[6], nc;
+    float *taps, *cap, *final; /* taps: the training layout [T][nc dim]; cap: the serving one [nc][T][dim] */
     int32_t tk_id[40 * FIX_K];
     float tk_lp[40 * FIX_K];
 } seq_fix;
 
-static void make_seq(tiny_target *tt, seq_fix *f) {
+/* rows from..from+cnt-1 of every captured layer of cap [nc][n][dim], packed as the loop hands them */
+static float *pack_rows(const float *cap, int nc, int n, int D, int from, int cnt) {
+    float *o = malloc(sizeof(float) * (size_t)nc * cnt * D);
+    for (int t = 0; t < nc; t++)
+        memcpy(o + (size_t)t * cnt * D, cap + ((size_t)t * n + from) * D, sizeof(float) * (size_t)cnt * D);
+    return o;
+}
+
+static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) {
     rng_t r;
     rng_seed(&r, 5);
     f->T = 36;
     for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
-    int tap = tt->t.m.cfg.n_layers - 1, D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
+    int D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size, nc = f->nc = c->n_tap;
     f->final = malloc(sizeof(float) * f->T * D);
-    f->taps = malloc(sizeof(float) * f->T * D);
+    f->taps = malloc(sizeof(float) * f->T * D * nc);
+    f->cap = malloc(sizeof(float) * f->T * D * nc);
     kv_cache *kv = kv_cache_new(tt->t.be, &tt->t.m.cfg, f->T);
     float *logits = malloc(sizeof(float) * f->T * V);
     fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .all_logits = 1, .logits = logits,
-                   .n_capture = 1, .capture_layers = &tap, .capture = f->taps, .final_hidden = f->final};
+                   .n_capture = nc, .capture_layers = c->taps, .capture = f->cap, .final_hidden = f->final};
     assert_int_equal(model_forward(&tt->t.m, &tt->t.fs, &b), 0);
+    for (int i = 0; i < f->T; i++)
+        for (int t = 0; t < nc; t++)
+            memcpy(f->taps + ((size_t)i * nc + t) * D, f->cap + ((size_t)t * f->T + i) * D, sizeof(float) * D);
     for (int i = 0; i < f->T - FIX_PROMPT; i++)
         topk_logprobs(logits + (size_t)(FIX_PROMPT - 1 + i) * V, V, FIX_K, f->tk_id + i * FIX_K, f->tk_lp + i * FIX_K);
     free(logits);
@@ -70,10 +83,10 @@ static double loss_d(void *ctx) {
 
 /* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of
  * 40 of the 48 ids in a scrambled order (labels and top-K entries fall outside it) */
-static void gradcheck(int target, int vocab) {
+static void gradcheck(const char *kind, int target, int vocab) {
     tiny_target *tt = tiny_open();
     mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
     c.depth = DEPTH;
     c.w_ce = 0.3f, c.w_l1 = 0.7f;
     int ids[40];
@@ -85,9 +98,9 @@ static void gradcheck(int target, int vocab) {
     rng_seed(&r, 9);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* the norms too */
     seq_fix f;
-    make_seq(tt, &f);
+    make_seq(tt, &c, &f);
     int D = c.dim;
-    size_t nE = (size_t)c.vocab * D, nEh = (size_t)m.sv.Vd * D, nt = (size_t)f.T * D;
+    size_t nE = (size_t)c.vocab * D, nEh = (size_t)m.sv.Vd * D, nt = (size_t)f.T * D, ntaps = nt * f.nc;
     dctx x;
     memset(&x, 0, sizeof x);
     x.c = &m.cfg;
@@ -95,11 +108,12 @@ static void gradcheck(int target, int vocab) {
     double *p = malloc(sizeof(double) * m.n_params);
     x.Ein = malloc(sizeof(double) * nE);
     x.E = malloc(sizeof(double) * nEh);
-    double *taps = malloc(sizeof(double) * nt), *fin = malloc(sizeof(double) * nt);
+    double *taps = malloc(sizeof(double) * ntaps), *fin = malloc(sizeof(double) * nt);
     for (size_t i = 0; i < m.n_params; i++) p[i] = m.params[i];
     for (size_t i = 0; i < nE; i++) x.Ein[i] = m.Ein[i];
     for (size_t i = 0; i < nEh; i++) x.E[i] = m.E[i];
-    for (size_t i = 0; i < nt; i++) taps[i] = f.taps[i], fin[i] = f.final[i];
+    for (size_t i = 0; i < ntaps; i++) taps[i] = f.taps[i];
+    for (size_t i = 0; i < nt; i++) fin[i] = f.final[i];
     mtp_pv_set_d(&x.P, &m, p);
     train_seq sf = {f.T, f.taps, target ? NULL : f.final, f.tokens, FIX_PROMPT, FIX_K, target ? f.tk_id : NULL,
                     target ? f.tk_lp : NULL, 6, f.anchor, f.n_valid};
@@ -120,35 +134,42 @@ static void gradcheck(int target, int vocab) {
     memset(&st, 0, sizeof st);
     if (mtp_step_f(&m.cfg, &m.pv, &Gf, m.Ein, m.E, m.sv.Vd, m.sv.vmap, &sf, x.w, &st, &m.ws)) fail_msg("%s", ds_errmsg());
     double worst = 0, worst_f = 0;
+    int n_t = 0;
     for (int ti = 0; ti < MTP_N_TENSORS; ti++) {
         const train_tensor *t = &m.tt[ti];
+        if (!t->numel) continue; /* eagle3's F in an mtp */
+        n_t++;
         char what[80];
-        snprintf(what, sizeof what, "mtp: tensor %s", MTP_TENSOR_NAMES[ti]);
+        snprintf(what, sizeof what, "%s: tensor %s", kind, MTP_TENSOR_NAMES[ti]);
         double rel_f, rel = fd_check_tensor(loss_d, &x, p + t->offset, gd + t->offset, gf + t->offset, t->numel, &r,
                                             what, &rel_f);
         worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
     }
-    printf("  mtp, depth %d, target %s%s: %d tensors; worst relative error vs finite differences %.2e (double); float "
-           "vs double gradient %.2e\n",
-           DEPTH, target ? "top-8" : "final states", vocab ? ", draft vocabulary 40 of 48" : "", MTP_N_TENSORS, worst,
-           worst_f);
+    printf("  %s, depth %d, %d tap%s, target %s%s: %d tensors; worst relative error vs finite differences %.2e (double); "
+           "float vs double gradient %.2e\n",
+           kind, DEPTH, f.nc, f.nc > 1 ? "s fused" : "", target ? "top-8" : "final states",
+           vocab ? ", draft vocabulary 40 of 48" : "", n_t, worst, worst_f);
+    if (!strcmp(kind, "eagle3")) assert_int_equal(n_t, MTP_N_TENSORS); /* F was checked */
     mtp_ws_free_d(&x.ws);
-    free(gd), free(gf), free(p), free(x.Ein), free(x.E), free(taps), free(fin), free(f.taps), free(f.final);
+    free(gd), free(gf), free(p), free(x.Ein), free(x.E), free(taps), free(fin), free(f.taps), free(f.cap), free(f.final);
     mtp_model_free(&m);
     tiny_close(tt);
 }
 
 static void test_grad_final(void **state) {
     (void)state;
-    gradcheck(0, 0);
+    gradcheck("mtp", 0, 0);
+    gradcheck("eagle3", 0, 0);
 }
 static void test_grad_topk(void **state) {
     (void)state;
-    gradcheck(1, 0);
+    gradcheck("mtp", 1, 0);
+    gradcheck("eagle3", 1, 0);
 }
 static void test_grad_vocab(void **state) {
     (void)state;
-    gradcheck(1, 1);
+    gradcheck("mtp", 1, 1);
+    gradcheck("eagle3", 1, 1);
 }
 
 /* The first draft position, trained and served: for each anchor of a sequence, the training step's
@@ -156,20 +177,26 @@ static void test_grad_vocab(void **state) {
  * sequence up to the anchor with the same target states, must agree (same h row, same token, same
  * module); their top probabilities are compared through c_raw. Memorising one sequence can be done
  * from the tokens alone, so the overfit gate would not see a state read from the wrong row; this does. */
-static double train_serve_first(const char *precision) {
+static double train_serve_first(const char *kind, const char *precision) {
     tiny_target *tt = tiny_open();
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
+    c.depth = 3;
     seq_fix f;
-    make_seq(tt, &f);
-    char cj[200];
-    snprintf(cj, sizeof cj, "{\"depth\": 3, \"seed\": 6, \"block_precision\": \"%s\"}", precision);
+    make_seq(tt, &c, &f);
+    mtp_model m;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, NULL), 0);
+    /* eagle3's F off its [0 I] start, so that every tap and its place in the fusion count */
+    rng_t rr;
+    rng_seed(&rr, 12);
+    for (size_t i = 0; i < m.tt[13].numel; i++) m.pv.fc[i] += 0.3f * (float)(rng_uniform(&rr) - 0.5);
+    char dir[600], cj[800];
+    snprintf(dir, sizeof dir, "%s", tmp_path("mtp-first"));
+    assert_int_equal(mtp_save(&m, dir), 0); /* the module the drafter opens */
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\"}", dir, precision);
     cJSON *cfg = cJSON_Parse(cj);
     drafter dr;
-    if (drafter_open(&dr, "mtp", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
-    c.depth = 3;
-    mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, NULL), 0); /* the same module the drafter opened */
+    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
     int V = c.vocab, ones[6] = {1, 1, 1, 1, 1, 1};
     train_seq sf = {f.T, f.taps, f.final, f.tokens, FIX_PROMPT, FIX_K, NULL, NULL, 6, f.anchor, ones};
     train_stats st;
@@ -188,45 +215,53 @@ static double train_serve_first(const char *precision) {
         request r;
         assert_int_equal(request_init(&r, &tt->t, 0, f.tokens, at, 8, 1), 0);
         assert_int_equal(ivec_push(&r.toks, f.tokens[at]), 0);
-        if (dr.ops->begin(&dr, &r, f.taps)) fail_msg("%s", ds_errmsg());
+        float *pref = pack_rows(f.cap, f.nc, f.T, c.dim, 0, at);
+        if (dr.ops->begin(&dr, &r, pref)) fail_msg("%s", ds_errmsg());
+        free(pref);
         if (dr.ops->propose(&dr, &r, 1, &greedy, &b)) fail_msg("%s", ds_errmsg());
         worst = fmax(worst, fabs(b.conf_raw[0] - 1 / sum));
         dr.ops->end(&dr, &r);
         request_free(&r, &tt->t);
     }
-    printf("  mtp position 1, trained vs served (block %s) on 6 anchors: worst |top probability difference| %.2e\n",
+    printf("  %s position 1, trained vs served (block %s) on 6 anchors: worst |top probability difference| %.2e\n", kind,
            precision, worst);
     draft_block_free(&b);
     mtp_model_free(&m);
     drafter_close(&dr);
     cJSON_Delete(cfg);
-    free(f.taps), free(f.final);
+    free(f.taps), free(f.cap), free(f.final);
+    snprintf(cj, sizeof cj, "rm -rf '%s'", dir);
+    assert_int_equal(system(cj), 0);
     tiny_close(tt);
     return worst;
 }
 
-/* served in fp32 on the host: the training step's own operations; in Q8_0 on the backend's int8
- * kernels: within the rounding's bound, and not equal (the Q8_0 path really ran) */
+/* served in fp32 on the host: the training step's own operations; in Q8_0 or Q4_1 on the backend's
+ * int8 kernels: within the rounding's bound, and not equal (the quantized path really ran), Q4_1's
+ * rounding the coarser */
 static void test_train_serve_first(void **state) {
     (void)state;
-    assert_true(train_serve_first("f32") < 1e-4);
-    double q8 = train_serve_first("q8_0");
-    assert_true(q8 < 0.05 && q8 > 1e-6);
+    const char *kinds[] = {"mtp", "eagle3"};
+    for (int i = 0; i < 2; i++) {
+        assert_true(train_serve_first(kinds[i], "f32") < 1e-4);
+        double q8 = train_serve_first(kinds[i], "q8_0"), q4 = train_serve_first(kinds[i], "q4_1");
+        assert_true(q8 < 0.05 && q8 > 1e-6);
+        if (!(q4 < 0.5 && q4 > q8)) fail_msg("%s: q4_1 served vs trained %g (q8_0 %g)", kinds[i], q4, q8);
+    }
 }
 
 /* begin on seq[0..c), propose (its speculative rows enter the module's cache), commit j of them:
  * the next proposal must equal a fresh begin's on seq[0..c+j+1) — the rejected rows left nothing */
-static void test_cache_rollback(void **state) {
-    (void)state;
+static void cache_rollback(const char *kind) {
     tiny_target *tt = tiny_open();
     cJSON *cfg = cJSON_Parse("{\"depth\": 3, \"seed\": 4}");
     drafter dr;
-    if (drafter_open(&dr, "mtp", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    int n = 30, seq[30], tap = tt->t.m.cfg.n_layers - 1, D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
+    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    int n = 30, seq[30], nc = dr.n_capture, D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
     rng_t r;
     rng_seed(&r, 3);
     for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
-    float *hid = target_states(&tt->t, seq, n, 1, &tap);
+    float *hid = target_states(&tt->t, seq, n, nc, dr.capture_layers);
     sampling_params sp = {1.0f, 0, 1.0f};
     draft_block a, b;
     assert_int_equal(draft_block_init(&a, 3, V, 1), 0);
@@ -237,15 +272,18 @@ static void test_cache_rollback(void **state) {
             request ra, rb;
             assert_int_equal(request_init(&ra, &tt->t, 0, seq, c, 16, 7), 0);
             assert_int_equal(ivec_push(&ra.toks, seq[c]), 0);
-            if (dr.ops->begin(&dr, &ra, hid)) fail_msg("%s", ds_errmsg());
+            float *pa = pack_rows(hid, nc, n, D, 0, c), *rows = pack_rows(hid, nc, n, D, c, j + 1);
+            float *pb = pack_rows(hid, nc, n, D, 0, c + j + 1);
+            if (dr.ops->begin(&dr, &ra, pa)) fail_msg("%s", ds_errmsg());
             if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
             for (int i = 1; i <= j + 1; i++) assert_int_equal(ivec_push(&ra.toks, seq[c + i]), 0);
-            if (dr.ops->commit(&dr, &ra, j, seq[c + j + 1], hid + (size_t)c * D)) fail_msg("%s", ds_errmsg());
+            if (dr.ops->commit(&dr, &ra, j, seq[c + j + 1], rows)) fail_msg("%s", ds_errmsg());
             rng_seed(&ra.rng_draft, 99);
             if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
             assert_int_equal(request_init(&rb, &tt->t, 0, seq, c + j + 1, 16, 7), 0);
             assert_int_equal(ivec_push(&rb.toks, seq[c + j + 1]), 0);
-            if (dr.ops->begin(&dr, &rb, hid)) fail_msg("%s", ds_errmsg());
+            if (dr.ops->begin(&dr, &rb, pb)) fail_msg("%s", ds_errmsg());
+            free(pa), free(rows), free(pb);
             rng_seed(&rb.rng_draft, 99);
             if (dr.ops->propose(&dr, &rb, 3, &sp, &b)) fail_msg("%s", ds_errmsg());
             assert_int_equal(a.n, 3);
@@ -255,7 +293,8 @@ static void test_cache_rollback(void **state) {
             dr.ops->end(&dr, &ra), dr.ops->end(&dr, &rb);
             request_free(&ra, &tt->t), request_free(&rb, &tt->t);
         }
-    printf("  mtp cache after commits of 0-2 of 3 drafts: next drafts equal a fresh begin's (worst |dq| %.2e)\n", worst);
+    printf("  %s cache after commits of 0-2 of 3 drafts: next drafts equal a fresh begin's (worst |dq| %.2e)\n", kind,
+           worst);
     assert_true(worst < 1e-5);
     draft_block_free(&a), draft_block_free(&b);
     drafter_close(&dr);
@@ -264,11 +303,17 @@ static void test_cache_rollback(void **state) {
     tiny_close(tt);
 }
 
+static void test_cache_rollback(void **state) {
+    (void)state;
+    cache_rollback("mtp");
+    cache_rollback("eagle3");
+}
+
 static void test_checkpoint(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, "mtp", NULL), 0);
     c.depth = 2;
     c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
     mtp_model m, m2;
@@ -276,7 +321,7 @@ static void test_checkpoint(void **state) {
     char dir[600], p[700];
     snprintf(dir, sizeof dir, "%s", tmp_path("mtp-ck"));
     assert_int_equal(mtp_save(&m, dir), 0);
-    assert_int_equal(mtp_load(&m2, dir, &tt->t.m, 0), 0);
+    assert_int_equal(mtp_load(&m2, dir, &tt->t.m, "mtp", 0), 0);
     assert_int_equal(m2.cfg.depth, 2);
     assert_int_equal(m2.cfg.n_calib, 2);
     assert_true(m2.cfg.calib[1] == 0.7f);
@@ -305,7 +350,7 @@ static void test_checkpoint(void **state) {
                             {"{\"kind\": \"mtp\", \"hidden_dim\": 16}", "init_layer"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_file(p, bad[i][0], strlen(bad[i][0]));
-        assert_int_equal(mtp_load(&m2, dir, &tt->t.m, 0), -1);
+        assert_int_equal(mtp_load(&m2, dir, &tt->t.m, "mtp", 0), -1);
         if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
     }
     /* a checkpoint whose tensor has the wrong shape */
@@ -315,7 +360,7 @@ static void test_checkpoint(void **state) {
     const char *cj = "{\"kind\": \"mtp\", \"depth\": 2, \"hidden_dim\": 64, \"init_layer\": -1}";
     write_file(p, cj, strlen(cj));
     mtp_model m3;
-    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), -1);
+    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, "mtp", 0), -1);
     assert_non_null(strstr(ds_errmsg(), "wrong shape"));
     mtp_model_free(&m2);
     /* a draft vocabulary: its ids round-trip; a recorded hash they do not have is refused */
@@ -324,14 +369,14 @@ static void test_checkpoint(void **state) {
     c.hidden_dim = tt->t.m.cfg.hidden_dim, c.draft_vocab = 30;
     assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0, ids), 0);
     assert_int_equal(mtp_save(&m2, dir), 0);
-    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), 0);
+    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, "mtp", 0), 0);
     assert_int_equal(m3.sv.Vd, 30);
     assert_memory_equal(m3.sv.vid, ids, sizeof ids);
     mtp_model_free(&m3);
     const char *hj = "{\"kind\": \"mtp\", \"depth\": 2, \"init_layer\": -1, \"draft_vocab\": 30, "
                      "\"vocab_hash\": \"0123456789abcdef\"}";
     write_file(p, hj, strlen(hj));
-    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, 0), -1);
+    assert_int_equal(mtp_load(&m3, dir, &tt->t.m, "mtp", 0), -1);
     assert_non_null(strstr(ds_errmsg(), "vocab_hash"));
     mtp_model_free(&m2);
     mtp_model_free(&m);
@@ -345,7 +390,7 @@ static void test_checkpoint(void **state) {
  * through the shared loop, served from its checkpoint through the registry, must draft the memorised
  * tokens back at every cut, before and after a commit; then the decoding loop at T = 0 must emit the
  * target's own output. */
-static void overfit_gate(int vocab) {
+static void overfit_gate(const char *kind, int vocab) {
     tiny_target *tt = tiny_open();
     char cache[512], run[512], cmd[1200];
     snprintf(cache, sizeof cache, "%s", tmp_path("mtp-overfit-cache"));
@@ -376,7 +421,7 @@ static void overfit_gate(int vocab) {
         free(all), free(one);
     }
     mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, NULL), 0);
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
     c.depth = DEPTH;
     c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
     /* with a draft vocabulary: the 46 ids the sequence draws from, scrambled (row j is not token j) */
@@ -390,24 +435,26 @@ static void overfit_gate(int vocab) {
     int nh;
     trainable tr;
     assert_int_equal(mtp_trainable(&m, &tr), 0);
-    int wrong = 1; /* a cache without the layer a drafter reads is refused by name */
-    tr.taps = &wrong;
+    int wrong[2] = {1, 1}; /* a cache without the layer a drafter reads is refused by name */
+    tr.taps = wrong;
     assert_int_equal(train_run(&tr, &d, &o, h, 400, &nh), -1);
     if (!strstr(ds_errmsg(), "taps layers 0,2; the drafter reads layer 1")) fail_msg("unexpected message: %s", ds_errmsg());
-    tr.taps = &m.cfg.tap;
+    tr.taps = m.cfg.taps;
     if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
     char dj[800];
     snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
     cJSON *dc = cJSON_Parse(dj);
     drafter dr;
-    if (drafter_open(&dr, "mtp", dc, &tt->t)) fail_msg("%s", ds_errmsg());
-    float *hid = target_states(&tt->t, seq, n, 1, &tap);
+    if (drafter_open(&dr, kind, dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(dr.n_capture, c.n_tap);
+    float *hid = target_states(&tt->t, seq, n, dr.n_capture, dr.capture_layers);
     long hit, tried;
     teacher_forced(&dr, &tt->t, seq, n, np, DEPTH, hid, &hit, &tried);
-    printf("  overfit gate, mtp (depth %d%s): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
-           "serving drafts %ld of %ld back\n",
-           DEPTH, vocab ? ", draft vocabulary 46 of 48" : "", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
-    if (hit < 0.9 * tried) fail_msg("mtp: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
+    printf("  overfit gate, %s (depth %d, %d tap%s%s): %d random tokens memorised (train loss %.3f -> %.4f); "
+           "teacher-forced serving drafts %ld of %ld back\n",
+           kind, DEPTH, c.n_tap, c.n_tap > 1 ? "s fused" : "", vocab ? ", draft vocabulary 46 of 48" : "", n - np,
+           h[0].loss, h[nh - 1].loss, hit, tried);
+    if (hit < 0.9 * tried) fail_msg("%s: the memorised sequence is not drafted back (%ld of %ld)", kind, hit, tried);
     decode_matches_ar(&tt->t, &dr, seq, np, 30, DEPTH);
     drafter_close(&dr);
     free(hid);
@@ -420,11 +467,15 @@ static void overfit_gate(int vocab) {
 
 static void test_overfit_gate(void **state) {
     (void)state;
-    overfit_gate(0);
+    overfit_gate("mtp", 0);
 }
 static void test_overfit_gate_vocab(void **state) {
     (void)state;
-    overfit_gate(1);
+    overfit_gate("mtp", 1);
+}
+static void test_overfit_gate_eagle3(void **state) {
+    (void)state;
+    overfit_gate("eagle3", 1);
 }
 
 int main(void) {
@@ -437,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_overfit_gate_vocab),
+        cmocka_unit_test(test_overfit_gate_eagle3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

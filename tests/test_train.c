@@ -470,7 +470,7 @@ static void test_overfit_gate(void **state) {
     overfit_gate("dspark-rnn", "");
 }
 
-/* The sequential head's W2 in Q8_0 for serving: chosen by "auto" when the rank allows it, refused
+/* The sequential head's W2 in Q8_0 (or Q4_1) for serving: chosen by "auto" when the rank allows it, refused
  * by name when asked for where it cannot be, and an unknown precision is an error. (Its losslessness
  * is the gate's: the gate's DSpark drafters have rank 256, so they serve a Q8_0 W2.) */
 static void test_head_precision(void **state) {
@@ -481,6 +481,8 @@ static void test_head_precision(void **state) {
         {"{\"rank\": 32, \"layers\": 1, \"head_precision\": \"f32\"}", "head f32"},
         {"{\"rank\": 6, \"layers\": 1}", "head f32"},
         {"{\"rank\": 6, \"layers\": 1, \"head_precision\": \"q8_0\"}", "multiple of 32"},
+        {"{\"rank\": 32, \"layers\": 1, \"head_precision\": \"q4_1\"}", "head q4_1"},
+        {"{\"rank\": 6, \"layers\": 1, \"head_precision\": \"q4_1\"}", "multiple of 32"},
         {"{\"rank\": 32, \"layers\": 1, \"head_precision\": \"q4\"}", "head_precision 'q4'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
