@@ -399,16 +399,10 @@ void bd_model_free(bd_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static int write_text(const char *path, const char *txt) { return ds_write_file_atomic(path, txt, strlen(txt)); }
 
 int bd_save(const bd_model *m, const char *dir) {
-    char p[4096];
-    st_write_tensor *w = NULL;
-    float *vids = NULL;
-    char *txt = NULL;
-    int rc = -1;
-    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
-    DS_TRYP(w = ds_calloc((size_t)m->n_t + 1, sizeof *w, "checkpoint"));
+    st_write_tensor *w = ds_calloc((size_t)m->n_t + 1, sizeof *w, "checkpoint");
+    if (!w) return -1;
     for (int i = 0; i < m->n_t; i++) {
         w[i].name = m->t[i].name;
         w[i].data = m->params + m->t[i].offset;
@@ -416,24 +410,8 @@ int bd_save(const bd_model *m, const char *dir) {
         w[i].shape[0] = m->t[i].shape[0];
         w[i].shape[1] = m->t[i].shape[1];
     }
-    int nw = m->n_t;
-    if (m->sv.vid) { /* the draft vocabulary's ids (exact in fp32 below 2^24) */
-        DS_TRYP(vids = subvocab_ids_f32(&m->sv));
-        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->Vd}};
-    }
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
-    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
-    cJSON *j = bd_config_json(&m->cfg);
-    txt = cJSON_Print(j);
-    cJSON_Delete(j);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    DS_TRY(write_text(p, txt));
-    rc = 0;
-fail:
+    int rc = subvocab_write_checkpoint(&m->sv, dir, w, m->n_t, bd_config_json(&m->cfg));
     free(w);
-    free(vids);
-    free(txt);
     return rc;
 }
 

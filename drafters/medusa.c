@@ -149,31 +149,11 @@ fail:
 }
 
 int md_save(const md_model *m, const char *dir) {
-    char p[4096], *txt = NULL;
     st_write_tensor w[2 * MD_MAX_HEADS + 1];
-    float *vids = NULL;
-    int rc = -1, D = m->cfg.dim, nw = m->n_t;
-    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
+    int D = m->cfg.dim;
     for (int i = 0; i < m->n_t; i++)
         w[i] = (st_write_tensor){m->names[i], m->params + m->tt[i].offset, i % 2 ? 1 : 2, {D, D}};
-    if (m->sv.vid) { /* the draft vocabulary's ids */
-        DS_TRYP(vids = subvocab_ids_f32(&m->sv));
-        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->sv.Vd}};
-    }
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
-    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
-    cJSON *j = md_config_json(&m->cfg);
-    txt = cJSON_Print(j);
-    cJSON_Delete(j);
-    DS_CHECK(txt != NULL, "%s: cannot render config.json", dir);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    DS_TRY(ds_write_file_atomic(p, txt, strlen(txt)));
-    rc = 0;
-fail:
-    free(txt);
-    free(vids);
-    return rc;
+    return subvocab_write_checkpoint(&m->sv, dir, w, m->n_t, md_config_json(&m->cfg));
 }
 
 int md_read_params(md_model *m, const char *dir) {

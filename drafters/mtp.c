@@ -246,34 +246,14 @@ fail:
 }
 
 int mtp_save(const mtp_model *m, const char *dir) {
-    char p[4096], *txt = NULL;
     st_write_tensor w[MTP_N_TENSORS + 1];
-    float *vids = NULL;
-    int rc = -1, nw = 0;
-    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
+    int nw = 0;
     for (int i = 0; i < MTP_N_TENSORS; i++) {
         int rows, cols;
         tensor_shape(&m->cfg, i, &rows, &cols);
         if (rows) w[nw++] = (st_write_tensor){MTP_TENSOR_NAMES[i], m->params + m->tt[i].offset, cols ? 2 : 1, {rows, cols}};
     }
-    if (m->sv.vid) { /* the draft vocabulary's ids */
-        DS_TRYP(vids = subvocab_ids_f32(&m->sv));
-        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {m->sv.Vd}};
-    }
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
-    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
-    cJSON *j = mtp_config_json(&m->cfg);
-    txt = cJSON_Print(j);
-    cJSON_Delete(j);
-    DS_CHECK(txt != NULL, "%s: cannot render config.json", dir);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    DS_TRY(ds_write_file_atomic(p, txt, strlen(txt)));
-    rc = 0;
-fail:
-    free(txt);
-    free(vids);
-    return rc;
+    return subvocab_write_checkpoint(&m->sv, dir, w, nw, mtp_config_json(&m->cfg));
 }
 
 int mtp_read_params(mtp_model *m, const char *dir) {

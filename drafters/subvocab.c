@@ -133,3 +133,27 @@ int subvocab_json_ids(const cJSON *arr, int *ids, int max, int *n) {
 fail:
     return -1;
 }
+
+int subvocab_write_checkpoint(const subvocab *s, const char *dir, st_write_tensor *w, int nw, cJSON *config) {
+    char p[4096], *txt = NULL;
+    float *vids = NULL;
+    int rc = -1;
+    DS_TRY(ds_mkdirs(dir, "the checkpoint folder"));
+    if (s->vid) { /* the draft vocabulary's ids (exact in fp32 below 2^24) */
+        DS_TRYP(vids = subvocab_ids_f32(s));
+        w[nw++] = (st_write_tensor){"vocab.ids", vids, 1, {s->Vd}};
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    const char *meta[4] = {"format", "pt", "dspark-bench", DSPARK_VERSION};
+    DS_TRY(st_write(p, w, nw, ST_F32, meta, 2));
+    txt = config ? cJSON_Print(config) : NULL;
+    DS_CHECK(txt != NULL, "%s: cannot render config.json", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    DS_TRY(ds_write_file_atomic(p, txt, strlen(txt)));
+    rc = 0;
+fail:
+    cJSON_Delete(config);
+    free(txt);
+    free(vids);
+    return rc;
+}

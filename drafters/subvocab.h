@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../runtime/formats/quant.h"
+#include "../runtime/formats/safetensors.h"
 
 typedef struct {
     int V, Vd;      /* the target's vocabulary; the draft's rows */
@@ -32,6 +33,10 @@ int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *reco
 int subvocab_check_file(const subvocab *s, const char *path);
 /* the ids as floats for "vocab.ids" (caller frees), NULL on failure */
 float *subvocab_ids_f32(const subvocab *s);
+/* A drafter's checkpoint in dir: model.safetensors from w[0..nw) (fp32; w has room for one more
+ * entry, the draft vocabulary's "vocab.ids" when s has ids) and config.json from config (consumed),
+ * each written atomically. */
+int subvocab_write_checkpoint(const subvocab *s, const char *dir, st_write_tensor *w, int nw, cJSON *config);
 /* head = the target's output matrix restricted to the subset (rows gathered in its own format) */
 int subvocab_gather_head(subvocab *s, const qmat *output);
 /* Eh[j] = E[vid[j]] for fp32 rows of D (training's frozen head); a copy of E when whole */

@@ -241,6 +241,17 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     cJSON_Delete(dc);
     if (orc) goto fail;
     w->cfg = (decode_cfg){SETTINGS[setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
+    { /* one finished request first (the prompt, then its tokens again as the output): a drafter that
+       * keeps state across requests (suffix's corpus of finished outputs) drafts from it in every case
+       * below, as it does in a run after the first request */
+        request warm;
+        if (request_init(&warm, w->t, RBATCH, prompt, n_prompt, n_prompt + 1, 4242)) goto fail;
+        int rc = decode_prefill(w->t, &warm, &w->cfg, logits, NULL);
+        for (int i = 0; rc == 0 && i < n_prompt; i++) rc = ivec_push(&warm.toks, prompt[i]);
+        if (warm.dstate) w->d.ops->end(&w->d, &warm);
+        request_free(&warm, w->t);
+        if (rc) goto fail;
+    }
     for (int i = 0; i < n_req; i++) {
         if (request_init(&w->req[i], w->t, i, prompt, n_prompt, 1 + N, 4242)) goto fail;
         w->n_req = i + 1;
