@@ -159,12 +159,10 @@ static void gradcheck(const char *kind, int target, int vocab) {
 static void test_grad_final(void **state) {
     (void)state;
     gradcheck("mtp", 0, 0);
-    gradcheck("eagle3", 0, 0);
 }
 static void test_grad_topk(void **state) {
     (void)state;
-    gradcheck("mtp", 1, 0);
-    gradcheck("eagle3", 1, 0);
+    gradcheck("mtp", 1, 0); /* eagle3 shares every op but F: checked once, in the fullest case below */
 }
 static void test_grad_vocab(void **state) {
     (void)state;
