@@ -35,6 +35,29 @@ CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=x86-64-v2 -mtune=generic -fope
 LDFLAGS := $(OPT) -fopenmp
 LDLIBS := $(PKG_LIBS) -lm
 
+# CUDA: runtime/backend_cuda.c and its kernels are built when nvcc is found (CUDA=0 skips them, and
+# the sanitizer build does: ASan's shadow memory and the CUDA driver's mappings do not mix). The
+# CUDA runtime is linked statically and cuBLAS opened at run time, so the binary runs on machines
+# with neither a GPU nor the CUDA libraries; only `--backend cuda` needs them.
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(SAN),1)
+  CUDA ?= 0
+else
+  CUDA ?= $(if $(NVCC),1,0)
+endif
+CUDA_OBJ :=
+ifeq ($(CUDA),1)
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CFLAGS += -DDS_CUDA -I$(CUDA_HOME)/include
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+  CUDA_OBJ := $(BUILD)/runtime/kernels/kernels_cuda.o
+endif
+# Ampere and Hopper machine code, and PTX for anything newer
+NVCCFLAGS := -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+# objects are rebuilt when CUDA is switched on or off
+CUDA_FLAG := $(BUILD)/cuda-flag
+$(shell mkdir -p $(BUILD); [ "$$(cat $(CUDA_FLAG) 2>/dev/null)" = "$(CUDA)" ] || echo $(CUDA) > $(CUDA_FLAG))
+
 LIB_SRC := $(wildcard runtime/*.c runtime/base/*.c runtime/formats/*.c runtime/kernels/*.c verify/*.c drafters/*.c schedulers/*.c calib/*.c datasets/*.c engine/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -48,9 +71,13 @@ all: $(BIN)
 
 deps: $(BUILD)/config.mk
 
-$(BUILD)/%.o: %.c $(BUILD)/config.mk $(wildcard runtime/*.inc runtime/kernels/*.inc drafters/*.inc)
+$(BUILD)/%.o: %.c $(BUILD)/config.mk $(CUDA_FLAG) $(wildcard runtime/*.inc runtime/kernels/*.inc drafters/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/runtime/kernels/kernels_cuda.o: runtime/kernels/kernels_cuda.cu runtime/kernels/kernels_cuda.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
@@ -58,7 +85,7 @@ $(BUILD)/runtime/kernels/kernels_avx2.o: CFLAGS += $(ISA_AVX2)
 $(BUILD)/runtime/kernels/kernels_avx512.o: CFLAGS += $(ISA_AVX512)
 $(BUILD)/runtime/kernels/kernels_avx2.o $(BUILD)/runtime/kernels/kernels_avx512.o: runtime/kernels/kernels_x86.inc
 
-$(BUILD)/libdspark.a: $(LIB_OBJ)
+$(BUILD)/libdspark.a: $(LIB_OBJ) $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 

@@ -12,6 +12,7 @@
 #include "../runtime/kernels/kernels_cpu.h"
 #include "../runtime/formats/quant.h"
 #include "../runtime/sampling.h"
+#include "../runtime/synthetic.h"
 #include "../runtime/target.h"
 #include "args.h"
 #include "commands.h"
@@ -94,7 +95,7 @@ static double decode_bytes(const model *m, int ctx) {
 }
 
 int cmd_bench_target(int argc, char **argv) {
-    const char *model_path = target_default_path(), *out_path = NULL;
+    const char *model_path = target_default_path(), *out_path = NULL, *synth = NULL, *synth_type = "q4_1";
     int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64, roof_only = 0;
     backend_opts bo = {0};
     opt_def opts[] = {
@@ -105,6 +106,9 @@ int cmd_bench_target(int argc, char **argv) {
         {"decode-tokens", OPT_INT, &decode_n, "N", "tokens per decode measurement (default 128)", 1, 1 << 20, 0},
         {"max-B", OPT_INT, &max_b, "N", "largest batch in the SPS(B) curve (default 64)", 1, 4096, 0},
         {"out", OPT_STR, &out_path, "FILE", "write the results as JSON", 0, 0, 0},
+        {"synthetic", OPT_STR, &synth, "SHAPE", "a random timing model of this shape made on the GPU instead of --model "
+         "(smollm2-135m, llama-1b, llama-3b, qwen3-4b; needs --backend cuda)", 0, 0, 0},
+        {"synthetic-type", OPT_STR, &synth_type, "TYPE", "its matrices' type: q4_1 (default), q4_0, q8_0, f16, bf16", 0, 0, 0},
         {"roof", OPT_FLAG, &roof_only, NULL, "measure only the roof (int8 peak, bandwidth, cores) and stop", 0, 0, 0},
         OPT_BACKEND(bo),
         OPT_END};
@@ -113,7 +117,23 @@ int cmd_bench_target(int argc, char **argv) {
     if (rc) return rc < 0 ? -1 : 0;
 
     target t;
-    if (target_open(&t, model_path, &bo)) return -1;
+    if (synth) { /* weights only on the backend: no tokenizer, no file */
+        const char *tn[] = {"q4_1", "q4_0", "q8_0", "f16", "bf16"};
+        const uint32_t ty[] = {GGML_Q4_1, GGML_Q4_0, GGML_Q8_0, GGML_F16, GGML_BF16};
+        int k = -1;
+        for (int i = 0; i < 5; i++)
+            if (strcmp(synth_type, tn[i]) == 0) k = i;
+        if (k < 0) {
+            ds_error("--synthetic-type: unknown type '%s' (q4_1, q4_0, q8_0, f16, bf16)", synth_type);
+            return -1;
+        }
+        memset(&t, 0, sizeof t);
+        if (!(t.be = backend_new(&bo)) || model_synthetic(&t.m, synth, ty[k], t.be, 1234) || fwd_state_init(&t.fs, t.be)) {
+            target_close(&t);
+            return -1;
+        }
+        model_path = synth;
+    } else if (target_open(&t, model_path, &bo)) return -1;
     const model *m = &t.m;
     int V = m->cfg.vocab_size, nt = t.be->n_threads;
     int maxlen = DS_MAX(512, ctx + DS_MAX(max_b, decode_n)) + 8;
@@ -133,8 +153,12 @@ int cmd_bench_target(int argc, char **argv) {
 
     char cpu[256];
     cpu_describe(cpu, sizeof cpu);
-    fprintf(stderr, "bench-target: %s, %d threads, %s\n", model_path, nt, cpu);
-    printf("kernels: %s (backend %s, %d threads) on %s\n", t.be->kernels, t.be->name, nt, cpu);
+    fprintf(stderr, "bench-target: %s, %d threads, %s%s%s\n", model_path, nt, cpu, t.be->device ? ", " : "",
+            t.be->device ? t.be->device : "");
+    if (t.be->device) printf("kernels: %s (backend %s) on %s, host %s\n", t.be->kernels, t.be->name, t.be->device, cpu);
+    else printf("kernels: %s (backend %s, %d threads) on %s\n", t.be->kernels, t.be->name, nt, cpu);
+    if (synth) printf("model: synthetic %s, %.2f B parameters, random weights (timing only)\n", synth,
+                      model_n_params(m) / 1e9);
 
     /* warm up both matmul paths (the GEMM path makes its fp32 weight copies here) */
     kv_cache_crop(kv, 0);
@@ -149,12 +173,15 @@ int cmd_bench_target(int argc, char **argv) {
     double peak1 = measure_peak(qk, 1), peak = measure_peak(qk, nt), macs = matmul_macs(m);
     int n_logical, n_cores;
     cpu_topology(&n_logical, &n_cores);
-    double bw = measure_bandwidth(nt, (size_t)1 << 30);
+    /* an accelerator's floor is its own memory's bandwidth */
+    double bw = t.be->bandwidth ? t.be->bandwidth(t.be) : measure_bandwidth(nt, (size_t)1 << 30);
     double bytes = decode_bytes(m, ctx);
     printf("roof: int8 peak %.1f G MAC/s on %d threads, %.1f on 1 (%s, registers only; %.2fx with %d threads);"
            " %d logical CPUs on %d physical cores (as the OS sees them)\n",
            peak, nt, peak1, qk->peak_what, peak / peak1, nt, n_logical, n_cores);
-    printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, nt);
+    if (t.be->device) printf("device memory read bandwidth: %.1f GB/s (%s; the int8 roof above is the host CPU's)\n", bw,
+                             t.be->device);
+    else printf("memory read bandwidth: %.1f GB/s (%d threads)\n", bw, nt);
     printf("decode reads %.1f MB per token -> bandwidth floor %.2f ms/token (%.0f tok/s); %.1f M int8 MAC per token"
            " -> compute floor %.2f ms/token\n",
            bytes / 1e6, 1e3 * bytes / (bw * 1e9), bw * 1e9 / bytes, macs / 1e6, 1e3 * macs / (peak * 1e9));
@@ -173,6 +200,8 @@ int cmd_bench_target(int argc, char **argv) {
     cJSON_AddStringToObject(root, "model", model_path);
     cJSON_AddStringToObject(root, "fingerprint", m->fingerprint);
     cJSON_AddStringToObject(root, "backend", t.be->name);
+    if (t.be->device) cJSON_AddStringToObject(root, "device", t.be->device);
+    if (synth) cJSON_AddStringToObject(root, "synthetic", synth);
     cJSON_AddStringToObject(root, "kernels", t.be->kernels);
     cJSON_AddBoolToObject(root, "exact", t.be->exact);
     cJSON_AddNumberToObject(root, "gemm_min_T", t.be->gemm_min_T);

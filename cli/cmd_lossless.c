@@ -39,7 +39,7 @@ int cmd_lossless(int argc, char **argv) {
     int quick = 0, draws = 0, real = 0, two = 0, no_real = 0, real_tokens = 3, layers = 20, gamma = 3, top_k = 0;
     int exact = 0, exact_too = 0;
     float temperature = 1.0f, top_p = 1.0f;
-    const char *out = NULL, *model = NULL, *only = NULL, *part = NULL;
+    const char *out = NULL, *model = NULL, *only = NULL, *part = NULL, *be_name = NULL;
     opt_def opts[] = {
         {"draws", OPT_INT, &draws, "N", "draws per case (default 100000; with --two-sample 4100 per arm)", 100, 1e9, 0},
         {"quick", OPT_FLAG, &quick, NULL, "a smaller case matrix (seconds instead of minutes)", 0, 0, 0},
@@ -50,6 +50,8 @@ int cmd_lossless(int argc, char **argv) {
         {"two-sample", OPT_FLAG, &two, NULL, "two-sample tests of speculative vs autoregressive sampling instead", 0, 0, 0},
         {"model", OPT_STR, &model, "PATH", "real target (default: embedded SmolLM2)", 0, 0, 0},
         {"exact", OPT_FLAG, &exact, NULL, "targets on the fp32 matmul contract (default: int8, what runs by default)", 0, 0, 0},
+        {"backend", OPT_STR, &be_name, "NAME", "the production round's and --two-sample's targets on this backend (default cpu; "
+                                             "cuda has the fp32 contract only)", 0, 0, 0},
         {"drafter", OPT_STR, &only, "NAME", "only this drafter's production-round cases and controls (no toy worlds)", 0, 0, 0},
         {"both-contracts", OPT_FLAG, &exact_too, NULL, "the production round on the int8 and on the fp32 contract", 0, 0, 0},
         {"part", OPT_STR, &part, "K/2", "--both-contracts split in two processes: 1/2 the toy worlds and int8, 2/2 fp32 "
@@ -64,7 +66,7 @@ int cmd_lossless(int argc, char **argv) {
     int npos, rc = args_parse("lossless", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
     if (two) {
-        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1, exact};
+        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1, exact, be_name};
         int r = lossless_real(&ro);
         if (r > 0) ds_error("losslessness gate (--two-sample) failed: speculative and autoregressive samples differ");
         return r ? -1 : 0;
@@ -74,6 +76,7 @@ int cmd_lossless(int argc, char **argv) {
     rep.draws = draws;
     rep.quick = quick;
     rep.alpha = 0.005; /* family-wise 0.01: half for the toy worlds, half for the production round */
+    rep.backend = be_name;
     double t0 = ds_now();
     int res = 0;
     /* the contracts the production round runs on: the chosen one, or both (int8 first) */

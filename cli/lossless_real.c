@@ -102,7 +102,7 @@ int lossless_real(const real_opts *o) {
     memset(&s, 0, sizeof s);
     triple *ar = NULL, *sp = NULL;
     int rc = -1, bad = 0;
-    if (target_open(&t, o->model ? o->model : target_default_path(), &(backend_opts){.exact = o->exact})) return -1;
+    if (target_open(&t, o->model ? o->model : target_default_path(), &(backend_opts){.name = o->backend, .exact = o->exact})) return -1;
     cJSON *dc = cJSON_CreateObject();
     cJSON_AddNumberToObject(dc, "layers", o->draft_layers);
     int ok = drafter_open(&d, "vanilla", dc, &t) == 0 && scheduler_open(&s, "fixed", NULL, 0) == 0;

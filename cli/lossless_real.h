@@ -12,6 +12,7 @@ typedef struct {
     sampling_params sp;
     uint64_t seed;
     int exact;          /* the target's matmul contract */
+    const char *backend; /* NULL: cpu */
 } real_opts;
 
 /* 0: every two-sample test passes; 1: some test rejects; -1: error */

@@ -200,6 +200,7 @@ static int rw_tune(rworld *w, int retro) {
 
 /* the matmul contract of the targets the worlds open (gate_report.exact), set by the entry points */
 static int g_exact;
+static const char *g_backend;
 
 /* A world: the tiny random target (real == NULL, its own GGUF file, random prompt) or a shared
  * real target (a chat prompt); the drafter opened with its gate_config; n_req prefilled requests
@@ -221,7 +222,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
         snprintf(w->path, sizeof w->path, "/tmp/dsb-gate-%d-%llu.gguf", (int)getpid(), (unsigned long long)seed);
         /* Q8_0 layers and head: the fused kernels of the contract under test compute it; flat enough to branch */
         tiny_spec ts = {32, 2, 4, 2, 64, RV, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0.15f};
-        if (tiny_model_write(w->path, &ts, seed) || target_open(&w->own, w->path, &(backend_opts){.n_threads = 1, .exact = g_exact})) goto fail;
+        if (tiny_model_write(w->path, &ts, seed) || target_open(&w->own, w->path, &(backend_opts){.name = g_backend, .n_threads = 1, .exact = g_exact})) goto fail;
         w->t = &w->own;
         w->has_own = 1;
         rng_t pr;
@@ -677,6 +678,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
     const int exact_settings[] = {S_TOPK, S_TOPP, S_GREEDY, S_FULL};
     int n_exact = quick ? 3 : 4; /* T = 0 (one path) stays in quick: verify_greedy must be exercised */
     g_exact = rep->exact;
+    g_backend = rep->backend;
     /* dim-32 worlds: a drafter's OpenMP loops only pay a team's wake-ups here (and spin against the
      * other half of the gate when make lossless runs both at once), so its ops run on this thread */
     int omp_keep = omp_get_max_threads(), rc = -1;
@@ -736,7 +738,9 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
     int rc = -1, n0 = rep->n;
     DS_CHECK(N >= 1 && N <= RNMAX, "gate: --real-tokens must be in 1..%d", RNMAX);
     g_exact = rep->exact;
-    if (target_open(&t, model ? model : target_default_path(), &(backend_opts){.exact = g_exact, .n_threads = n_threads}))
+    g_backend = rep->backend;
+    if (target_open(&t, model ? model : target_default_path(),
+                    &(backend_opts){.name = g_backend, .exact = g_exact, .n_threads = n_threads}))
         return -1;
     DS_CHECK(t.has_tokenizer, "gate: %s has no tokenizer (the real-model cases encode a chat prompt)", t.m.path);
     double t0 = ds_now();

@@ -14,6 +14,9 @@ typedef struct {
 /* a new backend is one file plus one line here */
 static const backend_entry BACKENDS[] = {
     {"cpu", backend_cpu_new},
+#ifdef DS_CUDA
+    {"cuda", backend_cuda_new},
+#endif
 };
 #define N_BACKENDS (sizeof BACKENDS / sizeof *BACKENDS)
 

@@ -12,6 +12,7 @@
 #define DS_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model.h"
 
@@ -58,6 +59,7 @@ struct backend {
     int n_threads;
     int exact;
     int gemm_min_T;      /* exact contract: batches of at least this many rows use BLAS GEMM on fp32 weights */
+    const char *device;  /* the accelerator it runs on (its name), NULL on the CPU */
     void *ctx;
 
     /* make the backend's copies of a model's weights (repacking, uploads) */
@@ -91,11 +93,19 @@ struct backend {
     /* x[i] += y[i] */
     int (*add)(backend *, float *x, const float *y, size_t n);
     void (*destroy)(backend *);
+
+    /* optional (NULL where the backend has none): */
+    /* make the backend's copy of w random, valid blocks, never read from w->data: a timing model at
+     * a scale whose weights never exist on the host */
+    int (*fill_random)(backend *, const qmat *w, uint64_t seed);
+    /* read bandwidth of the backend's own memory in GB/s (a GPU's HBM), 0 if it cannot tell */
+    double (*bandwidth)(backend *);
 };
 
 /* The backend named in o (NULL: the CPU with all cores, int8 contract); NULL + message if unknown. */
 backend *backend_new(const backend_opts *o);
 backend *backend_cpu_new(const backend_opts *o);
+backend *backend_cuda_new(const backend_opts *o); /* built when DS_CUDA is defined (make CUDA=1) */
 void backend_free(backend *be);
 /* the registered backend names, comma-separated, for messages and --help */
 const char *backend_names(void);

@@ -79,6 +79,7 @@ typedef struct {
     int quick;           /* smaller matrix (unit tests) */
     double alpha;        /* family-wise level for the lossless statistical tests */
     int exact;           /* production-round targets on the fp32 (1) or int8 (0) matmul contract */
+    const char *backend; /* production-round targets' backend (NULL: cpu) */
 } gate_report;
 
 /* Run everything; returns 0 when every lossless case passes and every control is flagged, 1 when

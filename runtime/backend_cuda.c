@@ -1,0 +1,625 @@
+/* backend_cuda.c — the CUDA backend: the ops table of backend.h on one NVIDIA GPU.
+ *
+ * Weights are uploaded once (prepare / prepare_mats, or on first sight for quantized matrices, as
+ * the CPU backend packs them) and stay in their file's blocks on the device; the kernels
+ * (kernels/kernels_cuda.cu) decode them in registers. Activations are fp32 throughout: this
+ * backend implements the exact contract only (be->exact is 1 whatever was asked). Batches of fewer
+ * than gemm_min_T tokens take the warp-per-row kernel, whose every output is summed in the same
+ * order whatever the batch; larger ones decode each matrix to fp32 in scratch and run cuBLAS
+ * SGEMM (fp32, no TF32), as the CPU's exact contract switches to OpenBLAS at the same size.
+ *
+ * cuBLAS is opened with dlopen when the backend is made, and the CUDA runtime is linked
+ * statically: a build with CUDA runs on machines without a GPU or the CUDA libraries, and only
+ * `--backend cuda` needs them. Matrices and norm vectors the backend was not given up front (a
+ * drafter's fp32 weights, which training may change between calls) are uploaded at each call. */
+#ifdef DS_CUDA
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend.h"
+#include "base/common.h"
+#include "formats/quant.h"
+#include "kernels/kernels_cuda.h"
+
+typedef cublasStatus_t (*cublas_create_fn)(cublasHandle_t *);
+typedef cublasStatus_t (*cublas_destroy_fn)(cublasHandle_t);
+typedef cublasStatus_t (*cublas_sgemm_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                          const float *, const float *, int, const float *, int, const float *, float *,
+                                          int);
+
+/* the backend's copy of a weight matrix or norm vector, found by the host address it came from */
+typedef struct {
+    const void *key;
+    void *dev;
+    size_t bytes;
+    uint32_t type;         /* device storage type (F32 for types decoded at upload) */
+    int rows, cols;        /* 1 x n for a norm vector */
+    size_t row_bytes;      /* of the device copy */
+} dev_slot;
+
+typedef struct {
+    char gpu[96];
+    void *cublas_lib;
+    cublasHandle_t cublas;
+    cublas_sgemm_fn sgemm;
+    cublas_destroy_fn cublas_destroy;
+    dev_slot *slots;       /* open addressing, power-of-two capacity */
+    size_t n_slots, n_used;
+    void *tmp[8];          /* per-call uploads of matrices the backend does not keep */
+    size_t tmp_bytes[8];
+    float *ntmp;           /* per-call upload of a norm vector */
+    size_t ntmp_len;
+    float *deq;            /* a matrix decoded to fp32 for cuBLAS */
+    size_t deq_len;
+    float *scores;         /* attention scores [T*n_heads][n_ctx] */
+    size_t scores_len;
+    kc_kvdst *tdst, *hdst; /* per-token tables: device, host */
+    kc_kvsrc *tsrc, *hsrc;
+    size_t tab_cap;
+    int *tok;              /* token ids for embed */
+    size_t tok_cap;
+    float *cos, *sin;      /* rope tables on the device, and the host copy they were made from */
+    float *rope_host;
+    size_t rope_len;
+} cuda_ctx;
+
+static int cu_ok(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    ds_error("cuda: %s: %s", what, cudaGetErrorString(e));
+    cudaGetLastError();
+    return -1;
+}
+
+static int kc_ok(int rc) {
+    if (rc == 0) return 0;
+    ds_error("cuda: %s", kc_last_error());
+    return -1;
+}
+
+/* grow a device buffer to at least `bytes` (contents are not kept) */
+static int dev_reserve(void **p, size_t *have, size_t bytes, const char *what) {
+    if (*have >= bytes) return 0;
+    size_t n = DS_MAX(bytes, 2 * *have);
+    cudaFree(*p);
+    *p = NULL;
+    *have = 0;
+    if (cu_ok(cudaMalloc(p, n), what)) return -1;
+    *have = n;
+    return 0;
+}
+
+/* -------------------------------------------------------------------------- weight copies */
+
+static size_t slot_of(const dev_slot *s, size_t cap, const void *key) {
+    size_t h = (size_t)(((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+    while (s[h].key && s[h].key != key) h = (h + 1) & (cap - 1);
+    return h;
+}
+
+static dev_slot *slot_find(cuda_ctx *c, const void *key) {
+    if (!c->n_slots) return NULL;
+    dev_slot *s = &c->slots[slot_of(c->slots, c->n_slots, key)];
+    return s->key ? s : NULL;
+}
+
+/* an empty slot for key (the table grown to keep its load under 1/2) */
+static dev_slot *slot_new(cuda_ctx *c, const void *key) {
+    if (2 * (c->n_used + 1) > c->n_slots) {
+        size_t cap = c->n_slots ? 2 * c->n_slots : 256;
+        dev_slot *ns = ds_calloc(cap, sizeof *ns, "cuda weight table");
+        if (!ns) return NULL;
+        for (size_t i = 0; i < c->n_slots; i++)
+            if (c->slots[i].key) ns[slot_of(ns, cap, c->slots[i].key)] = c->slots[i];
+        free(c->slots);
+        c->slots = ns;
+        c->n_slots = cap;
+    }
+    dev_slot *s = &c->slots[slot_of(c->slots, c->n_slots, key)];
+    memset(s, 0, sizeof *s);
+    s->key = key;
+    c->n_used++;
+    return s;
+}
+
+/* upload w into dev (rows x row_bytes of its device type); types the kernels cannot read are
+ * decoded to fp32 on the host first */
+static int upload_mat(const qmat *w, void **dev, size_t *have, uint32_t *type, size_t *row_bytes) {
+    if (kc_type_native(w->type)) {
+        *type = w->type;
+        *row_bytes = w->row_bytes;
+        size_t bytes = (size_t)w->rows * w->row_bytes;
+        if (dev_reserve(dev, have, bytes, "weight upload")) return -1;
+        return cu_ok(cudaMemcpy(*dev, w->data, bytes, cudaMemcpyHostToDevice), "weight upload");
+    }
+    const ggml_type_info *ti = ggml_type_get(w->type);
+    DS_CHECK(ti && ti->to_float, "cuda: cannot decode a %s matrix", ggml_type_name(w->type));
+    size_t bytes = sizeof(float) * (size_t)w->rows * w->cols;
+    float *host = ds_malloc(bytes, "weight decode");
+    if (!host) return -1;
+    qmat_to_f32(w, host);
+    int rc = dev_reserve(dev, have, bytes, "weight upload") ||
+             cu_ok(cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice), "weight upload");
+    free(host);
+    *type = GGML_F32;
+    *row_bytes = sizeof(float) * (size_t)w->cols;
+    return rc ? -1 : 0;
+fail:
+    return -1;
+}
+
+/* keep a device copy of w (no-op if it has one) */
+static const dev_slot *keep_mat(cuda_ctx *c, const qmat *w) {
+    dev_slot *s = slot_find(c, w->data);
+    if (s) {
+        if (s->rows != w->rows || s->cols != w->cols) {
+            ds_error("cuda: a %dx%d %s matrix shares its data with a kept %dx%d one", w->rows, w->cols,
+                     ggml_type_name(w->type), s->rows, s->cols);
+            return NULL;
+        }
+        return s;
+    }
+    void *dev = NULL;
+    size_t have = 0, rb = 0;
+    uint32_t type = 0;
+    if (upload_mat(w, &dev, &have, &type, &rb)) return NULL;
+    if (!(s = slot_new(c, w->data))) {
+        cudaFree(dev);
+        return NULL;
+    }
+    s->dev = dev, s->bytes = have, s->type = type, s->rows = w->rows, s->cols = w->cols, s->row_bytes = rb;
+    return s;
+}
+
+static const float *keep_vec(cuda_ctx *c, const float *v, int n) {
+    dev_slot *s = slot_find(c, v);
+    if (s) return s->dev;
+    void *dev = NULL;
+    if (cu_ok(cudaMalloc(&dev, sizeof(float) * (size_t)n), "norm upload") ||
+        cu_ok(cudaMemcpy(dev, v, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice), "norm upload")) {
+        cudaFree(dev);
+        return NULL;
+    }
+    if (!(s = slot_new(c, v))) {
+        cudaFree(dev);
+        return NULL;
+    }
+    s->dev = dev, s->bytes = sizeof(float) * (size_t)n, s->type = GGML_F32, s->rows = 1, s->cols = n;
+    s->row_bytes = s->bytes;
+    return dev;
+}
+
+static int cuda_prepare_mats(backend *be, const qmat *const *W, int n) {
+    for (int i = 0; i < n; i++)
+        if (!keep_mat(be->ctx, W[i])) return -1;
+    return 0;
+}
+
+/* every matrix and norm of a model (the embedding too: embed reads it on the device) */
+static int model_mats(const model *m, const qmat **out) {
+    int n = 0;
+    out[n++] = &m->tok_embd;
+    if (m->output.data != m->tok_embd.data) out[n++] = &m->output;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        const qmat *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) out[n++] = ws[i];
+    }
+    return n;
+}
+
+static int model_vecs(const model *m, const float **v, int *len) {
+    int n = 0;
+    const model_config *c = &m->cfg;
+    v[n] = m->out_norm, len[n++] = c->dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        v[n] = L->attn_norm, len[n++] = c->dim;
+        v[n] = L->ffn_norm, len[n++] = c->dim;
+        if (L->q_norm) {
+            v[n] = L->q_norm, len[n++] = c->head_dim;
+            v[n] = L->k_norm, len[n++] = c->head_dim;
+        }
+    }
+    return n;
+}
+
+static int cuda_prepare(backend *be, const model *m) {
+    int cap = 2 + 7 * m->cfg.n_layers, vcap = 1 + 4 * m->cfg.n_layers, rc = -1;
+    const qmat **ws = ds_malloc(sizeof *ws * (size_t)cap, "weight list");
+    const float **vs = ds_malloc(sizeof *vs * (size_t)vcap, "norm list");
+    int *len = ds_malloc(sizeof *len * (size_t)vcap, "norm list");
+    if (ws && vs && len && !cuda_prepare_mats(be, ws, model_mats(m, ws))) {
+        int nv = model_vecs(m, vs, len);
+        rc = 0;
+        for (int i = 0; i < nv && !rc; i++) rc = keep_vec(be->ctx, vs[i], len[i]) ? 0 : -1;
+    }
+    free(ws);
+    free(vs);
+    free(len);
+    return rc;
+}
+
+static void forget_keys(cuda_ctx *c, const void *const *keys, int n) {
+    if (!c->n_slots) return;
+    cudaDeviceSynchronize(); /* nothing in flight reads what is freed */
+    dev_slot *old = c->slots;
+    size_t cap = c->n_slots;
+    for (size_t i = 0; i < cap; i++)
+        for (int j = 0; j < n && old[i].key; j++)
+            if (old[i].key == keys[j]) {
+                cudaFree(old[i].dev);
+                old[i].key = NULL;
+                c->n_used--;
+            }
+    dev_slot *ns = ds_calloc(cap, sizeof *ns, "cuda weight table");
+    if (ns) {
+        for (size_t i = 0; i < cap; i++)
+            if (old[i].key) ns[slot_of(ns, cap, old[i].key)] = old[i];
+        c->slots = ns;
+        free(old);
+    } else { /* keep the table consistent: drop everything (copies are remade on demand) */
+        for (size_t i = 0; i < cap; i++)
+            if (old[i].key) cudaFree(old[i].dev), old[i].key = NULL;
+        c->n_used = 0;
+    }
+}
+
+static void cuda_forget_mats(backend *be, const qmat *const *W, int n) {
+    const void **keys = ds_malloc(sizeof *keys * (size_t)(n ? n : 1), "weight list");
+    if (!keys) return;
+    for (int i = 0; i < n; i++) keys[i] = W[i]->data;
+    forget_keys(be->ctx, keys, n);
+    free(keys);
+}
+
+static void cuda_forget(backend *be, const model *m) {
+    int cap = 2 + 7 * m->cfg.n_layers, vcap = 1 + 4 * m->cfg.n_layers;
+    const qmat **ws = ds_malloc(sizeof *ws * (size_t)cap, "weight list");
+    const float **vs = ds_malloc(sizeof *vs * (size_t)vcap, "norm list");
+    int *len = ds_malloc(sizeof *len * (size_t)vcap, "norm list");
+    const void **keys = ds_malloc(sizeof *keys * (size_t)(cap + vcap), "weight list");
+    if (ws && vs && len && keys) {
+        int n = model_mats(m, ws), nv = model_vecs(m, vs, len), k = 0;
+        for (int i = 0; i < n; i++) keys[k++] = ws[i]->data;
+        for (int i = 0; i < nv; i++) keys[k++] = vs[i];
+        forget_keys(be->ctx, keys, k);
+    }
+    free(ws);
+    free(vs);
+    free(len);
+    free(keys);
+}
+
+/* random device copies for a model whose weights never exist on the host (timing only) */
+static int cuda_fill_random(backend *be, const qmat *w, uint64_t seed) {
+    cuda_ctx *c = be->ctx;
+    DS_CHECK(kc_type_native(w->type), "cuda: random %s weights are not supported", ggml_type_name(w->type));
+    DS_CHECK(!slot_find(c, w->data), "cuda: fill_random on a matrix the backend already holds");
+    size_t bytes = (size_t)w->rows * w->row_bytes;
+    void *dev = NULL;
+    DS_TRY(cu_ok(cudaMalloc(&dev, bytes), "random weights"));
+    if (kc_ok(kc_fill_random(dev, w->type, w->row_bytes, w->rows, w->cols, seed))) {
+        cudaFree(dev);
+        return -1;
+    }
+    dev_slot *s = slot_new(c, w->data);
+    if (!s) {
+        cudaFree(dev);
+        return -1;
+    }
+    s->dev = dev, s->bytes = bytes, s->type = w->type, s->rows = w->rows, s->cols = w->cols, s->row_bytes = w->row_bytes;
+    return 0;
+fail:
+    return -1;
+}
+
+static double cuda_bandwidth(backend *be) {
+    DS_UNUSED(be);
+    return kc_bandwidth((size_t)2 << 30);
+}
+
+/* the device copy of a matrix for this call: kept, kept now (quantized: immutable by convention,
+ * as the CPU backend assumes when it packs them), or uploaded into slot i's scratch */
+static const dev_slot *mat_for_call(cuda_ctx *c, const qmat *w, int i, dev_slot *tmp) {
+    const dev_slot *s = slot_find(c, w->data);
+    if (s) return s;
+    if (w->type != GGML_F32 && w->type != GGML_F16 && w->type != GGML_BF16) return keep_mat(c, w);
+    if (upload_mat(w, &c->tmp[i], &c->tmp_bytes[i], &tmp->type, &tmp->row_bytes)) return NULL;
+    tmp->dev = c->tmp[i], tmp->rows = w->rows, tmp->cols = w->cols;
+    return tmp;
+}
+
+/* ------------------------------------------------------------------------------------- memory */
+
+static void *cuda_alloc(backend *be, size_t n) {
+    DS_UNUSED(be);
+    void *p = NULL;
+    if (cu_ok(cudaMalloc(&p, n ? n : 16), "alloc")) return NULL;
+    return p;
+}
+static void cuda_release(backend *be, void *p) {
+    DS_UNUSED(be);
+    if (p) cudaFree(p);
+}
+static int cuda_to_host(backend *be, void *dst, const void *src, size_t n) {
+    DS_UNUSED(be);
+    return n ? cu_ok(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy to host") : 0;
+}
+static int cuda_to_device(backend *be, void *dst, const void *src, size_t n) {
+    DS_UNUSED(be);
+    return n ? cu_ok(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy to device") : 0;
+}
+static int cuda_copy(backend *be, void *dst, const void *src, size_t n) {
+    DS_UNUSED(be);
+    if (!n || dst == src) return 0;
+    return cu_ok(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice), "copy");
+}
+
+/* ----------------------------------------------------------------------------------------- ops */
+
+static int cuda_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
+    cuda_ctx *c = be->ctx;
+    if (T <= 0) return 0;
+    for (int t = 0; t < T; t++)
+        DS_CHECK(tok[t] >= 0 && tok[t] < emb->rows, "embed: token %d outside the table (%d rows)", tok[t], emb->rows);
+    dev_slot tmp;
+    const dev_slot *s = mat_for_call(c, emb, 0, &tmp);
+    DS_TRYP(s);
+    if (T > KC_TOK_MAX) { /* else the ids travel with the launch: no copy, no wait */
+        DS_TRY(dev_reserve((void **)&c->tok, &c->tok_cap, sizeof(int) * (size_t)T, "token ids"));
+        DS_TRY(cu_ok(cudaMemcpy(c->tok, tok, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice), "token ids"));
+    }
+    return kc_ok(kc_embed(out, s->dev, s->type, s->row_bytes, emb->cols, tok, c->tok, T));
+fail:
+    return -1;
+}
+
+static int cuda_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+    cuda_ctx *c = be->ctx;
+    const dev_slot *s = slot_find(c, w);
+    const float *wd;
+    if (s) {
+        DS_CHECK(s->cols == C, "rmsnorm: a norm of %d kept with %d entries", C, s->cols);
+        wd = s->dev;
+    } else { /* not given up front (a drafter's): uploaded now, after the previous user is done */
+        DS_TRY(dev_reserve((void **)&c->ntmp, &c->ntmp_len, sizeof(float) * (size_t)C, "norm upload"));
+        DS_TRY(cu_ok(cudaMemcpy(c->ntmp, w, sizeof(float) * (size_t)C, cudaMemcpyHostToDevice), "norm upload"));
+        wd = c->ntmp;
+    }
+    return kc_ok(kc_rmsnorm(out, x, wd, n_rows, C, eps));
+fail:
+    return -1;
+}
+
+static int cuda_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
+    cuda_ctx *c = be->ctx;
+    int cols = W[0]->cols;
+    DS_CHECK(n >= 1 && n <= 8, "matmul: %d matrices in one call (1..8)", n);
+    for (int i = 1; i < n; i++)
+        DS_CHECK(W[i]->cols == cols, "matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols,
+                 cols);
+    if (T <= 0) return 0;
+    for (int i = 0; i < n; i++) {
+        dev_slot tmp;
+        const dev_slot *s = mat_for_call(c, W[i], i, &tmp);
+        DS_TRYP(s);
+        if (T < be->gemm_min_T) {
+            DS_TRY(kc_ok(kc_matvec(out[i], s->dev, s->type, s->row_bytes, s->rows, cols, x, T)));
+            continue;
+        }
+        const float *wf = s->dev;
+        if (s->type != GGML_F32) {
+            size_t bytes = sizeof(float) * (size_t)s->rows * cols;
+            DS_TRY(dev_reserve((void **)&c->deq, &c->deq_len, bytes, "matmul scratch"));
+            DS_TRY(kc_ok(kc_dequant(c->deq, s->dev, s->type, s->row_bytes, s->rows, cols)));
+            wf = c->deq;
+        }
+        const float one = 1.0f, zero = 0.0f;
+        /* column-major: out^T [rows][T] = W (cols x rows)^T . x^T (cols x T) */
+        cublasStatus_t st = c->sgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s->rows, T, cols, &one, wf, cols, x, cols,
+                                     &zero, out[i], s->rows);
+        DS_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuda: cublasSgemm failed (status %d) on %dx%d x %d tokens", (int)st,
+                 s->rows, cols, T);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static int cuda_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
+    cuda_ctx *c = be->ctx;
+    size_t n = (size_t)T * (size_t)(rt->head_dim / 2);
+    if (!n) return 0;
+    if (n <= KC_ROPE_MAX) /* decode and small verification batches: the tables travel with the launch */
+        return kc_ok(kc_rope(x, T, n_heads, rt->head_dim, rt->neox, rt->cos, rt->sin, NULL, NULL));
+    /* q and k of a layer, and every layer of a forward, share the tables: upload when they change */
+    int same = c->rope_host && c->rope_len == n && !memcmp(c->rope_host, rt->cos, n * sizeof(float)) &&
+               !memcmp(c->rope_host + n, rt->sin, n * sizeof(float));
+    if (!same) {
+        size_t have = c->rope_len;
+        if (have < n) {
+            cudaFree(c->cos), cudaFree(c->sin), free(c->rope_host);
+            c->cos = c->sin = c->rope_host = NULL;
+            c->rope_len = 0;
+            DS_TRY(cu_ok(cudaMalloc((void **)&c->cos, n * sizeof(float)), "rope tables"));
+            DS_TRY(cu_ok(cudaMalloc((void **)&c->sin, n * sizeof(float)), "rope tables"));
+            DS_TRYP(c->rope_host = ds_malloc(2 * n * sizeof(float), "rope tables"));
+        }
+        DS_TRY(cu_ok(cudaMemcpy(c->cos, rt->cos, n * sizeof(float), cudaMemcpyHostToDevice), "rope tables"));
+        DS_TRY(cu_ok(cudaMemcpy(c->sin, rt->sin, n * sizeof(float), cudaMemcpyHostToDevice), "rope tables"));
+        memcpy(c->rope_host, rt->cos, n * sizeof(float));
+        memcpy(c->rope_host + n, rt->sin, n * sizeof(float));
+        c->rope_len = n;
+    }
+    return kc_ok(kc_rope(x, T, n_heads, rt->head_dim, rt->neox, rt->cos, rt->sin, c->cos, c->sin));
+fail:
+    c->rope_len = 0; /* what is on the device is not known now */
+    return -1;
+}
+
+static int reserve_tables(cuda_ctx *c, int T) {
+    if ((size_t)T <= c->tab_cap) return 0;
+    size_t n = DS_MAX((size_t)T, 2 * c->tab_cap);
+    cudaFree(c->tdst), cudaFree(c->tsrc), free(c->hdst), free(c->hsrc);
+    c->tdst = NULL, c->tsrc = NULL, c->hdst = NULL, c->hsrc = NULL;
+    c->tab_cap = 0;
+    DS_TRY(cu_ok(cudaMalloc((void **)&c->tdst, n * sizeof(kc_kvdst)), "attention tables"));
+    DS_TRY(cu_ok(cudaMalloc((void **)&c->tsrc, n * sizeof(kc_kvsrc)), "attention tables"));
+    DS_TRYP(c->hdst = ds_malloc(n * sizeof(kc_kvdst), "attention tables"));
+    DS_TRYP(c->hsrc = ds_malloc(n * sizeof(kc_kvsrc), "attention tables"));
+    c->tab_cap = n;
+    return 0;
+fail:
+    return -1;
+}
+
+static int cuda_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
+    cuda_ctx *c = be->ctx;
+    int T = ab->T, d = 0;
+    if (T <= 0) return 0;
+    DS_TRY(reserve_tables(c, T));
+    for (int t = 0; t < T; t++) {
+        kv_cache *kv = ab->kv[ab->seq[t]];
+        DS_CHECK(ab->pos[t] >= 0 && ab->pos[t] < kv->cap, "kv_write: position %d outside the cache (capacity %d)",
+                 ab->pos[t], kv->cap);
+        DS_CHECK(t == 0 || kv->kv_dim == d, "kv_write: caches of different widths in one batch (%d, %d)", d, kv->kv_dim);
+        d = kv->kv_dim;
+        c->hdst[t].k = kv->k[layer] + (size_t)ab->pos[t] * d;
+        c->hdst[t].v = kv->v[layer] + (size_t)ab->pos[t] * d;
+    }
+    return kc_ok(kc_kv_write(c->hdst, c->tdst, T, d, k, v));
+fail:
+    return -1;
+}
+
+static int cuda_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
+                          int n_kv_heads, int hd) {
+    cuda_ctx *c = be->ctx;
+    int T = ab->T, maxn = 1;
+    if (T <= 0) return 0;
+    DS_TRY(reserve_tables(c, T));
+    for (int t = 0; t < T; t++) {
+        const kv_cache *kv = ab->kv[ab->seq[t]];
+        int nv = ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1;
+        DS_CHECK(nv >= 1 && nv <= kv->cap, "attention: token %d would see %d positions of a cache of %d", t, nv, kv->cap);
+        DS_CHECK(kv->kv_dim == n_kv_heads * hd, "attention: a cache of width %d for %d KV heads of %d", kv->kv_dim,
+                 n_kv_heads, hd);
+        c->hsrc[t] = (kc_kvsrc){kv->k[layer], kv->v[layer], nv, kv->kv_dim};
+        maxn = DS_MAX(maxn, nv);
+    }
+    size_t len = (size_t)T * n_heads * maxn;
+    DS_TRY(dev_reserve((void **)&c->scores, &c->scores_len, len * sizeof(float), "attention scores"));
+    return kc_ok(kc_attention(out, q, c->hsrc, c->tsrc, T, n_heads, n_kv_heads, hd, 1.0f / sqrtf((float)hd), c->scores,
+                              (size_t)maxn));
+fail:
+    return -1;
+}
+
+static int cuda_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
+    DS_UNUSED(be);
+    return kc_ok(kc_swiglu(out, gate, up, n));
+}
+
+static int cuda_add(backend *be, float *x, const float *y, size_t n) {
+    DS_UNUSED(be);
+    return kc_ok(kc_add(x, y, n));
+}
+
+static void cuda_destroy(backend *be) {
+    cuda_ctx *c = be->ctx;
+    if (c) {
+        cudaDeviceSynchronize();
+        for (size_t i = 0; i < c->n_slots; i++)
+            if (c->slots[i].key) cudaFree(c->slots[i].dev);
+        free(c->slots);
+        for (int i = 0; i < 8; i++) cudaFree(c->tmp[i]);
+        cudaFree(c->ntmp), cudaFree(c->deq), cudaFree(c->scores), cudaFree(c->tdst), cudaFree(c->tsrc);
+        cudaFree(c->tok), cudaFree(c->cos), cudaFree(c->sin);
+        free(c->hdst), free(c->hsrc), free(c->rope_host);
+        if (c->cublas) c->cublas_destroy(c->cublas);
+        if (c->cublas_lib) dlclose(c->cublas_lib);
+        free(c);
+    }
+    free(be);
+}
+
+/* cuBLAS from the CUDA Toolkit the binary was built with, found by the dynamic loader */
+static int open_cublas(cuda_ctx *c) {
+#define CU_STR2(x) #x
+#define CU_STR(x) CU_STR2(x)
+    const char *names[] = {"libcublas.so." CU_STR(CUBLAS_VER_MAJOR), "libcublas.so"};
+    for (size_t i = 0; i < 2 && !c->cublas_lib; i++) c->cublas_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    DS_CHECK(c->cublas_lib, "cuda backend: cannot open cuBLAS (%s); is the CUDA Toolkit's lib64 on LD_LIBRARY_PATH?",
+             dlerror());
+    cublas_create_fn create = (cublas_create_fn)dlsym(c->cublas_lib, "cublasCreate_v2");
+    c->cublas_destroy = (cublas_destroy_fn)dlsym(c->cublas_lib, "cublasDestroy_v2");
+    c->sgemm = (cublas_sgemm_fn)dlsym(c->cublas_lib, "cublasSgemm_v2");
+    DS_CHECK(create && c->cublas_destroy && c->sgemm, "cuda backend: cuBLAS lacks cublasCreate_v2/cublasSgemm_v2");
+    cublasStatus_t st = create(&c->cublas);
+    DS_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasCreate failed (status %d)", (int)st);
+    return 0;
+fail:
+    return -1;
+}
+
+backend *backend_cuda_new(const backend_opts *o) {
+    DS_UNUSED(o);
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev < 1) {
+        ds_error("cuda backend: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        cudaGetLastError();
+        return NULL;
+    }
+    backend *be = ds_calloc(1, sizeof *be, "backend");
+    cuda_ctx *c = ds_calloc(1, sizeof *c, "backend context");
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return NULL;
+    }
+    be->ctx = c;
+    be->destroy = cuda_destroy;
+    struct cudaDeviceProp p;
+    if (cu_ok(cudaSetDevice(0), "select device 0") || cu_ok(cudaGetDeviceProperties(&p, 0), "device properties") ||
+        open_cublas(c)) {
+        cuda_destroy(be);
+        return NULL;
+    }
+    snprintf(c->gpu, sizeof c->gpu, "%.95s", p.name);
+    be->name = "cuda";
+    snprintf(be->kernels, sizeof be->kernels, "cuda fp32 (exact), sm_%d%d", p.major, p.minor);
+    be->n_threads = 1;
+    be->exact = 1;
+    be->gemm_min_T = 32;
+    be->device = c->gpu;
+    be->prepare = cuda_prepare;
+    be->prepare_mats = cuda_prepare_mats;
+    be->forget = cuda_forget;
+    be->forget_mats = cuda_forget_mats;
+    be->alloc = cuda_alloc;
+    be->release = cuda_release;
+    be->to_host = cuda_to_host;
+    be->to_device = cuda_to_device;
+    be->copy = cuda_copy;
+    be->embed = cuda_embed;
+    be->rmsnorm = cuda_rmsnorm;
+    be->matmul = cuda_matmul;
+    be->rope = cuda_rope;
+    be->kv_write = cuda_kv_write;
+    be->attention = cuda_attention;
+    be->swiglu = cuda_swiglu;
+    be->add = cuda_add;
+    be->fill_random = cuda_fill_random;
+    be->bandwidth = cuda_bandwidth;
+    return be;
+}
+
+#else
+typedef int backend_cuda_not_built; /* ISO C wants a declaration in every translation unit */
+#endif

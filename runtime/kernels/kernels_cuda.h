@@ -1,0 +1,61 @@
+/* kernels_cuda.h — the CUDA kernels behind backend_cuda.c, with a plain C interface (the .cu file
+ * is the only C++ in the project; the backend, its tests and the rest stay C).
+ *
+ * Every pointer named *_dev or handed over as an activation is device memory; a weight is the
+ * device copy of the file's blocks (F32, F16, BF16, Q4_0, Q4_1, Q8_0 are read as they are; other
+ * types are decoded to F32 at upload). All launches go to the legacy default stream, so ops run in
+ * call order and a device-to-host copy waits for them. Each function returns 0, or -1 after a
+ * launch error (kc_last_error() says which). */
+#ifndef DS_KERNELS_CUDA_H
+#define DS_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Up to this many tokens, the per-token tables of kv_write and attention travel as a kernel
+ * argument (no copy, no synchronisation); more tokens copy them to device scratch first. */
+#define KC_TAB_MAX 32
+#define KC_TOK_MAX 64    /* token ids for embed, likewise */
+#define KC_ROPE_MAX 256  /* T * head_dim/2 entries of the rope tables, likewise */
+#define KC_MAX_HEAD_DIM 256
+
+typedef struct { float *k, *v; } kc_kvdst;                      /* where a token's K and V rows go */
+typedef struct { const float *k, *v; int n_vis, ld; } kc_kvsrc; /* the cache rows a token attends over */
+
+const char *kc_last_error(void);
+/* 1 if the type is read on the device as stored */
+int kc_type_native(uint32_t type);
+
+/* tok: T host ids; tok_dev: a device copy of them, needed only when T > KC_TOK_MAX */
+int kc_embed(float *out, const void *emb, uint32_t type, size_t row_bytes, int cols, const int *tok, const int *tok_dev,
+             int T);
+int kc_rmsnorm(float *out, const float *x, const float *w, int n_rows, int C, float eps);
+/* out[T][rows] = x[T][cols] . W^T, one warp per row, T tokens in tiles of 8 (each output summed in
+ * the same order whatever T: small batches are batch-invariant) */
+int kc_matvec(float *out, const void *W, uint32_t type, size_t row_bytes, int rows, int cols, const float *x, int T);
+/* dst[rows][cols] = W in fp32 (for cuBLAS GEMMs on large batches) */
+int kc_dequant(float *dst, const void *W, uint32_t type, size_t row_bytes, int rows, int cols);
+/* the tables from the host when T * hd/2 <= KC_ROPE_MAX, else from their device copies */
+int kc_rope(float *x, int T, int n_heads, int hd, int neox, const float *cos, const float *sin, const float *cos_dev,
+            const float *sin_dev);
+/* tab: T host entries; tab_dev: device scratch of T entries, used when T > KC_TAB_MAX */
+int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d, const float *k, const float *v);
+/* softmax(q k^T * scale) v per (token, head); scores: device scratch [T*n_heads][stride] */
+int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_kvsrc *tab_dev, int T, int n_heads,
+                 int n_kv_heads, int hd, float scale, float *scores, size_t stride);
+int kc_swiglu(float *out, const float *g, const float *u, size_t n);
+int kc_add(float *x, const float *y, size_t n);
+/* n bytes of random but valid blocks of the type (scales small and finite): timing models */
+int kc_fill_random(void *dst, uint32_t type, size_t row_bytes, int rows, int cols, uint64_t seed);
+/* device read bandwidth in GB/s: best of a few reads of a buffer of `bytes` */
+double kc_bandwidth(size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

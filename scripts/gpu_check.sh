@@ -1,0 +1,61 @@
+#!/bin/bash
+# gpu_check.sh — every CUDA check and measurement of the CUDA backend, in one command, on a machine
+# with an NVIDIA GPU (issue 26). From the repo root, after `make` (CUDA=1: nvcc found):
+#
+#   bash scripts/gpu_check.sh [OUTDIR]          # default OUTDIR: out/gpu
+#
+# 1. build/tests/test_cuda: every op and the whole forward against the CPU backend's exact
+#    contract with stated bounds, and SmolLM2's prefill logits and greedy continuations (needs the
+#    model: `make model`, or DSPARK_MODEL); 2. bench-target --backend cuda on SmolLM2 (decode
+#    against the HBM floor, the SPS(B) curve to B = 256 as JSON for the schedulers) and on random
+#    timing models of 1-4 B parameters made on the GPU; 3. `run` of experiments/quickstart.json on
+#    the GPU with that SPS table, AR baseline in the same process; 4. the losslessness gate's
+#    production round and SmolLM2 cases on the GPU (suffix drafter).
+# Environment: DSB_BUILD (default build) holds dspark-bench and tests/; GPU_CHECK_STAGE=ops runs
+# only what needs no model (tests without SmolLM2, synthetic models); GPU_CHECK_GATE lists more
+# drafters for step 4 (each bounded by GPU_CHECK_GATE_S seconds, default 75).
+# A machine that takes few files at a time: scripts/gpu_bundle.sh packs binaries, libraries and
+# the model in parts (BENCHMARKS.md, "The CUDA backend", says how it was done on an H100).
+set -u
+OUT=${1:-out/gpu}
+BLD=${DSB_BUILD:-build}
+B=$BLD/dspark-bench
+STAGE=${GPU_CHECK_STAGE:-all}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/env.txt" 2>&1
+lscpu | grep -E "Model name|^CPU\(s\)" >> "$OUT/env.txt"
+cat "$OUT/env.txt"
+[ "$STAGE" = ops ] && export DSPARK_SKIP_REAL_MODEL=1
+echo "== test_cuda"
+timeout 300 "$BLD/tests/test_cuda" > "$OUT/test_cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/test_cuda.txt"
+grep -E "^\[  (PASSED|FAILED|SKIPPED)|SmolLM2|greedy|FAIL|rc=" "$OUT/test_cuda.txt"
+if [ "$STAGE" = ops ]; then
+  for s in llama-1b qwen3-4b; do
+    echo "== bench-target synthetic $s q4_1" | tee -a "$OUT/synth.txt"
+    timeout 120 "$B" bench-target --backend cuda --synthetic $s --max-B 256 --decode-tokens 64 --reps 3 \
+      --out "$OUT/synth-$s.json" >> "$OUT/synth.txt" 2>&1; echo "rc=$?" >> "$OUT/synth.txt"
+  done
+  for st in "llama-1b q8_0" "llama-1b bf16" "llama-3b q4_1" "smollm2-135m q4_1"; do
+    set -- $st
+    echo "== bench-target synthetic $1 $2" | tee -a "$OUT/synth.txt"
+    timeout 90 "$B" bench-target --backend cuda --synthetic $1 --synthetic-type $2 --max-B 16 --decode-tokens 64 \
+      --reps 3 >> "$OUT/synth.txt" 2>&1; echo "rc=$?" >> "$OUT/synth.txt"
+  done
+  grep -E "^==|^decode|^prefill|bandwidth|rc=|error" "$OUT/synth.txt"
+  exit 0
+fi
+echo "== bench-target SmolLM2 on cuda"
+timeout 120 "$B" bench-target --backend cuda --max-B 256 --out "$OUT/bench-cuda-smollm2.json" > "$OUT/bench-cuda-smollm2.txt" 2>&1
+echo "rc=$?" >> "$OUT/bench-cuda-smollm2.txt"
+cat "$OUT/bench-cuda-smollm2.txt"
+echo "== run experiments/quickstart.json on cuda"
+timeout 150 "$B" run --config experiments/quickstart.json --backend cuda --sps "$OUT/bench-cuda-smollm2.json" \
+  --out "$OUT/run-cuda.h5" > "$OUT/run-cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/run-cuda.txt"
+tail -4 "$OUT/run-cuda.txt"
+timeout 30 "$B" report "$OUT/run-cuda.h5" --out "$OUT/report-cuda.md" > /dev/null 2>&1 && sed -n '5,14p' "$OUT/report-cuda.md"
+for d in suffix ${GPU_CHECK_GATE:-}; do
+  echo "== lossless on cuda, drafter $d" | tee -a "$OUT/lossless-cuda.txt"
+  timeout ${GPU_CHECK_GATE_S:-75} "$B" lossless --backend cuda --exact --drafter $d >> "$OUT/lossless-cuda.txt" 2>&1
+  echo "rc=$?" >> "$OUT/lossless-cuda.txt"
+  tail -2 "$OUT/lossless-cuda.txt"
+done

@@ -1,0 +1,451 @@
+/* test_cuda — the CUDA backend against the CPU backend's exact (fp32) contract, llm.c dev/cuda
+ * style: every op on random inputs with a stated bound, the whole forward on tiny models (prefill
+ * on the cuBLAS path, decode and varlen batches on the warp-per-row path, hidden-state capture),
+ * batch invariance below gemm_min_T, and SmolLM2: prefill logits and greedy continuations.
+ *
+ * Bounds: a dot product of n terms summed in another order differs by at most ~n * eps * sum|terms|
+ * (we allow 4x that); elementwise ops within a few ulps; logits of the forward within 1e-3 of their
+ * scale on tiny models. Where there is no GPU (or the build has no CUDA) every test skips, saying
+ * so: CI is GPU-free; `make test` on a GPU machine runs them (see BENCHMARKS.md for the command). */
+#include "testutil.h"
+
+#include <float.h>
+
+#include "../runtime/backend.h"
+#include "../runtime/forward.h"
+#include "../runtime/model.h"
+#include "../runtime/tokenizer.h"
+
+static backend *gpu, *cpu;
+static char why_skip[512];
+
+#define NEED_GPU()                                                        \
+    do {                                                                  \
+        if (!gpu) {                                                       \
+            print_message("[  SKIP    ] no CUDA backend: %s\n", why_skip); \
+            skip();                                                       \
+        }                                                                 \
+    } while (0)
+
+static void rnd(float *x, size_t n, uint64_t seed, float scale) {
+    rng_t r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((rng_u64(&r) >> 11) * 0x1.0p-53 * 2 - 1) * scale;
+}
+
+static float *put(backend *be, const float *h, size_t n) {
+    float *d = be->alloc(be, n * sizeof(float));
+    assert_non_null(d);
+    assert_int_equal(be->to_device(be, d, h, n * sizeof(float)), 0);
+    return d;
+}
+static float *get(backend *be, const float *d, size_t n) {
+    float *h = malloc(n * sizeof(float));
+    assert_int_equal(be->to_host(be, h, d, n * sizeof(float)), 0);
+    return h;
+}
+
+/* -------------------------------------------------------------------------------- matrices */
+
+typedef struct {
+    qmat w;
+    void *buf;
+} tmat;
+
+static void make_mat(tmat *m, uint32_t type, int rows, int cols, uint64_t seed) {
+    const ggml_type_info *ti = ggml_type_get(type);
+    size_t n = (size_t)rows * cols;
+    float *f = malloc(n * sizeof(float));
+    rnd(f, n, seed, 1.0f);
+    m->w.type = type, m->w.rows = rows, m->w.cols = cols;
+    m->w.row_bytes = (size_t)(cols / ti->blck) * ti->size;
+    m->buf = calloc(1, (size_t)rows * m->w.row_bytes);
+    uint8_t *b = m->buf;
+    if (type == GGML_F32) memcpy(b, f, n * sizeof(float));
+    else if (type == GGML_F16) for (size_t i = 0; i < n; i++) ((ds_f16 *)b)[i] = ds_f32_to_f16(f[i]);
+    else if (type == GGML_BF16) for (size_t i = 0; i < n; i++) ((ds_bf16 *)b)[i] = ds_f32_to_bf16(f[i]);
+    else if (type == GGML_Q8_0) quantize_q8_0(f, (block_q8_0 *)b, (int64_t)n);
+    else if (type == GGML_Q4_1) quantize_q4_1(f, (block_q4_1 *)b, (int64_t)n);
+    else if (type == GGML_Q4_0) {
+        for (size_t k = 0; k < n / 32; k++) {
+            block_q4_0 *q = (block_q4_0 *)b + k;
+            q->d = ds_f32_to_f16(1.0f / 8);
+            for (int i = 0; i < 16; i++) q->qs[i] = (uint8_t)((int)((f[k * 32 + i] + 1) * 7.99f) | ((int)((f[k * 32 + 16 + i] + 1) * 7.99f) << 4));
+        }
+    } else if (type == GGML_Q4_K) { /* random bytes, sane scales: the host-decoded path */
+        rng_t r;
+        rng_seed(&r, seed + 1);
+        for (size_t i = 0; i < (size_t)rows * m->w.row_bytes; i++) b[i] = (uint8_t)rng_u64(&r);
+        for (size_t k = 0; k < n / 256; k++) {
+            block_q4_K *q = (block_q4_K *)b + k;
+            q->d = ds_f32_to_f16(0.01f), q->dmin = ds_f32_to_f16(0.01f);
+        }
+    } else fail_msg("make_mat: type %u", type);
+    m->w.data = m->buf;
+    free(f);
+}
+
+/* out = W x on both backends; each output within 4 n eps sum|w x| of the CPU's */
+static void check_matmul(uint32_t type, int rows, int cols, int T) {
+    tmat m;
+    make_mat(&m, type, rows, cols, 100 + type);
+    float *x = malloc(sizeof(float) * (size_t)T * cols), *wr = malloc(sizeof(float) * (size_t)cols);
+    rnd(x, (size_t)T * cols, 7 + T, 1.0f);
+    float *xg = put(gpu, x, (size_t)T * cols), *og = gpu->alloc(gpu, sizeof(float) * (size_t)T * rows);
+    float *xc = put(cpu, x, (size_t)T * cols), *oc = cpu->alloc(cpu, sizeof(float) * (size_t)T * rows);
+    const qmat *ws[1] = {&m.w};
+    assert_int_equal(gpu->matmul(gpu, 1, &og, ws, xg, T), 0);
+    assert_int_equal(cpu->matmul(cpu, 1, &oc, ws, xc, T), 0);
+    float *a = get(gpu, og, (size_t)T * rows), *b = get(cpu, oc, (size_t)T * rows);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        qmat_row_f32(&m.w, r, wr);
+        for (int t = 0; t < T; t++) {
+            double mag = 0;
+            for (int j = 0; j < cols; j++) mag += fabs((double)wr[j] * x[(size_t)t * cols + j]);
+            double bound = 4.0 * cols * FLT_EPSILON * mag + 1e-30, d = fabs((double)a[(size_t)t * rows + r] - b[(size_t)t * rows + r]);
+            if (!(d <= bound)) fail_msg("matmul %s %dx%d T=%d: row %d token %d: gpu %.9g cpu %.9g (bound %.3g)",
+                                        ggml_type_name(type), rows, cols, T, r, t, a[(size_t)t * rows + r], b[(size_t)t * rows + r], bound);
+            worst = fmax(worst, d / bound);
+        }
+    }
+    print_message("  matmul %-5s %5dx%-4d T=%-3d worst |gpu-cpu| / bound = %.3f\n", ggml_type_name(type), rows, cols, T, worst);
+    gpu->forget_mats(gpu, ws, 1);
+    cpu->forget_mats(cpu, ws, 1);
+    gpu->release(gpu, xg), gpu->release(gpu, og), cpu->release(cpu, xc), cpu->release(cpu, oc);
+    free(a), free(b), free(x), free(wr), free(m.buf);
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    NEED_GPU();
+    const uint32_t types[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q4_0, GGML_Q4_1, GGML_Q8_0, GGML_Q4_K};
+    const int Ts[] = {1, 3, 8, 9, 31, 32, 70};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) check_matmul(types[i], 77, types[i] == GGML_Q4_K ? 512 : 576, Ts[k]);
+    check_matmul(GGML_Q8_0, 49152, 576, 1); /* the head's shape */
+    check_matmul(GGML_F32, 77, 100, 3);     /* rows that are not whole blocks: the element kernel */
+    check_matmul(GGML_F16, 77, 100, 40);
+    check_matmul(GGML_Q4_1, 1536, 576, 40);
+}
+
+/* Below gemm_min_T a token's outputs do not depend on its batch: bit for bit */
+static void test_batch_invariance(void **state) {
+    (void)state;
+    NEED_GPU();
+    tmat m;
+    make_mat(&m, GGML_Q4_1, 300, 576, 3);
+    int T = gpu->gemm_min_T - 1, cols = 576;
+    float *x = malloc(sizeof(float) * (size_t)T * cols);
+    rnd(x, (size_t)T * cols, 9, 1.0f);
+    float *xg = put(gpu, x, (size_t)T * cols), *og = gpu->alloc(gpu, sizeof(float) * (size_t)T * 300);
+    const qmat *ws[1] = {&m.w};
+    assert_int_equal(gpu->matmul(gpu, 1, &og, ws, xg, T), 0);
+    float *all = get(gpu, og, (size_t)T * 300);
+    for (int t = 0; t < T; t++) {
+        assert_int_equal(gpu->matmul(gpu, 1, &og, ws, xg + (size_t)t * cols, 1), 0);
+        float *one = get(gpu, og, 300);
+        assert_memory_equal(one, all + (size_t)t * 300, sizeof(float) * 300);
+        free(one);
+    }
+    gpu->forget_mats(gpu, ws, 1);
+    gpu->release(gpu, xg), gpu->release(gpu, og);
+    free(all), free(x), free(m.buf);
+}
+
+static void test_elementwise(void **state) {
+    (void)state;
+    NEED_GPU();
+    size_t n = 5 * 1536 + 7;
+    float *g = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
+    rnd(g, n, 1, 6.0f), rnd(u, n, 2, 2.0f);
+    float *gg = put(gpu, g, n), *ug = put(gpu, u, n), *gc = put(cpu, g, n), *uc = put(cpu, u, n);
+    assert_int_equal(gpu->swiglu(gpu, gg, gg, ug, n), 0);
+    assert_int_equal(cpu->swiglu(cpu, gc, gc, uc, n), 0);
+    float *a = get(gpu, gg, n), *b = get(cpu, gc, n);
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(a[i] - b[i]) <= 16 * FLT_EPSILON * fabsf(b[i]) + 1e-30f)) /* two exp implementations */
+            fail_msg("swiglu %zu: %g vs %g", i, a[i], b[i]);
+    free(a), free(b);
+    assert_int_equal(gpu->add(gpu, gg, ug, n), 0);
+    assert_int_equal(cpu->add(cpu, gc, uc, n), 0);
+    a = get(gpu, gg, n), b = get(cpu, gc, n);
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(a[i] - b[i]) <= 4 * FLT_EPSILON * fabsf(b[i]) + 1e-30f)) fail_msg("add %zu: %g vs %g", i, a[i], b[i]);
+    free(a), free(b);
+    /* rmsnorm, in place too (q/k norms run in place) */
+    int rows = 7, C = 576;
+    float *w = malloc(sizeof(float) * C);
+    rnd(w, C, 3, 2.0f);
+    assert_int_equal(gpu->rmsnorm(gpu, ug, gg, w, rows, C, 1e-5f), 0);
+    assert_int_equal(cpu->rmsnorm(cpu, uc, gc, w, rows, C, 1e-5f), 0);
+    assert_int_equal(gpu->rmsnorm(gpu, gg, gg, w, 9 * rows, 64, 1e-6f), 0);
+    assert_int_equal(cpu->rmsnorm(cpu, gc, gc, w, 9 * rows, 64, 1e-6f), 0);
+    a = get(gpu, ug, (size_t)rows * C), b = get(cpu, uc, (size_t)rows * C);
+    for (int i = 0; i < rows * C; i++)
+        if (!(fabsf(a[i] - b[i]) <= 4 * FLT_EPSILON * fabsf(b[i]) + 1e-30f)) fail_msg("rmsnorm %d: %g vs %g", i, a[i], b[i]);
+    free(a), free(b);
+    a = get(gpu, gg, (size_t)rows * C), b = get(cpu, gc, (size_t)rows * C);
+    for (int i = 0; i < rows * C; i++)
+        if (!(fabsf(a[i] - b[i]) <= 4 * FLT_EPSILON * fabsf(b[i]) + 1e-30f)) fail_msg("rmsnorm in place %d: %g vs %g", i, a[i], b[i]);
+    free(a), free(b);
+    gpu->release(gpu, gg), gpu->release(gpu, ug), cpu->release(cpu, gc), cpu->release(cpu, uc);
+    free(g), free(u), free(w);
+}
+
+/* embed and rope with their small inputs as launch arguments and, past KC_TOK_MAX tokens /
+ * KC_ROPE_MAX table entries, uploaded */
+static void test_embed_rope(void **state) {
+    (void)state;
+    NEED_GPU();
+    const uint32_t types[] = {GGML_Q8_0, GGML_Q4_1, GGML_F32, GGML_F16};
+    int tok[100], dim = 64;
+    for (int i = 0; i < 100; i++) tok[i] = (i * 37 + 5) % 300;
+    tok[1] = 299, tok[2] = 0;
+    for (int i = 0; i < 4; i++)
+        for (int T = 5; T <= 100; T += 95) {
+            tmat m;
+            make_mat(&m, types[i], 300, dim, 20 + i);
+            float *og = gpu->alloc(gpu, sizeof(float) * T * dim), *oc = cpu->alloc(cpu, sizeof(float) * T * dim);
+            assert_int_equal(gpu->embed(gpu, og, &m.w, tok, T), 0);
+            assert_int_equal(cpu->embed(cpu, oc, &m.w, tok, T), 0);
+            float *a = get(gpu, og, (size_t)T * dim), *b = get(cpu, oc, (size_t)T * dim);
+            for (int k = 0; k < T * dim; k++)
+                if (!(fabsf(a[k] - b[k]) <= 2 * FLT_EPSILON * fabsf(b[k])))
+                    fail_msg("embed %s T=%d %d: %g vs %g", ggml_type_name(types[i]), T, k, a[k], b[k]);
+            const qmat *ws[1] = {&m.w};
+            gpu->forget_mats(gpu, ws, 1);
+            gpu->release(gpu, og), cpu->release(cpu, oc);
+            free(a), free(b), free(m.buf);
+        }
+    int pos[20] = {0, 1, 2, 100, 4000, 8191}, nh = 3, hd = 64;
+    for (int i = 6; i < 20; i++) pos[i] = 37 * i;
+    float cs[20 * 32], sn[20 * 32], *x = malloc(sizeof(float) * 20 * nh * hd);
+    rope_tables_fill(cs, sn, pos, 20, hd, 100000.0, 1.0, NULL);
+    for (int neox = 0; neox < 2; neox++)
+        for (int T = 6; T <= 20; T += 14) {
+            size_t n = (size_t)T * nh * hd;
+            rnd(x, n, 30 + neox, 3.0f);
+            rope_tables rt = {hd, neox, cs, sn};
+            float *xg = put(gpu, x, n), *xc = put(cpu, x, n);
+            assert_int_equal(gpu->rope(gpu, xg, T, nh, &rt), 0);
+            assert_int_equal(cpu->rope(cpu, xc, T, nh, &rt), 0);
+            float *a = get(gpu, xg, n), *b = get(cpu, xc, n);
+            for (size_t k = 0; k < n; k++)
+                if (!(fabsf(a[k] - b[k]) <= 8 * FLT_EPSILON * 3)) fail_msg("rope neox=%d T=%d %zu: %g vs %g", neox, T, k, a[k], b[k]);
+            gpu->release(gpu, xg), cpu->release(cpu, xc);
+            free(a), free(b);
+        }
+    free(x);
+}
+
+/* kv_write then attention over varlen requests (a table per call as an argument, T <= 32, and
+ * through device scratch, T > 32), causal and with explicit visibility, three head layouts */
+static void test_attention(void **state) {
+    (void)state;
+    NEED_GPU();
+    const int cfg[3][3] = {{4, 2, 64}, {8, 2, 128}, {6, 3, 32}};
+    for (int ci = 0; ci < 3; ci++) {
+        int nh = cfg[ci][0], nkv = cfg[ci][1], hd = cfg[ci][2], kvd = nkv * hd, cap = 96;
+        kv_cache *kg[3], *kc[3];
+        for (int s = 0; s < 3; s++) {
+            kg[s] = kv_cache_new_dims(gpu, 1, kvd, cap);
+            kc[s] = kv_cache_new_dims(cpu, 1, kvd, cap);
+            /* fill every slot: one request of cap tokens */
+            int *seq = calloc(cap, sizeof(int)), *pos = malloc(sizeof(int) * cap);
+            for (int t = 0; t < cap; t++) pos[t] = t;
+            float *k = malloc(sizeof(float) * cap * kvd), *v = malloc(sizeof(float) * cap * kvd);
+            rnd(k, (size_t)cap * kvd, 40 + s, 2.0f), rnd(v, (size_t)cap * kvd, 50 + s, 2.0f);
+            float *kgd = put(gpu, k, (size_t)cap * kvd), *vgd = put(gpu, v, (size_t)cap * kvd);
+            float *kcd = put(cpu, k, (size_t)cap * kvd), *vcd = put(cpu, v, (size_t)cap * kvd);
+            attn_batch abg = {cap, seq, pos, kg + s, NULL}, abc = {cap, seq, pos, kc + s, NULL};
+            assert_int_equal(gpu->kv_write(gpu, &abg, 0, kgd, vgd), 0);
+            assert_int_equal(cpu->kv_write(cpu, &abc, 0, kcd, vcd), 0);
+            float *back = get(gpu, kg[s]->k[0], (size_t)cap * kvd);
+            assert_memory_equal(back, k, sizeof(float) * cap * kvd);
+            free(back);
+            gpu->release(gpu, kgd), gpu->release(gpu, vgd), cpu->release(cpu, kcd), cpu->release(cpu, vcd);
+            free(seq), free(pos), free(k), free(v);
+        }
+        /* batches: (a) 3 requests, 3 + 1 + 40 tokens; (b) the first two; (c) (a) with n_vis */
+        int seqA[44], posA[44], nvis[44];
+        for (int t = 0; t < 44; t++) {
+            seqA[t] = t < 3 ? 0 : t < 4 ? 1 : 2;
+            posA[t] = t < 3 ? 7 + t : t < 4 ? 0 : 50 + (t - 4);
+            nvis[t] = t < 3 ? 10 : t < 4 ? 1 : 96 - (t % 5);
+        }
+        struct { int T; const int *nv; } cases[3] = {{44, NULL}, {4, NULL}, {44, nvis}};
+        for (int k = 0; k < 3; k++) {
+            int T = cases[k].T;
+            size_t qn = (size_t)T * nh * hd;
+            float *q = malloc(sizeof(float) * qn);
+            rnd(q, qn, 60 + k, 2.0f);
+            float *qg = put(gpu, q, qn), *qc = put(cpu, q, qn), *og = gpu->alloc(gpu, qn * 4), *oc = cpu->alloc(cpu, qn * 4);
+            attn_batch abg = {T, seqA, posA, kg, cases[k].nv}, abc = {T, seqA, posA, kc, cases[k].nv};
+            assert_int_equal(gpu->attention(gpu, og, qg, &abg, 0, nh, nkv, hd), 0);
+            assert_int_equal(cpu->attention(cpu, oc, qc, &abc, 0, nh, nkv, hd), 0);
+            float *a = get(gpu, og, qn), *b = get(cpu, oc, qn);
+            size_t where;
+            float d = max_abs_diff(a, b, qn, &where);
+            print_message("  attention heads %d/%d hd %d case %d (T=%d): max |gpu-cpu| %.3g\n", nh, nkv, hd, k, T, d);
+            if (!(d <= 1e-5f)) fail_msg("attention case %d: %g at %zu (gpu %g cpu %g)", k, d, where, a[where], b[where]);
+            gpu->release(gpu, qg), gpu->release(gpu, og), cpu->release(cpu, qc), cpu->release(cpu, oc);
+            free(a), free(b), free(q);
+        }
+        for (int s = 0; s < 3; s++) kv_cache_free(gpu, kg[s]), kv_cache_free(cpu, kc[s]);
+    }
+}
+
+/* ------------------------------------------------------------------------------ the forward */
+
+static void forward_case(const tiny_spec *spec, const char *name) {
+    size_t n;
+    uint8_t *img = tiny_model_gguf(spec, 77, &n);
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path(name));
+    write_file(path, img, n);
+    free(img);
+    model m;
+    if (model_load(&m, path)) fail_msg("tiny model: %s", ds_errmsg());
+    assert_int_equal(gpu->prepare(gpu, &m), 0);
+    assert_int_equal(cpu->prepare(cpu, &m), 0);
+    fwd_state fg, fc;
+    fwd_state_init(&fg, gpu), fwd_state_init(&fc, cpu);
+    int V = m.cfg.vocab_size, dim = m.cfg.dim;
+    kv_cache *kg[2] = {kv_cache_new(gpu, &m.cfg, 64), kv_cache_new(gpu, &m.cfg, 64)};
+    kv_cache *kc[2] = {kv_cache_new(cpu, &m.cfg, 64), kv_cache_new(cpu, &m.cfg, 64)};
+    int toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = (i * 37 + 11) % V;
+    float *lg = malloc(sizeof(float) * 64 * V), *lc = malloc(sizeof(float) * 64 * V);
+    int caps[3] = {-1, 0, spec->n_layers - 1};
+    float *capg = malloc(sizeof(float) * 3 * 64 * dim), *capc = malloc(sizeof(float) * 3 * 64 * dim);
+    float *hg = malloc(sizeof(float) * 64 * dim), *hc = malloc(sizeof(float) * 64 * dim);
+    /* steps: prefill 40 (cuBLAS path), 1 token, 3 tokens, then a 2-request batch of 2 + 5 */
+    struct { int n_seq, n_new[2]; } steps[4] = {{1, {40, 0}}, {1, {1, 0}}, {1, {3, 0}}, {2, {2, 5}}};
+    int off = 0;
+    for (int s = 0; s < 4; s++) {
+        int T = steps[s].n_new[0] + (steps[s].n_seq > 1 ? steps[s].n_new[1] : 0);
+        fwd_batch bg = {steps[s].n_seq, kg, steps[s].n_new, toks + off, 1, lg, 3, caps, capg, hg};
+        fwd_batch bc = {steps[s].n_seq, kc, steps[s].n_new, toks + off, 1, lc, 3, caps, capc, hc};
+        if (model_forward(&m, &fg, &bg)) fail_msg("gpu forward: %s", ds_errmsg());
+        if (model_forward(&m, &fc, &bc)) fail_msg("cpu forward: %s", ds_errmsg());
+        float scale = 0;
+        for (size_t i = 0; i < (size_t)T * V; i++) scale = fmaxf(scale, fabsf(lc[i]));
+        size_t where;
+        float d = max_abs_diff(lg, lc, (size_t)T * V, &where), dh = max_abs_diff(hg, hc, (size_t)T * dim, NULL);
+        float dc = max_abs_diff(capg, capc, (size_t)3 * T * dim, NULL);
+        print_message("  forward %s step %d (%d tokens): logits max |gpu-cpu| %.3g (scale %.3g), final hidden %.3g,"
+                      " captures %.3g\n", name, s, T, d, scale, dh, dc);
+        if (!(d <= 1e-3f * fmaxf(1, scale))) fail_msg("%s step %d: logits differ by %g at %zu", name, s, d, where);
+        if (!(dh <= 1e-3f && dc <= 1e-3f)) fail_msg("%s step %d: hidden states differ (%g, %g)", name, s, dh, dc);
+        off += T;
+    }
+    for (int s = 0; s < 2; s++) kv_cache_free(gpu, kg[s]), kv_cache_free(cpu, kc[s]);
+    fwd_state_free(&fg), fwd_state_free(&fc);
+    gpu->forget(gpu, &m), cpu->forget(cpu, &m);
+    model_free(&m);
+    remove(path);
+    free(lg), free(lc), free(capg), free(capc), free(hg), free(hc);
+}
+
+static void test_forward_tiny(void **state) {
+    (void)state;
+    NEED_GPU();
+    const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
+    const tiny_spec f32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
+    const tiny_spec qwen = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
+    forward_case(&q41, "cuda-q41.gguf");
+    forward_case(&f32, "cuda-f32.gguf");
+    forward_case(&qwen, "cuda-qwen3.gguf");
+}
+
+/* ------------------------------------------------------------------------------- SmolLM2 */
+
+/* the argmax and its lead over the runner-up */
+static float top2_gap(const float *l, int V, int *best) {
+    int b = 0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[b]) b = i;
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (i != b && l[i] > second) second = l[i];
+    *best = b;
+    return l[b] - second;
+}
+
+static void test_smollm2(void **state) {
+    (void)state;
+    NEED_GPU();
+    if (!need_real_model()) skip();
+    target tg, tc;
+    if (target_open(&tg, real_model_path(), &(backend_opts){.name = "cuda"})) fail_msg("%s", ds_errmsg());
+    if (target_open(&tc, real_model_path(), &(backend_opts){.exact = 1})) fail_msg("%s", ds_errmsg());
+    const char *prompts[] = {"The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.",
+                             "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+                             "How many clips did Natalia sell altogether in April and May? Let's think step by step."};
+    int V = tg.m.cfg.vocab_size, n_gen = 48, equal_runs = 0;
+    float *lg = malloc(sizeof(float) * (size_t)V * 256), *lc = malloc(sizeof(float) * (size_t)V * 256);
+    for (int p = 0; p < 3; p++) {
+        ivec ids = {0};
+        assert_int_equal(tokenizer_encode(&tc.tk, prompts[p], strlen(prompts[p]), 0, &ids), 0);
+        kv_cache *kg = kv_cache_new(tg.be, &tg.m.cfg, 256), *kc = kv_cache_new(tc.be, &tc.m.cfg, 256);
+        /* prefill with all logits (prompts of 5-40 tokens: both matmul paths) */
+        assert_int_equal(model_forward_one(&tg.m, &tg.fs, kg, ids.v, ids.n, 1, lg), 0);
+        assert_int_equal(model_forward_one(&tc.m, &tc.fs, kc, ids.v, ids.n, 1, lc), 0);
+        size_t where;
+        float d = max_abs_diff(lg, lc, (size_t)ids.n * V, &where);
+        print_message("  SmolLM2 prompt %d (%d tokens): prefill logits max |gpu-cpu| %.3g\n", p, ids.n, d);
+        if (!(d <= 2e-2f)) fail_msg("SmolLM2 prefill logits differ by %g (token %zu)", d, where / V);
+        int tg_tok, tc_tok, diverged = -1;
+        top2_gap(lg + (size_t)(ids.n - 1) * V, V, &tg_tok);
+        top2_gap(lc + (size_t)(ids.n - 1) * V, V, &tc_tok);
+        double t_gpu = 0;
+        for (int i = 0; i < n_gen; i++) {
+            if (tg_tok != tc_tok) {
+                int b;
+                float gap = top2_gap(lc, V, &b);
+                print_message("  greedy diverges at step %d: gpu %d cpu %d, cpu's top-2 gap %.4f\n", i, tg_tok, tc_tok, gap);
+                if (gap > 0.05f) fail_msg("greedy continuation diverges at step %d with a top-2 gap of %.4f (not a near-tie)", i, gap);
+                diverged = i;
+                break;
+            }
+            double t0 = ds_now();
+            assert_int_equal(model_forward_one(&tg.m, &tg.fs, kg, &tg_tok, 1, 0, lg), 0);
+            t_gpu += ds_now() - t0;
+            assert_int_equal(model_forward_one(&tc.m, &tc.fs, kc, &tc_tok, 1, 0, lc), 0);
+            d = max_abs_diff(lg, lc, (size_t)V, &where);
+            if (!(d <= 2e-2f)) fail_msg("SmolLM2 decode step %d: logits differ by %g", i, d);
+            top2_gap(lg, V, &tg_tok);
+            top2_gap(lc, V, &tc_tok);
+        }
+        if (diverged < 0) equal_runs++;
+        print_message("  prompt %d: greedy %s over %d tokens; gpu decode %.3f ms/token (single forwards, synchronous)\n", p,
+                      diverged < 0 ? "equal" : "diverged at a near-tie", n_gen, 1e3 * t_gpu / n_gen);
+        kv_cache_free(tg.be, kg), kv_cache_free(tc.be, kc);
+        ivec_free(&ids);
+    }
+    assert_true(equal_runs >= 2);
+    free(lg), free(lc);
+    target_close(&tg), target_close(&tc);
+}
+
+int main(void) {
+#ifdef DS_CUDA
+    gpu = backend_new(&(backend_opts){.name = "cuda"});
+    if (!gpu) snprintf(why_skip, sizeof why_skip, "%s", ds_errmsg());
+#else
+    snprintf(why_skip, sizeof why_skip, "this build has no CUDA (make CUDA=1 with nvcc)");
+#endif
+    if (!gpu) fprintf(stderr, "test_cuda: every test skips: %s\n", why_skip);
+    else fprintf(stderr, "test_cuda: %s, %s\n", gpu->device, gpu->kernels);
+    cpu = backend_cpu_new(&(backend_opts){.n_threads = 0, .exact = 1});
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_embed_rope),  cmocka_unit_test(test_attention),        cmocka_unit_test(test_forward_tiny),
+        cmocka_unit_test(test_smollm2),
+    };
+    int rc = cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
+    backend_free(gpu);
+    backend_free(cpu);
+    return rc;
+}
