@@ -240,12 +240,13 @@ static void test_embed_rope(void **state) {
 }
 
 /* kv_write then attention over varlen requests (a table per call as an argument, T <= 32, and
- * through device scratch, T > 32), causal and with explicit visibility, three head layouts */
+ * through device scratch, T > 32), causal and with explicit visibility, four head layouts */
 static void test_attention(void **state) {
     (void)state;
     NEED_GPU();
-    const int cfg[3][3] = {{4, 2, 64}, {8, 2, 128}, {6, 3, 32}};
-    for (int ci = 0; ci < 3; ci++) {
+    /* head sizes that are multiples of 4 read K as float4; 34 takes the scalar loop */
+    const int cfg[4][3] = {{4, 2, 64}, {8, 2, 128}, {6, 3, 32}, {2, 1, 34}};
+    for (int ci = 0; ci < 4; ci++) {
         int nh = cfg[ci][0], nkv = cfg[ci][1], hd = cfg[ci][2], kvd = nkv * hd, cap = 96;
         kv_cache *kg[3], *kc[3];
         for (int s = 0; s < 3; s++) {

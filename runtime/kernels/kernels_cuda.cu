@@ -70,6 +70,18 @@ template <int TY> __device__ __forceinline__ float deq(const uint8_t *row, int j
     default: snprintf(g_err, sizeof g_err, "no CUDA decoder for ggml type %u", (unsigned)type); return -1; \
     }
 
+// the same with a second template argument
+#define DISPATCH1(type, KERNEL, A2, ...)                                                                     \
+    switch (type) {                                                                                          \
+    case TY_F32: KERNEL<TY_F32, A2><<<__VA_ARGS__; break;                                                   \
+    case TY_F16: KERNEL<TY_F16, A2><<<__VA_ARGS__; break;                                                   \
+    case TY_BF16: KERNEL<TY_BF16, A2><<<__VA_ARGS__; break;                                                 \
+    case TY_Q4_0: KERNEL<TY_Q4_0, A2><<<__VA_ARGS__; break;                                                 \
+    case TY_Q4_1: KERNEL<TY_Q4_1, A2><<<__VA_ARGS__; break;                                                 \
+    case TY_Q8_0: KERNEL<TY_Q8_0, A2><<<__VA_ARGS__; break;                                                 \
+    default: snprintf(g_err, sizeof g_err, "no CUDA decoder for ggml type %u", (unsigned)type); return -1; \
+    }
+
 // -------------------------------------------------------------------------------- reductions
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -176,108 +188,94 @@ __global__ void k_matvec(float *out, const uint8_t *W, size_t row_bytes, int row
     }
 }
 
-// 32 consecutive weights of a row (one ggml block, or 32 elements of a plain type) into registers,
-// with the widest loads the block's alignment allows, decoded as deq<TY> decodes them
-template <int TY> __device__ __forceinline__ void load32(const uint8_t *row, int b, float *w) {
+// Eight weights of block b (32 weights) of a row, for lane `sub` (0..3) of the four lanes that share
+// the block, with the widest loads the block's alignment allows, decoded as deq<TY> decodes them:
+// w[0..3] are elements o1..o1+3 of the block and w[4..7] elements o2..o2+3 (kb_offsets).
+__device__ __forceinline__ float hf(unsigned short u) { return __half2float(__ushort_as_half(u)); }
+
+template <int TY> __device__ __forceinline__ void kb_offsets(int sub, int *o1, int *o2) {
+    if (TY == TY_Q4_0 || TY == TY_Q4_1) *o1 = 4 * sub, *o2 = 16 + 4 * sub; // low and high nibbles
+    else *o1 = 8 * sub, *o2 = 8 * sub + 4;
+}
+
+template <int TY> __device__ __forceinline__ void load8(const uint8_t *row, int b, int sub, float *w) {
     if (TY == TY_F32) {
-        const float4 *p = (const float4 *)(row + (size_t)b * 128);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float4 v = p[k];
-            w[4 * k] = v.x, w[4 * k + 1] = v.y, w[4 * k + 2] = v.z, w[4 * k + 3] = v.w;
-        }
+        const float4 *p = (const float4 *)(row + (size_t)b * 128 + 32 * sub);
+        float4 a = p[0], c = p[1];
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = c.x, w[5] = c.y, w[6] = c.z, w[7] = c.w;
     } else if (TY == TY_F16 || TY == TY_BF16) {
-        const uint4 *p = (const uint4 *)(row + (size_t)b * 64);
+        uint4 v = *(const uint4 *)(row + (size_t)b * 64 + 16 * sub);
+        unsigned u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            uint4 v = p[k];
-            unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                unsigned lo = u[i] & 0xffffu, hi = u[i] >> 16;
-                if (TY == TY_F16) {
-                    w[8 * k + 2 * i] = __half2float(__ushort_as_half((unsigned short)lo));
-                    w[8 * k + 2 * i + 1] = __half2float(__ushort_as_half((unsigned short)hi));
-                } else {
-                    w[8 * k + 2 * i] = __uint_as_float(lo << 16);
-                    w[8 * k + 2 * i + 1] = __uint_as_float(hi << 16);
-                }
-            }
+        for (int i = 0; i < 4; i++) {
+            unsigned lo = u[i] & 0xffffu, hi = u[i] >> 16;
+            w[2 * i] = TY == TY_F16 ? hf((unsigned short)lo) : __uint_as_float(lo << 16);
+            w[2 * i + 1] = TY == TY_F16 ? hf((unsigned short)hi) : __uint_as_float(hi << 16);
         }
     } else if (TY == TY_Q4_1) { // 20 bytes, 4-aligned: d m | qs[16]
-        const unsigned *p = (const unsigned *)(row + (size_t)b * 20);
-        unsigned dm = p[0];
-        float d = __half2float(__ushort_as_half((unsigned short)(dm & 0xffffu)));
-        float m = __half2float(__ushort_as_half((unsigned short)(dm >> 16)));
+        const uint8_t *blk = row + (size_t)b * 20;
+        unsigned dm = *(const unsigned *)blk, q = *(const unsigned *)(blk + 4 + 4 * sub);
+        float d = hf((unsigned short)(dm & 0xffffu)), m = hf((unsigned short)(dm >> 16));
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            unsigned q = p[1 + k];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                unsigned byte = (q >> (8 * i)) & 0xffu;
-                w[4 * k + i] = __fadd_rn(__fmul_rn(d, (float)(byte & 15u)), m);
-                w[16 + 4 * k + i] = __fadd_rn(__fmul_rn(d, (float)(byte >> 4)), m);
-            }
+        for (int i = 0; i < 4; i++) {
+            w[i] = __fadd_rn(__fmul_rn(d, (float)((q >> (8 * i)) & 15u)), m);
+            w[4 + i] = __fadd_rn(__fmul_rn(d, (float)((q >> (8 * i + 4)) & 15u)), m);
         }
-    } else if (TY == TY_Q8_0) { // 34 bytes, 2-aligned: d | qs[32]
-        const unsigned short *p = (const unsigned short *)(row + (size_t)b * 34);
-        float d = __half2float(__ushort_as_half(p[0]));
-#pragma unroll
-        for (int k = 0; k < 16; k++) {
-            unsigned short q = p[1 + k];
-            w[2 * k] = d * (float)(signed char)(q & 0xff);
-            w[2 * k + 1] = d * (float)(signed char)(q >> 8);
-        }
-    } else { // Q4_0: 18 bytes, 2-aligned: d | qs[16]
+    } else if (TY == TY_Q4_0) { // 18 bytes, 2-aligned: d | qs[16]
         const unsigned short *p = (const unsigned short *)(row + (size_t)b * 18);
-        float d = __half2float(__ushort_as_half(p[0]));
+        float d = hf(p[0]);
+        unsigned q = (unsigned)p[1 + 2 * sub] | ((unsigned)p[2 + 2 * sub] << 16);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            unsigned short q = p[1 + k];
+        for (int i = 0; i < 4; i++) {
+            w[i] = d * (float)((int)((q >> (8 * i)) & 15u) - 8);
+            w[4 + i] = d * (float)((int)((q >> (8 * i + 4)) & 15u) - 8);
+        }
+    } else { // Q8_0: 34 bytes, 2-aligned: d | qs[32]
+        const unsigned short *p = (const unsigned short *)(row + (size_t)b * 34);
+        float d = hf(p[0]);
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                unsigned byte = (q >> (8 * i)) & 0xffu;
-                w[2 * k + i] = d * (float)((int)(byte & 15u) - 8);
-                w[16 + 2 * k + i] = d * (float)((int)(byte >> 4) - 8);
-            }
+        for (int i = 0; i < 4; i++) {
+            unsigned short q = p[1 + 4 * sub + i];
+            w[2 * i] = d * (float)(signed char)(q & 0xff);
+            w[2 * i + 1] = d * (float)(signed char)(q >> 8);
         }
     }
 }
 
-// One warp per row, each lane a whole block of 32 weights at a time (the warp reads a contiguous
-// run of blocks: coalesced), decoded once for every token of the tile; x read as float4. Each
-// output is summed in the same order whatever T (batch-invariant below gemm_min_T).
-template <int TY>
-__global__ void k_matvec_blk(float *out, const uint8_t *W, size_t row_bytes, int rows, int cols, const float *x, int T) {
-    int r = blockIdx.x * MV_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+// One warp per row; four lanes per block of 32 weights, eight weights each, so one pass of the warp
+// reads eight consecutive blocks (coalesced) with few registers (many warps in flight); each weight is
+// decoded once for every token of the tile and x is read as float4. Each output is summed in the
+// same order whatever T (batch-invariant below gemm_min_T).
+// TT tokens per tile: 1 for decode (fewer registers, more warps in flight), MV_TT otherwise; a
+// token's sums are the same operations in the same order in both.
+template <int TY, int TT>
+__global__ void __launch_bounds__(32 * MV_ROWS)
+    k_matvec_blk(float *out, const uint8_t *W, size_t row_bytes, int rows, int cols, const float *x, int T) {
+    int r = blockIdx.x * MV_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31, sub = lane & 3;
     if (r >= rows) return;
-    int t0 = blockIdx.y * MV_TT, nt = min(MV_TT, T - t0), nb = cols >> 5;
+    int t0 = blockIdx.y * TT, nt = min(TT, T - t0), nb = cols >> 5, o1, o2;
+    kb_offsets<TY>(sub, &o1, &o2);
     const uint8_t *wr = W + (size_t)r * row_bytes;
-    float acc[MV_TT];
+    float acc[TT];
 #pragma unroll
-    for (int t = 0; t < MV_TT; t++) acc[t] = 0.f;
-    for (int b = lane; b < nb; b += 32) {
-        float w[32];
-        load32<TY>(wr, b, w);
+    for (int t = 0; t < TT; t++) acc[t] = 0.f;
+    for (int b = lane >> 2; b < nb; b += 8) {
+        float w[8];
+        load8<TY>(wr, b, sub, w);
 #pragma unroll
-        for (int t = 0; t < MV_TT; t++) {
+        for (int t = 0; t < TT; t++) {
             if (t < nt) {
-                const float4 *xv = (const float4 *)(x + (size_t)(t0 + t) * cols + (size_t)b * 32);
-                float s = 0.f;
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    float4 v = xv[k];
-                    s = fmaf(w[4 * k], v.x, s);
-                    s = fmaf(w[4 * k + 1], v.y, s);
-                    s = fmaf(w[4 * k + 2], v.z, s);
-                    s = fmaf(w[4 * k + 3], v.w, s);
-                }
-                acc[t] += s;
+                const float *xb = x + (size_t)(t0 + t) * cols + (size_t)b * 32;
+                float4 a = *(const float4 *)(xb + o1), c = *(const float4 *)(xb + o2);
+                float s = acc[t];
+                s = fmaf(w[0], a.x, s), s = fmaf(w[1], a.y, s), s = fmaf(w[2], a.z, s), s = fmaf(w[3], a.w, s);
+                s = fmaf(w[4], c.x, s), s = fmaf(w[5], c.y, s), s = fmaf(w[6], c.z, s), s = fmaf(w[7], c.w, s);
+                acc[t] = s;
             }
         }
     }
 #pragma unroll
-    for (int t = 0; t < MV_TT; t++) {
+    for (int t = 0; t < TT; t++) {
         float s = warp_sum(acc[t]);
         if (lane == 0 && t < nt) out[(size_t)(t0 + t) * rows + r] = s;
     }
@@ -294,7 +292,11 @@ extern "C" int kc_matvec(float *out, const void *W, uint32_t type, size_t row_by
     // the block kernel needs whole blocks, x on 16 bytes and rows on the block's own alignment
     int align = type == TY_Q4_1 ? 4 : (type == TY_Q8_0 || type == TY_Q4_0) ? 2 : 16;
     if (cols % 32 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)W % align == 0 && row_bytes % align == 0) {
-        DISPATCH(type, k_matvec_blk, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
+        if (T == 1) {
+            DISPATCH1(type, k_matvec_blk, 1, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
+        } else {
+            DISPATCH1(type, k_matvec_blk, MV_TT, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
+        }
     } else {
         DISPATCH(type, k_matvec, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
     }
@@ -376,7 +378,8 @@ extern "C" int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d,
 #define ATT_THREADS 256
 __global__ void k_attention(float *out, const float *q, kvsrc_small small, const kc_kvsrc *tab, int T, int n_heads,
                             int group, int hd, float scale, float *scores, size_t stride) {
-    __shared__ float qs[KC_MAX_HEAD_DIM], red[32], part[ATT_THREADS];
+    __shared__ __align__(16) float qs[KC_MAX_HEAD_DIM];
+    __shared__ float red[32], part[ATT_THREADS];
     int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     kc_kvsrc e = T <= KC_TAB_MAX ? small.e[t] : tab[t];
     size_t off = (size_t)(h / group) * hd;
@@ -385,10 +388,21 @@ __global__ void k_attention(float *out, const float *q, kvsrc_small small, const
     __syncthreads();
     float *S = scores + ((size_t)t * n_heads + h) * stride;
     float mx = -INFINITY;
+    // rows of K as float4 where they are aligned (the same sums in the same order): independent loads
+    bool vec = (hd & 3) == 0 && (e.ld & 3) == 0 && ((uintptr_t)e.k & 15) == 0;
     for (int j = tid; j < e.n_vis; j += blockDim.x) {
         const float *kr = e.k + (size_t)j * e.ld + off;
         float s = 0.f;
-        for (int i = 0; i < hd; i++) s = fmaf(qs[i], kr[i], s);
+        if (vec) {
+            const float4 *k4 = (const float4 *)kr, *q4 = (const float4 *)qs;
+#pragma unroll 4
+            for (int i = 0; i < hd / 4; i++) {
+                float4 a = k4[i], b = q4[i];
+                s = fmaf(b.x, a.x, s), s = fmaf(b.y, a.y, s), s = fmaf(b.z, a.z, s), s = fmaf(b.w, a.w, s);
+            }
+        } else {
+            for (int i = 0; i < hd; i++) s = fmaf(qs[i], kr[i], s);
+        }
         s *= scale;
         S[j] = s;
         mx = fmaxf(mx, s);
