@@ -113,8 +113,9 @@ tests: $(TESTS) $(BIN)
 # Each suite runs from the repo root; the real-model suites find the model in the cache.
 test: tests model
 	@fail=0; for t in $(TESTS); do \
-	  echo "== $$t"; \
+	  echo "== $$t"; s=$$(date +%s); \
 	  DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $$t || fail=1; \
+	  echo "== $$t: $$(( $$(date +%s) - s )) s"; \
 	done; \
 	if [ $$fail -ne 0 ]; then echo "TESTS FAILED"; exit 1; else echo "ALL TESTS PASSED"; fi
 
