@@ -40,14 +40,16 @@ LDLIBS := $(PKG_LIBS) -lm
 # CUDA runtime is linked statically and cuBLAS opened at run time, so the binary runs on machines
 # with neither a GPU nor the CUDA libraries; only `--backend cuda` needs them.
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# a toolkit laid out as NVIDIA ships it: nvcc, the static runtime and cuBLAS's header
+CUDA_FOUND := $(and $(NVCC),$(wildcard $(CUDA_HOME)/lib64/libcudart_static.a),$(wildcard $(CUDA_HOME)/include/cublas_v2.h))
 ifeq ($(SAN),1)
   CUDA ?= 0
 else
-  CUDA ?= $(if $(NVCC),1,0)
+  CUDA ?= $(if $(CUDA_FOUND),1,0)
 endif
 CUDA_OBJ :=
 ifeq ($(CUDA),1)
-  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   CFLAGS += -DDS_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
   CUDA_OBJ := $(BUILD)/runtime/kernels/kernels_cuda.o
