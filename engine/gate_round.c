@@ -203,6 +203,16 @@ static int g_exact;
 static const char *g_backend;
 static int g_verbose; /* each case's time on stderr (what CI's budget is spent on) */
 
+/* the report labels every case with the contract asked for: a backend that has only the other one
+ * (cuda: fp32) must not run under the wrong label */
+static int contract_matches(const backend *be) {
+    DS_CHECK(be->exact == g_exact, "gate: backend '%s' computes on the %s contract, not the %s one asked for (%s)",
+             be->name, be->exact ? "fp32" : "int8", g_exact ? "fp32" : "int8", be->exact ? "add --exact" : "drop --exact");
+    return 0;
+fail:
+    return -1;
+}
+
 /* A world: the tiny random target (real == NULL, its own GGUF file, random prompt) or a shared
  * real target (a chat prompt); the drafter opened with its gate_config; n_req prefilled requests
  * with one seed, so all share the first token. */
@@ -226,6 +236,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
         if (tiny_model_write(w->path, &ts, seed) || target_open(&w->own, w->path, &(backend_opts){.name = g_backend, .n_threads = 1, .exact = g_exact})) goto fail;
         w->t = &w->own;
         w->has_own = 1;
+        DS_TRY(contract_matches(w->t->be));
         rng_t pr;
         rng_seed(&pr, seed ^ 0xabcdef);
         for (int i = 0; i < RPROMPT; i++) prompt[i] = (int)(rng_u64(&pr) % (RV - 1)); /* the last id is the mask token */
@@ -295,6 +306,10 @@ fail:
     rw_close(w);
     return -1;
 }
+
+/* A scheduler marked gate_sparse runs its costly cases with these drafters only (every drafter when
+ * --drafter asks for one): a model drafter and a training-free one */
+static int representative(const drafter_ops *d) { return !strcmp(d->name, "vanilla") || !strcmp(d->name, "suffix"); }
 
 static void set_fault(rworld *w, verify_fault f) {
     w->cfg.fault = f;
@@ -706,13 +721,9 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
             for (int e = 0; e < n_exact; e++) {
                 int st = exact_settings[e];
                 if ((st == S_GREEDY || st == S_FULL) && !is_fixed) continue; /* T = 0 and full support: fixed only */
-                /* hedge draws its gamma at random, which multiplies the enumerated paths (~16x, 20-50 s a
-                 * case here); its rule does not depend on the drafter, and top-p's interplay with each
-                 * drafter is enumerated under every other scheduler: its top-p case runs with a model
-                 * drafter and a training-free one (every drafter when one is asked for) */
-                if (st == S_TOPP && !strcmp(so->name, "hedge") && !only && strcmp(dops->name, "vanilla") &&
-                    strcmp(dops->name, "suffix"))
-                    continue;
+                /* hedge's random gamma multiplies the enumerated paths (~16x, 20-50 s a case here), and
+                 * top-p's interplay with each drafter is enumerated under every other scheduler */
+                if (st == S_TOPP && so->gate_sparse && !only && !representative(dops)) continue;
                 if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++)) goto done;
             }
             /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
@@ -756,6 +767,7 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
     if (target_open(&t, model ? model : target_default_path(),
                     &(backend_opts){.name = g_backend, .exact = g_exact, .n_threads = n_threads}))
         return -1;
+    if (contract_matches(t.be)) goto done;
     DS_CHECK(t.has_tokenizer, "gate: %s has no tokenizer (the real-model cases encode a chat prompt)", t.m.path);
     double t0 = ds_now();
     /* every registered drafter and lossless scheduler, and the bonus-row mutant as a control (a 1 %
@@ -765,12 +777,9 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
             const drafter_ops *dops = drafter_nth(di);
             const scheduler_ops *so = scheduler_nth(si);
             if (!so->lossless || (only && strcmp(only, dops->name))) continue;
-            /* hedge draws its gamma at random, which multiplies the enumerated paths ~16x (144 vs 9 on
-             * this prompt: 15-50 s a drafter, half of the gate's SmolLM2 time); its rule does not depend
-             * on the drafter, and the tiny worlds run it with every drafter, so on SmolLM2 it runs with
-             * a model drafter and a training-free one (every drafter when one is asked for) */
-            if (!only && !strcmp(so->name, "hedge") && strcmp(dops->name, "vanilla") && strcmp(dops->name, "suffix"))
-                continue;
+            /* hedge: 144 paths vs 9 on this prompt, 15-50 s a drafter, half of the gate's SmolLM2 time;
+             * the tiny worlds run it with every drafter */
+            if (so->gate_sparse && !only && !representative(dops)) continue;
             rworld w;
             if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N)) goto done;
             int skip = so->needs_conf && !w.d.has_conf;

@@ -125,4 +125,5 @@ const scheduler_ops sched_hedge = {
     .name = "hedge",
     .help = "per-request Hedge over the verification length, full information from the verified prefix {\"eta\": 1}",
     .lossless = 1, .open = hedge_open, .schedule = hedge_schedule, .observe = hedge_observe, .release = hedge_release,
-    .reset = hedge_reset, .close = hedge_close, .gate_config = "{\"eta\": 2}"};
+    .reset = hedge_reset, .close = hedge_close, .gate_config = "{\"eta\": 2}",
+    .gate_sparse = 1};

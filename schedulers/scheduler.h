@@ -65,6 +65,9 @@ typedef struct scheduler_ops {
                                   * every replay of a round); NULL: the scheduler learns nothing */
     void (*close)(scheduler *);  /* may be NULL */
     const char *gate_config;     /* JSON settings the losslessness gate opens it with (NULL: none) */
+    int gate_sparse;             /* its rule draws at random, multiplying the gate's enumerated paths, and
+                                  * does not depend on the drafter: its costly cases (SmolLM2, tiny top-p)
+                                  * run with representative drafters only */
 } scheduler_ops;
 
 struct scheduler {
