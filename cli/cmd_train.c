@@ -1,4 +1,4 @@
-/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa, mtp, eagle3) against the frozen target:
+/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa, mtp, eagle3, vanilla) against the frozen target:
  * build (or resume building) the data cache of target responses and states, then train with
  * checkpoints in the run folder; a killed run resumes from its last checkpoint. */
 #include <cJSON.h>
@@ -49,6 +49,8 @@ int cmd_train(int argc, char **argv) {
     memset(&mm, 0, sizeof mm);
     mtp_model pm;
     memset(&pm, 0, sizeof pm);
+    vlm_model vm;
+    memset(&vm, 0, sizeof vm);
     int ret = -1;
     DS_TRYP(cfg = ds_read_json(config_path));
     train_config tc;
@@ -67,13 +69,18 @@ int cmd_train(int argc, char **argv) {
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
     /* the family: a block drafter, or Medusa or MTP (their own models; the cache taps the target's last layer) */
+    int vanilla = strcmp(tc.drafter_name->valuestring, "vanilla") == 0;
     int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0, is_mtp = strcmp(tc.drafter_name->valuestring, "mtp") == 0 ||
                                                                       strcmp(tc.drafter_name->valuestring, "eagle3") == 0;
     bd_config c;
     md_config mc;
     mtp_config pc;
+    vlm_config vc;
     int want[8], n_want;
-    if (medusa) {
+    if (vanilla) { /* reads no target states; a cache of its own keeps the last layer (Medusa's and MTP's) */
+        DS_TRY(train_config_vanilla(&tc, &t, &vc));
+        n_want = d.n_tap ? 0 : 1, want[0] = t.m.cfg.n_layers - 1;
+    } else if (medusa) {
         DS_TRY(train_config_medusa(&tc, &t, &mc));
         n_want = 1, want[0] = mc.tap;
     } else if (is_mtp) {
@@ -106,7 +113,18 @@ int cmd_train(int argc, char **argv) {
     }
     DS_TRY(traindata_open(&data, d.dir, &t, d.max_shards));
     trainable tr;
-    if (medusa) { /* a resumed run reads its parameters from OUT/last in train_run */
+    if (vanilla) {
+        int *ids;
+        DS_TRY(train_config_vocab(&data, &t, vc.c.draft_vocab, &ids));
+        int e = vlm_model_init(&vm, &vc, &t.m, o.seed, 1, ids);
+        free(ids);
+        DS_TRY(e);
+        DS_TRY(vlm_trainable(&vm, &tr));
+        fprintf(stderr, "train: vanilla, %zu parameters (a distilled LM: %d layers, FFN %d, %s; the target's embedding "
+                        "and head, frozen); data %s: %d sequences, %ld tokens\n",
+                vm.n_params, vc.n_layers, vc.c.hidden_dim, vc.init_layers ? "layers from the target's first" : "random",
+                d.dir, data.n_seq, data.n_tok);
+    } else if (medusa) { /* a resumed run reads its parameters from OUT/last in train_run */
         int *ids;
         DS_TRY(train_config_vocab(&data, &t, mc.draft_vocab, &ids));
         int e = md_model_init(&mm, &mc, &t.m, o.seed, 0, 1, ids);
@@ -147,6 +165,7 @@ fail:
     bd_model_free(&m);
     md_model_free(&mm);
     mtp_model_free(&pm);
+    vlm_model_free(&vm);
     traindata_close(&data);
     target_close(&t);
     cJSON_Delete(cfg);

@@ -22,7 +22,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     DS_TRY(jcfg_close(&top));
     const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
     DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
-             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\" | \"mtp\" | \"eagle3\", ...}", config_path);
+             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\" | \"mtp\" | \"eagle3\" | \"vanilla\", ...}", config_path);
     tc->drafter = drafter;
     tc->drafter_name = dname;
 
@@ -120,6 +120,14 @@ int train_config_mtp(const train_config *tc, const target *t, mtp_config *c) {
     int rc = mtp_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
     cJSON_Delete(arch);
     if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
+    return rc;
+}
+
+int train_config_vanilla(const train_config *tc, const target *t, vlm_config *c) {
+    cJSON *arch = arch_of(tc);
+    int rc = vlm_config_init(c, &t->m, arch);
+    cJSON_Delete(arch);
+    if (rc == 0) stamp_contract(t, c->c.chat_template, sizeof c->c.chat_template, c->c.tokenizer);
     return rc;
 }
 

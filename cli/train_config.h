@@ -9,6 +9,7 @@
 #include "../drafters/blockdraft.h"
 #include "../drafters/medusa.h"
 #include "../drafters/mtp.h"
+#include "../drafters/vanilla_lm.h"
 #include "../engine/train.h"
 
 typedef struct {
@@ -29,6 +30,8 @@ int train_config_drafter(const train_config *tc, const target *t, bd_config *c);
 int train_config_medusa(const train_config *tc, const target *t, md_config *c);
 /* the same for an MTP module ("name": "mtp") */
 int train_config_mtp(const train_config *tc, const target *t, mtp_config *c);
+/* the same for the distilled small LM ("name": "vanilla") */
+int train_config_vanilla(const train_config *tc, const target *t, vlm_config *c);
 /* the draft vocabulary of Vd ids chosen from d (reported on stderr) into *ids (caller frees); NULL
  * when Vd is 0 or the whole vocabulary */
 int train_config_vocab(const train_cache *d, const target *t, int Vd, int **ids);

@@ -111,16 +111,7 @@ static int md_alloc(md_model *m, const md_config *c, const model *target, int wi
     DS_TRYP(m->params = ds_calloc(m->n_params, sizeof(float), "medusa parameters"));
     DS_TRYP(m->norm = ds_malloc(sizeof(float) * (size_t)D, "medusa norm"));
     memcpy(m->norm, target->out_norm, sizeof(float) * (size_t)D);
-    if (with_head) { /* the frozen head, dequantized once (the training step's E: the draft rows) */
-        DS_TRYP(m->E = ds_malloc(sizeof(float) * (size_t)c->vocab * D, "medusa head copy"));
-        qmat_to_f32(&target->output, m->E);
-        if (sv.vid) {
-            float *Eh = ds_malloc(sizeof(float) * (size_t)sv.Vd * D, "medusa head copy");
-            if (Eh) subvocab_gather_f32(&sv, m->E, D, Eh);
-            free(m->E);
-            DS_TRYP(m->E = Eh);
-        }
-    }
+    if (with_head) DS_TRY(subvocab_frozen_f32(&sv, target, NULL, &m->E)); /* the training step's E: the draft rows */
     return 0;
 fail:
     md_model_free(m);
@@ -183,10 +174,7 @@ int md_load(md_model *m, const char *dir, const model *target, int with_head) {
     md_config c;
     memset(m, 0, sizeof *m);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    DS_TRYP(j = ds_read_json(p));
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
-    DS_CHECK(cJSON_IsString(kind) && strcmp(kind->valuestring, "medusa") == 0, "%s: not a medusa checkpoint (kind '%s')",
-             p, cJSON_IsString(kind) ? kind->valuestring : "?");
+    DS_TRYP(j = subvocab_read_config(dir, "medusa"));
     if (md_config_init(&c, target, j)) {
         ds_error_prefix("%s", p);
         goto fail;

@@ -180,26 +180,7 @@ static int mtp_alloc(mtp_model *m, const mtp_config *c, const model *target, int
     m->n_params = off;
     DS_TRYP(m->params = ds_calloc(m->n_params, sizeof(float), "mtp parameters"));
     mtp_pv_set_f(&m->pv, m, m->params);
-    if (with_embed) { /* the frozen tables, dequantized once (the training step's Ein and E) */
-        size_t n = (size_t)c->vocab * c->dim;
-        DS_TRYP(m->Ein = ds_malloc(sizeof(float) * n, "mtp embedding copy"));
-        qmat_to_f32(&target->tok_embd, m->Ein);
-        if (target->cfg.tied && !sv.vid) m->E = m->Ein;
-        else {
-            float *full = m->Ein;
-            if (!target->cfg.tied) {
-                DS_TRYP(full = ds_malloc(sizeof(float) * n, "mtp head copy"));
-                qmat_to_f32(&target->output, full);
-            }
-            if (sv.vid) { /* the head's draft rows only */
-                m->E = ds_malloc(sizeof(float) * (size_t)sv.Vd * c->dim, "mtp head copy");
-                if (m->E) subvocab_gather_f32(&sv, full, c->dim, m->E);
-                if (full != m->Ein) free(full);
-                DS_CHECK(m->E != NULL, "out of memory (the mtp head copy)");
-            } else
-                m->E = full;
-        }
-    }
+    if (with_embed) DS_TRY(subvocab_frozen_f32(&sv, target, &m->Ein, &m->E)); /* the training step's Ein and E */
     return 0;
 fail:
     mtp_model_free(m);
@@ -284,10 +265,7 @@ int mtp_load(mtp_model *m, const char *dir, const model *target, const char *kin
     mtp_config c;
     memset(m, 0, sizeof *m);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    DS_TRYP(j = ds_read_json(p));
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
-    DS_CHECK(cJSON_IsString(kind) && strcmp(kind->valuestring, kind_want) == 0, "%s: not an %s checkpoint (kind '%s')",
-             p, kind_want, cJSON_IsString(kind) ? kind->valuestring : "?");
+    DS_TRYP(j = subvocab_read_config(dir, kind_want));
     if (mtp_config_init(&c, target, kind_want, j)) {
         ds_error_prefix("%s", p);
         goto fail;
@@ -334,6 +312,7 @@ fail:
 #undef PV
 
 void mtp_ws_free_d(mtp_ws_d *w) { mtp_ws_release_d(w); }
+void mtp_ws_free_f(mtp_ws_f *w) { mtp_ws_release_f(w); }
 void mtp_acts_free_f(mtp_acts_f *a) { mtp_acts_release_f(a); }
 
 static int tr_step(trainable *tr, const train_seq *s, float *grad, double norm, train_stats *st) {

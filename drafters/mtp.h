@@ -140,14 +140,37 @@ int mtp_step_f(const mtp_config *c, const mtp_pv_f *P, const mtp_pv_f *G, const 
                const int *vmap, const train_seq *s, double norm_w, train_stats *st, mtp_ws_f *w);
 int mtp_step_d(const mtp_config *c, const mtp_pv_d *P, const mtp_pv_d *G, const double *Ein, const double *E, int Vd,
                const int *vmap, const train_seq_d *s, double norm_w, train_stats *st, mtp_ws_d *w);
-void mtp_ws_free_d(mtp_ws_d *w);
+
+/* The pieces vanilla_lm.c's distilled layers share (one pre-norm transformer block in its trainable form,
+ * and the frozen head with its losses), in float and double. block_forward: a->x_in [N][dim] -> a->y,
+ * with a->pos, ->bidx, ->ctx_len, ->lo, ->hi set as for a pass (the block fields of P only: attn_norm ..
+ * w_down). block_backward: a->dy in, gradients added into G and the KV rows', the gradient of a->x_in
+ * left in w->dx (w reserved for N rows). head_losses: the M rows w->Ys with w->kof (position), ->arow
+ * (anchor), ->label (draft row or -1), ->tpos (the row whose next token is predicted) set, through the
+ * final norm and E into the losses of st; with dfinal_norm, the gradients of w->Ys into w->dYs. */
+#define MTP_SHARED_DECL(REAL, SFX, SEQT)                                                                          \
+    int mtp_block_forward##SFX(const mtp_config *c, const mtp_pv##SFX *P, mtp_acts##SFX *a, int N, REAL *kc,    \
+                               REAL *vc, REAL *kb, REAL *vb, int L);                                            \
+    void mtp_block_backward##SFX(const mtp_config *c, const mtp_pv##SFX *P, const mtp_pv##SFX *G,                \
+                                 mtp_acts##SFX *a, int N, const REAL *kc, const REAL *vc, const REAL *kb,         \
+                                 const REAL *vb, REAL *dkc, REAL *dvc, REAL *dkb, REAL *dvb, int L,               \
+                                 mtp_ws##SFX *w);                                                                 \
+    int mtp_head_losses##SFX(const mtp_config *c, const REAL *final_norm, REAL *dfinal_norm, const REAL *E,      \
+                             int Vd, const int *vmap, const SEQT *s, size_t M, int A, double norm_w,             \
+                             train_stats *st, mtp_ws##SFX *w);                                                    \
+    /* room for kv KV rows, M supervised rows, A anchors, passes of R rows, top-K, the full law, Vd rows */   \
+    int mtp_ws_reserve##SFX(mtp_ws##SFX *w, const mtp_config *c, size_t kv, size_t M, size_t A, size_t R, int K, \
+                            int full, int Vd);                                                                    \
+    int mtp_acts_reserve##SFX(mtp_acts##SFX *a, const mtp_config *c, int N, int L);                              \
+    void mtp_ws_free##SFX(mtp_ws##SFX *w);
+MTP_SHARED_DECL(float, _f, train_seq)
+MTP_SHARED_DECL(double, _d, train_seq_d)
 
 /* The serving pass: N rows at positions pos0.. of one request (hin: states [N][dim], tok: the next
  * tokens' embedding rows ein [N][dim]), their K/V written into the cache at pos0.., each row
  * attending to cache rows [0, its position]; y [N][dim] left in a->y. */
 int mtp_rows_forward_f(const mtp_config *c, const mtp_pv_f *P, mtp_acts_f *a, int N, int pos0, float *Kcache,
                        float *Vcache);
-int mtp_acts_reserve_f(mtp_acts_f *a, const mtp_config *c, int N, int L);
 void mtp_acts_free_f(mtp_acts_f *a);
 
 /* The drafter (registered as "mtp"; eagle3.c registers the same operations as "eagle3"): open a

@@ -7,6 +7,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/formats/safetensors.h"
+#include "../runtime/model.h"
 
 void subvocab_hash(const int *ids, int n, char out[20]) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -156,4 +157,42 @@ fail:
     free(txt);
     free(vids);
     return rc;
+}
+
+int subvocab_frozen_f32(const subvocab *s, const model *target, float **Ein, float **E) {
+    size_t D = (size_t)target->cfg.dim, n = (size_t)s->V * D;
+    float *emb = NULL, *full = NULL;
+    if (Ein) {
+        DS_TRYP(emb = ds_malloc(sizeof(float) * n, "embedding copy"));
+        qmat_to_f32(&target->tok_embd, emb);
+    }
+    if (emb && target->cfg.tied) full = emb; /* the head is the embedding */
+    else {
+        DS_TRYP(full = ds_malloc(sizeof(float) * n, "head copy"));
+        qmat_to_f32(&target->output, full);
+    }
+    *E = full;
+    if (s->vid) { /* the head's draft rows only */
+        DS_TRYP(*E = ds_malloc(sizeof(float) * (size_t)s->Vd * D, "head copy"));
+        subvocab_gather_f32(s, full, (int)D, *E);
+        if (full != emb) free(full);
+    }
+    if (Ein) *Ein = emb;
+    return 0;
+fail:
+    if (full != emb) free(full);
+    free(emb);
+    return -1;
+}
+
+cJSON *subvocab_read_config(const char *dir, const char *kind) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    cJSON *j = ds_read_json(p);
+    if (!j) return NULL;
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
+    if (cJSON_IsString(k) && strcmp(k->valuestring, kind) == 0) return j;
+    ds_error("%s: not a %s checkpoint (its kind is '%s')", p, kind, cJSON_IsString(k) ? k->valuestring : "?");
+    cJSON_Delete(j);
+    return NULL;
 }

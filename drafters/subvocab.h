@@ -46,6 +46,14 @@ void subvocab_scatter(const subvocab *s, const float *sub, float *full);
 /* the ids of a JSON array (the untrained drafters' "vocab_ids", for tests and the gate), at most
  * max of them; -1 with a message naming the entry */
 int subvocab_json_ids(const cJSON *arr, int *ids, int max, int *n);
+/* The training step's fp32 copies of the target's frozen tables: *Ein the embedding [V][dim] (skipped
+ * when Ein is NULL), *E the head's rows over s [Vd][dim] (*E == *Ein for a tied head over the whole
+ * vocabulary; the caller frees both, *E only when it differs). */
+struct model;
+int subvocab_frozen_f32(const subvocab *s, const struct model *target, float **Ein, float **E);
+/* dir/config.json of a drafter checkpoint whose "kind" is kind (the caller deletes it), or NULL with a
+ * message naming the file and the kind it has */
+cJSON *subvocab_read_config(const char *dir, const char *kind);
 void subvocab_free(subvocab *s);
 void subvocab_hash(const int *ids, int n, char out[20]);
 

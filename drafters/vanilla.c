@@ -1,23 +1,39 @@
-/* vanilla — a small autoregressive LM as drafter: a separate model with the target's vocabulary
- * ({"model": PATH}), or the target's own first k layers followed by its final norm and head
- * ({"layers": k}, self-drafting, no extra weights). It keeps its own KV cache per request, rolls
- * it back to the accepted prefix, and returns the real processed q of every draft. */
+/* vanilla — a small autoregressive LM as drafter, with its own KV cache per request, rolled back to
+ * the accepted prefix, reporting the real processed q of every draft and its top probability as the
+ * confidence. Three sources of the LM:
+ *   {"checkpoint": DIR}  the distilled LM trained by `train` (vanilla_lm.h): its own layers on the
+ *                        target's frozen embedding and head (or the head's draft-vocabulary rows);
+ *   {"model": PATH}      a separate model with the target's vocabulary;
+ *   {"layers": k}        the target's own first k layers, final norm and head (self-draft, no weights).
+ * Every source runs through the target runtime's forward on the backend; the head is applied to the
+ * final normed state so that a draft vocabulary costs only its rows. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
 #include "drafter.h"
+#include "vanilla_lm.h"
+
+#define VLM_MATS 7 /* wq wk wv wo w_gate w_up w_down */
 
 typedef struct {
     model own;       /* a separate draft model, when loaded */
-    model view;      /* self-draft: the target's struct with fewer layers (shares every weight) */
+    model view;      /* the target's struct with fewer (self-draft) or the distilled LM's layers */
     const model *m;
     tokenizer tk;
-    int has_tk, self;
-    backend *prepared;   /* the backend holding copies of own's weights (forgotten at close) */
+    int has_tk, self, lm_open;
+    vlm_model lm;    /* the distilled LM (checkpoint or untrained) */
+    layer_weights lw[VLM_MAX_LAYERS];
+    qmat bq[VLM_MAX_LAYERS][VLM_MATS];
+    uint32_t bt;     /* the distilled layers' matrices: GGML_F32 (the parameters themselves) or quantized */
+    subvocab sv;     /* the head the drafts come from (the distilled LM's own, else the whole vocabulary) */
+    const subvocab *svp;
+    backend *be;
+    int prepared_own, n_prepared;
     fwd_state fs;
-    float *logits;   /* [V] */
+    float *hid, *Xd, *Zd, *z, *qalt;
+    int cap_hid;
     lp_scratch scr;
 } vanilla;
 
@@ -26,20 +42,104 @@ typedef struct {
     int base;        /* committed tokens (anchor included) when the last block was drafted */
 } vstate;
 
+/* the distilled LM as a model view: the target's config with its layers, its final norm, the target's
+ * embedding; matrices quantized to bt (or the fp32 parameters) and prepared on the backend */
+static int lm_view(vanilla *v, const model *t, const char *bp) {
+    const vlm_config *c = &v->lm.cfg;
+    const mtp_config *g = &c->c;
+    int fits = g->dim % QK8_0 == 0 && (g->n_heads * g->head_dim) % QK8_0 == 0 && g->hidden_dim % QK8_0 == 0;
+    DS_TRY(drafter_type_of(bp, "block_precision", fits, "widths that are multiples of 32", &v->bt));
+    v->view = *t; /* shallow: embedding, rope tables, head; never freed as a model */
+    v->view.cfg.n_layers = c->n_layers;
+    v->view.cfg.hidden_dim = g->hidden_dim;
+    v->view.out_norm = v->lm.final_norm;
+    v->view.layers = v->lw;
+    v->view.owned = NULL, v->view.n_owned = 0;
+    const qmat *prep[VLM_MAX_LAYERS * VLM_MATS];
+    for (int l = 0; l < c->n_layers; l++) {
+        const mtp_pv_f *p = &v->lm.lay[l];
+        float *const src[VLM_MATS] = {p->wq, p->wk, p->wv, p->wo, p->w_gate, p->w_up, p->w_down};
+        const int rows[VLM_MATS] = {g->n_heads * g->head_dim, g->n_kv_heads * g->head_dim, g->n_kv_heads * g->head_dim,
+                                    g->dim, g->hidden_dim, g->hidden_dim, g->dim};
+        const int cols[VLM_MATS] = {g->dim, g->dim, g->dim, g->n_heads * g->head_dim, g->dim, g->dim, g->hidden_dim};
+        for (int i = 0; i < VLM_MATS; i++) {
+            if (v->bt == GGML_F32) v->bq[l][i] = (qmat){GGML_F32, rows[i], cols[i], sizeof(float) * (size_t)cols[i], src[i]};
+            else DS_TRY(drafter_quantize(src[i], rows[i], cols[i], v->bt, &v->bq[l][i], "vanilla layer"));
+            prep[v->n_prepared++] = &v->bq[l][i];
+        }
+        layer_weights *w = &v->lw[l];
+        memset(w, 0, sizeof *w);
+        w->attn_norm = p->attn_norm, w->ffn_norm = p->ffn_norm;
+        w->wq = v->bq[l][0], w->wk = v->bq[l][1], w->wv = v->bq[l][2], w->wo = v->bq[l][3];
+        w->w_gate = v->bq[l][4], w->w_up = v->bq[l][5], w->w_down = v->bq[l][6];
+    }
+    DS_TRY(v->be->prepare_mats(v->be, prep, v->n_prepared));
+    v->m = &v->view;
+    return 0;
+fail:
+    return -1;
+}
+
+/* {"checkpoint": DIR} or the untrained LM of the tests and the gate */
+static int open_lm(vanilla *v, drafter *d, jcfg *r, const char *ck, target *t) {
+    const char *bp;
+    DS_TRY(drafter_precision(r, "block_precision", &bp));
+    if (ck) {
+        DS_TRY(jcfg_close(r)); /* a checkpoint carries its architecture */
+        DS_TRY(vlm_load(&v->lm, ck, &t->m, 0));
+        v->lm_open = 1;
+        snprintf(d->describe, sizeof d->describe, "vanilla: distilled LM %s (%d layers, FFN %d)", ck, v->lm.cfg.n_layers,
+                 v->lm.cfg.c.hidden_dim);
+    } else { /* {"n_layers": k, "seed": S, "init_layers": true, "hidden_dim": H, "vocab_ids": [...]} */
+        vlm_config c;
+        uint64_t seed = 1;
+        int vids[256], nv = 0;
+        DS_TRY(vlm_config_init(&c, &t->m, NULL));
+        DS_TRY(jcfg_int(r, "n_layers", 1, VLM_MAX_LAYERS, &c.n_layers));
+        DS_TRY(jcfg_u64(r, "seed", &seed));
+        DS_TRY(jcfg_bool(r, "init_layers", &c.init_layers));
+        DS_TRY(jcfg_int(r, "hidden_dim", 1, 1 << 20, &c.c.hidden_dim));
+        const cJSON *vj = jcfg_get(r, "vocab_ids");
+        if (vj) DS_TRY(subvocab_json_ids(vj, vids, 256, &nv));
+        DS_TRY(jcfg_close(r));
+        c.c.draft_vocab = nv < c.c.vocab ? nv : 0;
+        DS_TRY(vlm_config_check(&c, &t->m));
+        DS_TRY(vlm_model_init(&v->lm, &c, &t->m, seed, 0, nv ? vids : NULL));
+        v->lm_open = 1;
+        snprintf(d->describe, sizeof d->describe, "vanilla: untrained distilled LM (%d layers)", c.n_layers);
+    }
+    const mtp_config *c = &v->lm.cfg.c;
+    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : "vanilla"));
+    DS_TRY(lm_view(v, &t->m, bp));
+    snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", %s, draft vocabulary %d",
+             drafter_type_key(v->bt), v->lm.sv.Vd);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "vanilla-lm-%d-%016llx", v->lm.cfg.n_layers,
+             (unsigned long long)v->lm.n_params);
+    v->svp = &v->lm.sv;
+    return 0;
+fail:
+    return -1;
+}
+
 static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     vanilla *v = ds_calloc(1, sizeof *v, "vanilla drafter");
     if (!v) return -1;
     d->impl = v;
+    v->be = t->be;
     jcfg r;
-    int k = 4, has_layers = 0;
-    const char *path = NULL;
+    int k = 4;
+    const char *path = NULL, *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
-    has_layers = jcfg_get(&r, "layers") != NULL;
+    int has_layers = jcfg_get(&r, "layers") != NULL;
     DS_TRY(jcfg_int(&r, "layers", 1, 1 << 20, &k));
     DS_TRY(jcfg_str(&r, "model", &path));
-    DS_TRY(jcfg_close(&r));
-    DS_CHECK(!(has_layers && path), "drafter: give either \"layers\" (self-draft) or \"model\" (a separate LM), not both");
-    if (path) {
+    DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    int distilled = ck || jcfg_get(&r, "n_layers") != NULL;
+    DS_CHECK(has_layers + !!path + distilled <= 1,
+             "drafter: give one of \"layers\" (self-draft), \"model\" (a separate LM) or \"checkpoint\" (a distilled LM)");
+    if (distilled) DS_TRY(open_lm(v, d, &r, ck, t));
+    else if (path) {
+        DS_TRY(jcfg_close(&r));
         DS_TRY(model_load(&v->own, path));
         if (v->own.format == 0 && gguf_get(&v->own.gguf, "tokenizer.ggml.model")) {
             DS_TRY(tokenizer_load_gguf(&v->tk, &v->own.gguf));
@@ -47,12 +147,13 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
         }
         DS_TRY(vocab_compatible(t, &v->own, v->has_tk ? &v->tk : NULL, path));
         DS_TRY(t->be->prepare(t->be, &v->own)); /* the backend's copies of the draft model's weights */
-        v->prepared = t->be;
+        v->prepared_own = 1;
         v->m = &v->own;
         snprintf(d->describe, sizeof d->describe, "vanilla: separate LM %s (%d layers, dim %d)", path,
                  v->own.cfg.n_layers, v->own.cfg.dim);
         snprintf(d->fingerprint, sizeof d->fingerprint, "%s", v->own.fingerprint);
     } else {
+        DS_TRY(jcfg_close(&r));
         /* k = L drafts with the whole target: every draft is accepted (a check of the loop, not a speedup) */
         DS_CHECK(k >= 1 && k <= t->m.cfg.n_layers, "\"layers\" %d must be in 1..%d (the target's layer count)", k,
                  t->m.cfg.n_layers);
@@ -64,8 +165,20 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
                  k, t->m.cfg.n_layers);
         snprintf(d->fingerprint, sizeof d->fingerprint, "self:%s:%d", t->m.fingerprint, k);
     }
+    if (!v->svp) { /* the whole vocabulary through the LM's own head */
+        subvocab_full(&v->sv, v->m->cfg.vocab_size);
+        DS_TRY(subvocab_gather_head(&v->sv, &v->m->output));
+        v->svp = &v->sv;
+    } else
+        DS_TRY(subvocab_gather_head(&v->lm.sv, &t->m.output));
+    if (v->svp->rows) DS_TRY(v->be->prepare_mats(v->be, (const qmat *[]){&v->svp->head}, 1));
+    d->has_conf = 1;
+    int D = v->m->cfg.dim, V = t->m.cfg.vocab_size, Vd = v->svp->Vd;
     DS_TRY(fwd_state_init(&v->fs, t->be));
-    DS_TRYP(v->logits = ds_malloc(sizeof(float) * (size_t)t->m.cfg.vocab_size, "draft logits"));
+    DS_TRYP(v->Xd = v->be->alloc(v->be, sizeof(float) * (size_t)D));
+    DS_TRYP(v->Zd = v->be->alloc(v->be, sizeof(float) * (size_t)Vd));
+    DS_TRYP(v->z = ds_malloc(sizeof(float) * (size_t)Vd, "draft logits"));
+    DS_TRYP(v->qalt = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
     return 0;
 fail:
     return -1; /* close() frees what was made */
@@ -85,23 +198,46 @@ static int vanilla_begin(drafter *d, request *r, const float *prompt_hidden) {
     return 0;
 }
 
+/* n tokens into the LM's cache; the last one's logits over the draft head into v->z */
+static int step(vanilla *v, vstate *s, const int *tok, int n) {
+    backend *be = v->be;
+    int D = v->m->cfg.dim;
+    if (n > v->cap_hid) {
+        float *h = ds_realloc(v->hid, sizeof(float) * (size_t)n * D, "draft states");
+        if (!h) return -1;
+        v->hid = h, v->cap_hid = n;
+    }
+    kv_cache *kvs[1] = {s->kv};
+    fwd_batch b = {.n_seq = 1, .kv = kvs, .n_new = &n, .tokens = tok, .final_hidden = v->hid};
+    DS_TRY(model_forward(v->m, &v->fs, &b));
+    float *o[1] = {v->Zd};
+    const qmat *w[1] = {&v->svp->head};
+    DS_TRY(be->to_device(be, v->Xd, v->hid + (size_t)(n - 1) * D, sizeof(float) * (size_t)D));
+    DS_TRY(be->matmul(be, 1, o, w, v->Xd, 1));
+    DS_TRY(be->to_host(be, v->z, v->Zd, sizeof(float) * (size_t)v->svp->Vd));
+    return 0;
+fail:
+    return -1;
+}
+
 static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
-    int V = v->m->cfg.vocab_size;
+    const mtp_config *c = v->lm_open ? &v->lm.cfg.c : NULL;
+    out->n = 0;
     /* feed what the draft cache lacks: the anchor, and accepted tokens it never saw */
-    int missing = r->toks.n - s->kv->len;
-    if (model_forward_one(v->m, &v->fs, s->kv, r->toks.v + s->kv->len, missing, 0, v->logits)) return -1;
+    DS_TRY(step(v, s, r->toks.v + s->kv->len, r->toks.n - s->kv->len));
     s->base = r->toks.n;
     gamma = DS_MIN(gamma, v->m->cfg.max_seq - s->kv->len);
     for (int k = 0; k < gamma; k++) {
-        float *q = out->q + (size_t)k * V;
-        if (logits_process(v->logits, V, sp, q, &v->scr)) return -1;
-        if ((out->tok[k] = rng_draw(&r->rng_draft, q, V)) < 0) return -1;
-        if (k + 1 < gamma && model_forward_one(v->m, &v->fs, s->kv, &out->tok[k], 1, 0, v->logits)) return -1;
+        DS_TRY(draft_from_logits(d, r, v->z, v->svp, sp, c ? c->calib : NULL, c ? c->n_calib : 0, k, out, &v->scr, v->qalt));
+        out->n = k + 1;
+        if (k + 1 < gamma) DS_TRY(step(v, s, &out->tok[k], 1));
     }
-    out->n = gamma;
     return 0;
+fail:
+    out->n = 0;
+    return -1;
 }
 
 static int vanilla_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
@@ -128,14 +264,34 @@ static int vanilla_rewind(drafter *d, request *r) {
     return 0;
 }
 
+static int vanilla_save(const drafter *d, const char *dir) {
+    const vanilla *v = d->impl;
+    DS_CHECK(v->lm_open, "vanilla: only a distilled LM has weights of its own to save");
+    return vlm_save(&v->lm, dir);
+fail:
+    return -1;
+}
+
 static void vanilla_close(drafter *d) {
     vanilla *v = d->impl;
     if (!v) return;
+    backend *be = v->be;
     fwd_state_free(&v->fs);
-    free(v->logits);
+    if (be) be->release(be, v->Xd), be->release(be, v->Zd);
+    free(v->hid), free(v->z), free(v->qalt);
     lp_scratch_free(&v->scr);
+    /* the backend keys its copies by the data's address: forget them before the data is freed */
+    if (be && v->svp && v->svp->rows) be->forget_mats(be, (const qmat *[]){&v->svp->head}, 1);
+    for (int l = 0; l < VLM_MAX_LAYERS; l++)
+        for (int i = 0; i < VLM_MATS; i++) {
+            if (!v->bq[l][i].data) continue;
+            if (be) be->forget_mats(be, (const qmat *[]){&v->bq[l][i]}, 1);
+            if (v->bt != GGML_F32) free((void *)v->bq[l][i].data);
+        }
+    subvocab_free(&v->sv);
+    if (v->lm_open) vlm_model_free(&v->lm);
     if (v->has_tk) tokenizer_free(&v->tk);
-    if (v->prepared) v->prepared->forget(v->prepared, &v->own);
+    if (v->prepared_own) be->forget(be, &v->own);
     if (!v->self) model_free(&v->own);
     free(v);
     d->impl = NULL;
@@ -143,8 +299,14 @@ static void vanilla_close(drafter *d) {
 
 const drafter_ops drafter_vanilla = {
     "vanilla",
-    "small autoregressive LM: {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH}",
-    vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, NULL, vanilla_close,
-    "{\"layers\": 1}",
-    "{\"layers\": 24}", /* on SmolLM2: deep enough that drafts share the target's top tokens */
+    "small autoregressive LM: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} "
+    "the distilled LM `train` makes, {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH} "
+    "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
+    vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
+    vanilla_close,
+    /* the gate's: one distilled layer copied from the tiny target's first, drafting over a scrambled
+     * 6-of-8 draft vocabulary; on SmolLM2 the self-draft of 24 layers (deep enough that drafts share
+     * the target's top tokens, so the sparse schedulers' cases see accepted runs) */
+    "{\"n_layers\": 1, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
+    "{\"layers\": 24}",
 };

@@ -78,9 +78,10 @@ int train_load_seq(const train_cache *d, int i, int positions, int max_a, int re
                  "data.store_final: true");
         return -1;
     }
-    if (grow(&b->taps, &b->cap_taps, (size_t)n * (b->n_sel ? b->n_sel : d->n_tap) * d->dim)) return -1;
+    int nt = b->n_sel < 0 ? 0 : b->n_sel ? b->n_sel : d->n_tap;
+    if (nt && grow(&b->taps, &b->cap_taps, (size_t)n * nt * d->dim)) return -1;
     if (d->has_final && grow(&b->final, &b->cap_final, (size_t)n * d->dim)) return -1;
-    traindata_seq(d, i, b->n_sel ? b->sel : NULL, b->n_sel, b->taps, d->has_final ? b->final : NULL);
+    traindata_seq(d, i, b->n_sel ? b->sel : NULL, DS_MAX(b->n_sel, 0), b->taps, d->has_final ? b->final : NULL);
     if (n > b->cap_cand) {
         int *c = ds_realloc(b->cand, sizeof(int) * (size_t)n, "training sequence");
         if (!c) return -1;
@@ -259,7 +260,7 @@ static int train_loop(trainable *m, const train_cache *d, const train_opts *o, t
     for (int j = 0; j <= o->seqs_per_step; j++) {
         train_seq_buf *b = j < o->seqs_per_step ? &bufs[j] : &sb;
         memcpy(b->sel, sel, sizeof sel);
-        b->n_sel = c->n_tap;
+        b->n_sel = c->n_tap ? c->n_tap : -1; /* -1: a drafter that reads no states (vanilla) */
     }
     DS_TRY(ds_mkdirs(o->out, "the run folder"));
     /* train / held-out split by a seeded hash of the sequence id */

@@ -43,7 +43,7 @@ typedef struct {
     size_t cap_taps, cap_final;
     int *cand, cap_cand;
     int anchor[512], n_valid[512];
-    int sel[8], n_sel;          /* the cache's taps the drafter reads, in its order (n_sel 0: all) */
+    int sel[8], n_sel;          /* the cache's taps the drafter reads, in its order (n_sel 0: all, -1: none) */
     train_seq s;
 } train_seq_buf;
 /* load sequence i of the cache with max_a anchors drawn by r (reference: final states, not top-K);

@@ -234,9 +234,10 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(ds_errmsg(), "vocabulary of 300 tokens, the target has 49152"));
     cJSON_Delete(bad);
     remove(p);
-    /* a scheduler that needs confidences with a drafter that has none */
-    cJSON *ok = cJSON_Parse("{\"layers\": 4}");
-    assert_int_equal(drafter_open(&d, "vanilla", ok, &c->t), 0);
+    /* a scheduler that needs confidences with a drafter that has none (DFlash: no confidence head) */
+    cJSON *ok = cJSON_Parse("{\"layers\": 1, \"gamma\": 3, \"taps\": [0, 1]}");
+    assert_int_equal(drafter_open(&d, "dflash", ok, &c->t), 0);
+    assert_int_equal(d.has_conf, 0);
     assert_int_equal(scheduler_open(&s, "greedy", NULL, 0), 0);
     int nn[3];
     decode_stats st;

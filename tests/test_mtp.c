@@ -342,7 +342,7 @@ static void test_checkpoint(void **state) {
     const char *bad[][2] = {{"{\"kind\": \"mtp\", \"depth\": 2, \"dim\": 64}", "dim"},
                             {"{\"kind\": \"mtp\", \"depth\": 2, \"n_kv_heads\": 4}", "heads"},
                             {"{\"kind\": \"mtp\", \"target_fingerprint\": \"0123\"}", "trained against"},
-                            {"{\"kind\": \"medusa\", \"depth\": 2}", "not an mtp checkpoint"},
+                            {"{\"kind\": \"medusa\", \"depth\": 2}", "not a mtp checkpoint"},
                             {"{\"kind\": \"mtp\", \"dpeth\": 3}", "dpeth"},
                             {"{\"kind\": \"mtp\", \"depth\": 40}", "depth"},
                             {"{\"kind\": \"mtp\", \"hidden_dim\": 16}", "init_layer"}};

@@ -1,0 +1,441 @@
+/* test_vanilla — the distilled small LM (vanilla_lm.h) as a trainable model and as the `vanilla`
+ * drafter, on a tiny target the test writes itself: the training loss's gradient against finite
+ * differences (both target sides, every tensor of every layer, with and without a draft vocabulary),
+ * the float step against the double one, every supervised position trained vs served (fp32 equal to
+ * the rounding, Q8_0 within its bound), the LM's KV cache after a rejection, checkpoints round-tripping
+ * and refused when they do not belong, and the one-sequence overfit gate through the shared loop. */
+#include "testutil.h"
+
+#include "../datasets/traindata.h"
+#include "../drafters/vanilla_lm.h"
+#include "../engine/decode.h"
+#include "../engine/train.h"
+#include "../schedulers/scheduler.h"
+#include "train_fixture.h"
+
+#define FIX_PROMPT 3
+#define FIX_K 8
+#define DEPTH 3
+#define NA 6
+
+typedef struct {
+    int T, tokens[40], anchor[NA], n_valid[NA];
+    float *final;
+    int32_t tk_id[40 * FIX_K];
+    float tk_lp[40 * FIX_K];
+} seq_fix;
+
+static void make_seq(tiny_target *tt, seq_fix *f) {
+    rng_t r;
+    rng_seed(&r, 5);
+    f->T = 36;
+    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+    int D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size;
+    f->final = malloc(sizeof(float) * f->T * D);
+    kv_cache *kv = kv_cache_new(tt->t.be, &tt->t.m.cfg, f->T);
+    float *logits = malloc(sizeof(float) * f->T * V);
+    fwd_batch b = {.n_seq = 1, .kv = &kv, .n_new = &f->T, .tokens = f->tokens, .all_logits = 1, .logits = logits,
+                   .final_hidden = f->final};
+    assert_int_equal(model_forward(&tt->t.m, &tt->t.fs, &b), 0);
+    for (int i = 0; i < f->T - FIX_PROMPT; i++)
+        topk_logprobs(logits + (size_t)(FIX_PROMPT - 1 + i) * V, V, FIX_K, f->tk_id + i * FIX_K, f->tk_lp + i * FIX_K);
+    free(logits);
+    kv_cache_free(tt->t.be, kv);
+    int anchors[NA] = {3, 9, 11, 20, 32, 34}; /* 9 and 11 overlap: a row supervised twice */
+    for (int a = 0; a < NA; a++) {
+        f->anchor[a] = anchors[a];
+        f->n_valid[a] = DS_MIN(DEPTH, f->T - 1 - anchors[a]); /* the last are cut short */
+    }
+}
+
+static void lm_config(tiny_target *tt, vlm_config *c, int n_layers, int vocab) {
+    assert_int_equal(vlm_config_init(c, &tt->t.m, NULL), 0);
+    c->n_layers = n_layers;
+    c->c.depth = DEPTH;
+    c->c.draft_vocab = vocab;
+    assert_int_equal(vlm_config_check(c, &tt->t.m), 0);
+}
+
+typedef struct {
+    const vlm_config *c;
+    const subvocab *sv;
+    mtp_pv_d P[VLM_MAX_LAYERS];
+    double *fn, *Ein, *E;
+    train_seq_d s;
+    double w;
+    vlm_ws_d ws;
+} dctx;
+
+static double loss_d(void *ctx) {
+    dctx *x = ctx;
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (vlm_step_d(x->c, x->P, x->fn, NULL, NULL, x->Ein, x->E, x->sv->Vd, x->sv->vmap, &x->s, x->w, &st, &x->ws))
+        fail_msg("%s", ds_errmsg());
+    return (x->c->c.w_ce * st.ce + x->c->c.w_l1 * st.l1) / x->w;
+}
+
+/* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of
+ * 40 of the 48 ids in a scrambled order */
+static void gradcheck(int target, int vocab) {
+    tiny_target *tt = tiny_open();
+    vlm_config c;
+    lm_config(tt, &c, 2, vocab ? 40 : 0);
+    c.c.w_ce = 0.3f, c.c.w_l1 = 0.7f;
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.c.vocab;
+    vlm_model m;
+    assert_int_equal(vlm_model_init(&m, &c, &tt->t.m, 3, 1, vocab ? ids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, 9);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* the norms too */
+    seq_fix f;
+    make_seq(tt, &f);
+    int D = c.c.dim;
+    size_t nE = (size_t)c.c.vocab * D, nEh = (size_t)m.sv.Vd * D, nt = (size_t)f.T * D;
+    dctx x;
+    memset(&x, 0, sizeof x);
+    x.c = &m.cfg;
+    x.sv = &m.sv;
+    double *p = malloc(sizeof(double) * m.n_params), *fin = malloc(sizeof(double) * nt);
+    x.Ein = malloc(sizeof(double) * nE);
+    x.E = malloc(sizeof(double) * nEh);
+    for (size_t i = 0; i < m.n_params; i++) p[i] = m.params[i];
+    for (size_t i = 0; i < nE; i++) x.Ein[i] = m.Ein[i];
+    for (size_t i = 0; i < nEh; i++) x.E[i] = m.E[i];
+    for (size_t i = 0; i < nt; i++) fin[i] = f.final[i];
+    vlm_views_d(&m, p, x.P, &x.fn);
+    train_seq sf = {f.T, NULL, target ? NULL : f.final, f.tokens, FIX_PROMPT, FIX_K, target ? f.tk_id : NULL,
+                    target ? f.tk_lp : NULL, NA, f.anchor, f.n_valid};
+    x.s = (train_seq_d){f.T, NULL, target ? NULL : fin, f.tokens, FIX_PROMPT, FIX_K, sf.tk_id, sf.tk_lp, NA, f.anchor,
+                        f.n_valid};
+    for (int a = 0; a < NA; a++) x.w += f.n_valid[a];
+    double *gd = calloc(m.n_params, sizeof(double)), *dfn_d;
+    float *gf = calloc(m.n_params, sizeof(float)), *dfn_f;
+    mtp_pv_d Gd[VLM_MAX_LAYERS];
+    mtp_pv_f Gf[VLM_MAX_LAYERS];
+    vlm_views_d(&m, gd, Gd, &dfn_d);
+    vlm_views_f(&m, gf, Gf, &dfn_f);
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (vlm_step_d(&m.cfg, x.P, x.fn, Gd, dfn_d, x.Ein, x.E, m.sv.Vd, m.sv.vmap, &x.s, x.w, &st, &x.ws))
+        fail_msg("%s", ds_errmsg());
+    assert_int_equal(st.rows, (long)x.w);
+    assert_true(st.n_at[DEPTH] > 0);
+    if (vocab) assert_true(st.label_outside > 0); /* the path for tokens outside the draft vocabulary ran */
+    memset(&st, 0, sizeof st);
+    if (vlm_step_f(&m.cfg, m.lay, m.final_norm, Gf, dfn_f, m.Ein, m.E, m.sv.Vd, m.sv.vmap, &sf, x.w, &st, &m.ws))
+        fail_msg("%s", ds_errmsg());
+    double worst = 0, worst_f = 0;
+    for (int ti = 0; ti < m.n_t; ti++) {
+        const train_tensor *t = &m.tt[ti];
+        char what[80];
+        snprintf(what, sizeof what, "vanilla: tensor %s", m.names[ti]);
+        double rel_f, rel = fd_check_tensor(loss_d, &x, p + t->offset, gd + t->offset, gf + t->offset, t->numel, &r,
+                                            what, &rel_f);
+        worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
+    }
+    printf("  vanilla LM, 2 layers, depth %d, target %s%s: %d tensors; worst relative error vs finite differences "
+           "%.2e (double); float vs double gradient %.2e\n",
+           DEPTH, target ? "top-8" : "final states", vocab ? ", draft vocabulary 40 of 48" : "", m.n_t, worst, worst_f);
+    assert_int_equal(m.n_t, 2 * VLM_PER_LAYER + 1);
+    vlm_ws_free_d(&x.ws);
+    free(gd), free(gf), free(p), free(x.Ein), free(x.E), free(fin), free(f.final);
+    vlm_model_free(&m);
+    tiny_close(tt);
+}
+
+static void test_grad_final(void **state) {
+    (void)state;
+    gradcheck(0, 0);
+}
+static void test_grad_topk(void **state) {
+    (void)state;
+    gradcheck(1, 0);
+    gradcheck(1, 1);
+}
+
+static void save_lm(tiny_target *tt, vlm_model *m, int seed, const char *name, char *dir, size_t n) {
+    vlm_config c;
+    lm_config(tt, &c, 2, 0);
+    assert_int_equal(vlm_model_init(m, &c, &tt->t.m, (uint64_t)seed, 1, NULL), 0);
+    rng_t rr;
+    rng_seed(&rr, 12); /* off the target's own layers, so that a served copy of those would be caught */
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] += 0.1f * (float)(rng_uniform(&rr) - 0.5);
+    snprintf(dir, n, "%s", tmp_path(name));
+    assert_int_equal(vlm_save(m, dir), 0);
+}
+
+/* Every supervised position, trained and served: the training step's logits row of anchor a,
+ * position k (row a+k-1, full-vocabulary path) against the drafter's, served from a begin on the
+ * sequence up to row a+k-1 through the target runtime's forward; compared through c_raw (the top
+ * probability of the row). */
+static double train_serve(const char *precision) {
+    tiny_target *tt = tiny_open();
+    seq_fix f;
+    make_seq(tt, &f);
+    vlm_model m;
+    char dir[600], cj[800];
+    save_lm(tt, &m, 6, "vanilla-serve", dir, sizeof dir);
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\"}", dir, precision);
+    cJSON *cfg = cJSON_Parse(cj);
+    drafter dr;
+    if (drafter_open(&dr, "vanilla", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(dr.has_conf, 1);
+    int V = m.cfg.c.vocab;
+    train_seq sf = {f.T, NULL, f.final, f.tokens, FIX_PROMPT, FIX_K, NULL, NULL, NA, f.anchor, f.n_valid};
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (vlm_step_f(&m.cfg, m.lay, m.final_norm, NULL, NULL, m.Ein, m.E, m.sv.Vd, m.sv.vmap, &sf, 1, &st, &m.ws))
+        fail_msg("%s", ds_errmsg());
+    sampling_params greedy = {0, 0, 1};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, 1, V, 1), 0);
+    double worst = 0;
+    int rows = 0;
+    for (int a = 0, i = 0; a < NA; a++)
+        for (int k = 1; k <= f.n_valid[a]; k++, i++) {
+            int row = f.anchor[a] + k - 1;
+            const float *z = m.ws.base.Z + (size_t)i * V; /* rows by anchor then position */
+            double mx = z[0], sum = 0;
+            for (int j = 1; j < V; j++) mx = fmax(mx, z[j]);
+            for (int j = 0; j < V; j++) sum += exp(z[j] - mx);
+            request r;
+            assert_int_equal(request_init(&r, &tt->t, 0, f.tokens, row, 8, 1), 0);
+            assert_int_equal(ivec_push(&r.toks, f.tokens[row]), 0);
+            if (dr.ops->begin(&dr, &r, NULL)) fail_msg("%s", ds_errmsg());
+            if (dr.ops->propose(&dr, &r, 1, &greedy, &b)) fail_msg("%s", ds_errmsg());
+            worst = fmax(worst, fabs(b.conf_raw[0] - 1 / sum));
+            dr.ops->end(&dr, &r);
+            request_free(&r, &tt->t);
+            rows++;
+        }
+    printf("  vanilla LM, %d supervised rows trained vs served (layers %s): worst |top probability difference| %.2e\n",
+           rows, precision, worst);
+    draft_block_free(&b);
+    vlm_model_free(&m);
+    drafter_close(&dr);
+    cJSON_Delete(cfg);
+    free(f.final);
+    snprintf(cj, sizeof cj, "rm -rf '%s'", dir);
+    assert_int_equal(system(cj), 0);
+    tiny_close(tt);
+    return worst;
+}
+
+/* fp32: the forward's own operations in another order (bounded by the rounding); Q8_0 on the int8
+ * kernels within the rounding's bound and not equal (the quantized path really ran) */
+static void test_train_serve(void **state) {
+    (void)state;
+    assert_true(train_serve("f32") < 1e-4);
+    double q8 = train_serve("q8_0");
+    assert_true(q8 < 0.05 && q8 > 1e-6);
+}
+
+/* begin on seq[0..c), propose 3 (they enter the LM's cache), commit the first j and a new anchor: the
+ * next proposal must equal a fresh begin's on that text — the rejected rows left nothing */
+static void test_cache_rollback(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    cJSON *cfg = cJSON_Parse("{\"n_layers\": 2, \"seed\": 4}");
+    drafter dr;
+    if (drafter_open(&dr, "vanilla", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    int n = 30, seq[30], V = tt->t.m.cfg.vocab_size;
+    rng_t r;
+    rng_seed(&r, 3);
+    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block a, b;
+    assert_int_equal(draft_block_init(&a, 3, V, 1), 0);
+    assert_int_equal(draft_block_init(&b, 3, V, 1), 0);
+    double worst = 0;
+    for (int c = 4; c <= 20; c += 4)
+        for (int j = 0; j <= 2; j++) {
+            request ra, rb;
+            assert_int_equal(request_init(&ra, &tt->t, 0, seq, c, 16, 7), 0);
+            assert_int_equal(ivec_push(&ra.toks, seq[c]), 0);
+            if (dr.ops->begin(&dr, &ra, NULL)) fail_msg("%s", ds_errmsg());
+            if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
+            /* the loop commits the drafts themselves: the first j, then a new anchor */
+            int text[40];
+            memcpy(text, seq, sizeof(int) * (size_t)(c + 1));
+            memcpy(text + c + 1, a.tok, sizeof(int) * (size_t)j);
+            text[c + j + 1] = seq[c + j + 1];
+            for (int i = 1; i <= j + 1; i++) assert_int_equal(ivec_push(&ra.toks, text[c + i]), 0);
+            if (dr.ops->commit(&dr, &ra, j, text[c + j + 1], NULL)) fail_msg("%s", ds_errmsg());
+            rng_seed(&ra.rng_draft, 99);
+            if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
+            assert_int_equal(request_init(&rb, &tt->t, 0, text, c + j + 1, 16, 7), 0);
+            assert_int_equal(ivec_push(&rb.toks, text[c + j + 1]), 0);
+            if (dr.ops->begin(&dr, &rb, NULL)) fail_msg("%s", ds_errmsg());
+            rng_seed(&rb.rng_draft, 99);
+            if (dr.ops->propose(&dr, &rb, 3, &sp, &b)) fail_msg("%s", ds_errmsg());
+            assert_int_equal(a.n, 3);
+            assert_int_equal(b.n, 3);
+            assert_memory_equal(a.tok, b.tok, sizeof(int) * 3);
+            for (int i = 0; i < 3 * V; i++) worst = fmax(worst, fabs((double)a.q[i] - b.q[i]));
+            dr.ops->end(&dr, &ra), dr.ops->end(&dr, &rb);
+            request_free(&ra, &tt->t), request_free(&rb, &tt->t);
+        }
+    printf("  vanilla LM cache after commits of 0-2 of 3 drafts: next drafts equal a fresh begin's (worst |dq| %.2e)\n",
+           worst);
+    assert_true(worst < 1e-5);
+    draft_block_free(&a), draft_block_free(&b);
+    drafter_close(&dr);
+    cJSON_Delete(cfg);
+    tiny_close(tt);
+}
+
+static void test_checkpoint(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    vlm_config c;
+    lm_config(tt, &c, 2, 0);
+    c.c.n_calib = 2, c.c.calib[0] = 1.5f, c.c.calib[1] = 0.7f;
+    vlm_model m, m2;
+    assert_int_equal(vlm_model_init(&m, &c, &tt->t.m, 7, 0, NULL), 0);
+    /* step 0 is the self-draft of the target's first layers */
+    assert_memory_equal(m.lay[1].attn_norm, tt->t.m.layers[1].attn_norm, sizeof(float) * (size_t)c.c.dim);
+    assert_memory_equal(m.final_norm, tt->t.m.out_norm, sizeof(float) * (size_t)c.c.dim);
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s", tmp_path("vanilla-ck"));
+    assert_int_equal(vlm_save(&m, dir), 0);
+    assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), 0);
+    assert_int_equal(m2.cfg.n_layers, 2);
+    assert_int_equal(m2.cfg.c.n_calib, 2);
+    assert_true(m2.cfg.c.calib[1] == 0.7f);
+    assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
+    vlm_model_free(&m2);
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter d;
+    if (drafter_open(&d, "vanilla", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(d.n_capture, 0);
+    drafter_close(&d);
+    cJSON_AddNumberToObject(dc, "layers", 3); /* a self-draft and a checkpoint at once */
+    assert_int_equal(drafter_open(&d, "vanilla", dc, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "one of"));
+    cJSON_Delete(dc);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    const char *bad[][2] = {{"{\"kind\": \"vanilla\", \"n_layers\": 2, \"dim\": 64}", "dim"},
+                            {"{\"kind\": \"vanilla\", \"n_layers\": 2, \"n_kv_heads\": 4}", "heads"},
+                            {"{\"kind\": \"vanilla\", \"target_fingerprint\": \"0123\"}", "trained against"},
+                            {"{\"kind\": \"mtp\", \"depth\": 2}", "not a vanilla checkpoint"},
+                            {"{\"kind\": \"vanilla\", \"n_layrs\": 3}", "n_layrs"},
+                            {"{\"kind\": \"vanilla\", \"n_layers\": 40}", "n_layers"},
+                            {"{\"kind\": \"vanilla\", \"n_layers\": 4}", "needs as many target layers"},
+                            {"{\"kind\": \"vanilla\", \"hidden_dim\": 16}", "init_layers"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_file(p, bad[i][0], strlen(bad[i][0]));
+        assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
+    }
+    /* a checkpoint that says 3 layers over a file of 2: the missing tensor is named */
+    const char *three = "{\"kind\": \"vanilla\", \"n_layers\": 3}";
+    write_file(p, three, strlen(three));
+    assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "missing tensor 'layers.2."));
+    /* a tensor of the wrong shape: the FFN width the file does not have */
+    c.c.hidden_dim = 32, c.init_layers = 0;
+    assert_int_equal(vlm_model_init(&m2, &c, &tt->t.m, 7, 0, NULL), 0);
+    assert_int_equal(vlm_save(&m2, dir), 0);
+    const char *cj = "{\"kind\": \"vanilla\", \"n_layers\": 2, \"hidden_dim\": 64, \"init_layers\": false}";
+    write_file(p, cj, strlen(cj));
+    vlm_model m3;
+    assert_int_equal(vlm_load(&m3, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "wrong shape"));
+    vlm_model_free(&m2);
+    /* a draft vocabulary: its ids round-trip; a recorded hash they do not have is refused */
+    int ids[30];
+    for (int j = 0; j < 30; j++) ids[j] = (j * 11 + 4) % c.c.vocab;
+    c.c.hidden_dim = tt->t.m.cfg.hidden_dim, c.c.draft_vocab = 30, c.init_layers = 1;
+    assert_int_equal(vlm_model_init(&m2, &c, &tt->t.m, 7, 0, ids), 0);
+    assert_int_equal(vlm_save(&m2, dir), 0);
+    assert_int_equal(vlm_load(&m3, dir, &tt->t.m, 0), 0);
+    assert_int_equal(m3.sv.Vd, 30);
+    assert_memory_equal(m3.sv.vid, ids, sizeof ids);
+    vlm_model_free(&m3);
+    const char *hj = "{\"kind\": \"vanilla\", \"n_layers\": 2, \"draft_vocab\": 30, \"vocab_hash\": \"0123456789abcdef\"}";
+    write_file(p, hj, strlen(hj));
+    assert_int_equal(vlm_load(&m3, dir, &tt->t.m, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "vocab_hash"));
+    vlm_model_free(&m2);
+    vlm_model_free(&m);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+/* The overfit gate (train_fixture.h): the LM trained on one cached sequence of random tokens through
+ * the shared loop (a cache with taps it does not read), served from its checkpoint through the
+ * registry, must draft the memorised tokens back at every cut, before and after a commit; then the
+ * decoding loop at T = 0 must emit the target's own output. */
+static void overfit_gate(int vocab) {
+    tiny_target *tt = tiny_open();
+    char cache[512], run[512], cmd[1200];
+    snprintf(cache, sizeof cache, "%s", tmp_path("vanilla-overfit-cache"));
+    snprintf(run, sizeof run, "%s", tmp_path("vanilla-overfit-run"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
+    assert_int_equal(system(cmd), 0);
+    int n = 46, np = 6, seq[46];
+    rng_t r;
+    rng_seed(&r, 11);
+    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    traindata_layout lay = {.n_tap = 1, .taps = {0}, .top_k = 8};
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
+    if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
+    train_cache d;
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    vlm_config c;
+    int ids[46];
+    for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
+    lm_config(tt, &c, 1, vocab ? 46 : 0);
+    c.c.w_ce = 1, c.c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
+    vlm_model m;
+    assert_int_equal(vlm_model_init(&m, &c, &tt->t.m, 5, 1, vocab ? ids : NULL), 0);
+    train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
+    train_point h[400];
+    int nh;
+    trainable tr;
+    assert_int_equal(vlm_trainable(&m, &tr), 0);
+    if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
+    cJSON *dc = cJSON_Parse(dj);
+    drafter dr;
+    if (drafter_open(&dr, "vanilla", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    long hit, tried;
+    teacher_forced(&dr, &tt->t, seq, n, np, DEPTH, NULL, &hit, &tried);
+    printf("  overfit gate, vanilla LM (1 layer%s): %d random tokens memorised (train loss %.3f -> %.4f); "
+           "teacher-forced serving drafts %ld of %ld back\n",
+           vocab ? ", draft vocabulary 46 of 48" : "", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
+    if (hit < 0.9 * tried) fail_msg("the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
+    decode_matches_ar(&tt->t, &dr, seq, np, 30, DEPTH);
+    drafter_close(&dr);
+    cJSON_Delete(dc);
+    vlm_model_free(&m);
+    traindata_close(&d);
+    assert_int_equal(system(cmd), 0);
+    tiny_close(tt);
+}
+
+static void test_overfit_gate(void **state) {
+    (void)state;
+    overfit_gate(0);
+    overfit_gate(1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_final),
+        cmocka_unit_test(test_grad_topk),
+        cmocka_unit_test(test_train_serve),
+        cmocka_unit_test(test_cache_rollback),
+        cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_overfit_gate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
