@@ -139,33 +139,24 @@ fail:
     return -1;
 }
 
-int md_save(const md_model *m, const char *dir) {
-    st_write_tensor w[2 * MD_MAX_HEADS + 1];
+/* the checkpoint's tensors: names, shapes and the parameters they are (save and read alike) */
+static int md_tensors(const md_model *m, st_write_tensor *w) {
     int D = m->cfg.dim;
     for (int i = 0; i < m->n_t; i++)
         w[i] = (st_write_tensor){m->names[i], m->params + m->tt[i].offset, i % 2 ? 1 : 2, {D, D}};
-    return subvocab_write_checkpoint(&m->sv, dir, w, m->n_t, md_config_json(&m->cfg));
+    return m->n_t;
+}
+
+int md_save(const md_model *m, const char *dir) {
+    st_write_tensor w[2 * MD_MAX_HEADS + 1];
+    int n = md_tensors(m, w);
+    return subvocab_write_checkpoint(&m->sv, dir, w, n, md_config_json(&m->cfg));
 }
 
 int md_read_params(md_model *m, const char *dir) {
-    char p[4096];
-    st_file f;
-    int D = m->cfg.dim;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    if (st_open(&f, p)) return -1;
-    for (int i = 0; i < m->n_t; i++) {
-        const st_tensor *s = st_find(&f, m->names[i]);
-        int nd = i % 2 ? 1 : 2;
-        DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, m->names[i]);
-        DS_CHECK(s->n_dims == nd && s->shape[0] == D && (nd == 1 || s->shape[1] == D),
-                 "%s: tensor '%s' has the wrong shape", p, m->names[i]);
-        DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
-    }
-    st_close(&f);
-    return subvocab_check_file(&m->sv, p); /* resuming: the checkpoint drafts over the same vocabulary */
-fail:
-    st_close(&f);
-    return -1;
+    st_write_tensor w[2 * MD_MAX_HEADS + 1];
+    int n = md_tensors(m, w);
+    return subvocab_read_checkpoint(&m->sv, dir, w, n);
 }
 
 int md_load(md_model *m, const char *dir, const model *target, int with_head) {

@@ -226,37 +226,28 @@ fail:
     return -1;
 }
 
-int mtp_save(const mtp_model *m, const char *dir) {
-    st_write_tensor w[MTP_N_TENSORS + 1];
+/* the checkpoint's tensors: names, shapes and the parameters they are (save and read alike); a
+ * kind's absent tensors (mtp's F) are left out */
+static int mtp_tensors(const mtp_model *m, st_write_tensor *w) {
     int nw = 0;
     for (int i = 0; i < MTP_N_TENSORS; i++) {
         int rows, cols;
         tensor_shape(&m->cfg, i, &rows, &cols);
         if (rows) w[nw++] = (st_write_tensor){MTP_TENSOR_NAMES[i], m->params + m->tt[i].offset, cols ? 2 : 1, {rows, cols}};
     }
+    return nw;
+}
+
+int mtp_save(const mtp_model *m, const char *dir) {
+    st_write_tensor w[MTP_N_TENSORS + 1];
+    int nw = mtp_tensors(m, w);
     return subvocab_write_checkpoint(&m->sv, dir, w, nw, mtp_config_json(&m->cfg));
 }
 
 int mtp_read_params(mtp_model *m, const char *dir) {
-    char p[4096];
-    st_file f;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    if (st_open(&f, p)) return -1;
-    for (int i = 0; i < MTP_N_TENSORS; i++) {
-        const st_tensor *s = st_find(&f, MTP_TENSOR_NAMES[i]);
-        int rows, cols;
-        tensor_shape(&m->cfg, i, &rows, &cols);
-        if (!rows) continue; /* not in this kind */
-        DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, MTP_TENSOR_NAMES[i]);
-        DS_CHECK(s->n_dims == (cols ? 2 : 1) && s->shape[0] == rows && (!cols || s->shape[1] == cols),
-                 "%s: tensor '%s' has the wrong shape", p, MTP_TENSOR_NAMES[i]);
-        DS_TRY(st_to_f32(&f, s, m->params + m->tt[i].offset));
-    }
-    st_close(&f);
-    return subvocab_check_file(&m->sv, p); /* resuming: the checkpoint drafts over the same vocabulary */
-fail:
-    st_close(&f);
-    return -1;
+    st_write_tensor w[MTP_N_TENSORS + 1];
+    int nw = mtp_tensors(m, w);
+    return subvocab_read_checkpoint(&m->sv, dir, w, nw);
 }
 
 int mtp_load(mtp_model *m, const char *dir, const model *target, const char *kind_want, int with_embed) {

@@ -196,3 +196,23 @@ cJSON *subvocab_read_config(const char *dir, const char *kind) {
     cJSON_Delete(j);
     return NULL;
 }
+
+int subvocab_read_checkpoint(const subvocab *s, const char *dir, const st_write_tensor *w, int nw) {
+    char p[4096];
+    st_file f;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (st_open(&f, p)) return -1;
+    for (int i = 0; i < nw; i++) {
+        const st_tensor *t = st_find(&f, w[i].name);
+        DS_CHECK(t != NULL, "%s: missing tensor '%s'", p, w[i].name);
+        int ok = t->n_dims == w[i].n_dims;
+        for (int d = 0; ok && d < w[i].n_dims; d++) ok = t->shape[d] == w[i].shape[d];
+        DS_CHECK(ok, "%s: tensor '%s' has the wrong shape", p, w[i].name);
+        DS_TRY(st_to_f32(&f, t, (float *)w[i].data)); /* the model's own parameters, written in place */
+    }
+    st_close(&f);
+    return subvocab_check_file(s, p); /* resuming: the checkpoint drafts over the same vocabulary */
+fail:
+    st_close(&f);
+    return -1;
+}

@@ -37,6 +37,10 @@ float *subvocab_ids_f32(const subvocab *s);
  * entry, the draft vocabulary's "vocab.ids" when s has ids) and config.json from config (consumed),
  * each written atomically. */
 int subvocab_write_checkpoint(const subvocab *s, const char *dir, st_write_tensor *w, int nw, cJSON *config);
+/* The inverse: the tensors w[0..nw) (their names, ranks and shapes) read from dir/model.safetensors
+ * into w[i].data (the model's own fp32 parameters); -1 naming a missing tensor or a wrong shape, or a
+ * draft vocabulary other than s's. */
+int subvocab_read_checkpoint(const subvocab *s, const char *dir, const st_write_tensor *w, int nw);
 /* head = the target's output matrix restricted to the subset (rows gathered in its own format) */
 int subvocab_gather_head(subvocab *s, const qmat *output);
 /* Eh[j] = E[vid[j]] for fp32 rows of D (training's frozen head); a copy of E when whole */

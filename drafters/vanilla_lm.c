@@ -218,35 +218,26 @@ fail:
     return -1;
 }
 
-int vlm_save(const vlm_model *m, const char *dir) {
-    st_write_tensor w[VLM_MAX_TENSORS + 1];
+/* the checkpoint's tensors: names, shapes and the parameters they are (save and read alike) */
+static int vlm_tensors(const vlm_model *m, st_write_tensor *w) {
     for (int t = 0; t < m->n_t; t++) {
         int rows = (int)m->tt[t].numel, cols = 0;
         if (t < m->n_t - 1) layer_shape(&m->cfg.c, t % VLM_PER_LAYER, &rows, &cols);
         w[t] = (st_write_tensor){m->names[t], m->params + m->tt[t].offset, cols ? 2 : 1, {rows, cols}};
     }
-    return subvocab_write_checkpoint(&m->sv, dir, w, m->n_t, vlm_config_json(&m->cfg));
+    return m->n_t;
+}
+
+int vlm_save(const vlm_model *m, const char *dir) {
+    st_write_tensor w[VLM_MAX_TENSORS + 1];
+    int n = vlm_tensors(m, w);
+    return subvocab_write_checkpoint(&m->sv, dir, w, n, vlm_config_json(&m->cfg));
 }
 
 int vlm_read_params(vlm_model *m, const char *dir) {
-    char p[4096];
-    st_file f;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    if (st_open(&f, p)) return -1;
-    for (int t = 0; t < m->n_t; t++) {
-        const st_tensor *s = st_find(&f, m->names[t]);
-        int rows = (int)m->tt[t].numel, cols = 0;
-        if (t < m->n_t - 1) layer_shape(&m->cfg.c, t % VLM_PER_LAYER, &rows, &cols);
-        DS_CHECK(s != NULL, "%s: missing tensor '%s'", p, m->names[t]);
-        DS_CHECK(s->n_dims == (cols ? 2 : 1) && s->shape[0] == rows && (!cols || s->shape[1] == cols),
-                 "%s: tensor '%s' has the wrong shape", p, m->names[t]);
-        DS_TRY(st_to_f32(&f, s, m->params + m->tt[t].offset));
-    }
-    st_close(&f);
-    return subvocab_check_file(&m->sv, p);
-fail:
-    st_close(&f);
-    return -1;
+    st_write_tensor w[VLM_MAX_TENSORS + 1];
+    int n = vlm_tensors(m, w);
+    return subvocab_read_checkpoint(&m->sv, dir, w, n);
 }
 
 int vlm_load(vlm_model *m, const char *dir, const model *target, int with_embed) {
