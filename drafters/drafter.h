@@ -49,6 +49,12 @@ typedef struct drafter_ops {
      * has one, so a new family is in the gate the moment it is registered. */
     const char *gate_config;
     const char *gate_config_real; /* on the real target, when it differs (NULL: gate_config) */
+    /* optional (NULL: none): the target's raw logits [n][V] of rows it scored and their input tokens
+     * in[0..n): at prefill the prompt's last observe_prompt rows (prefill = 1, after begin; in chunks,
+     * in order), and after each round's
+     * verification, before commit, the anchor's row and every verified draft's, rejected ones
+     * included (what a drafter that learns from the target's own predictions reads: recycling) */
+    int (*observe)(drafter *, request *, const int *in, const float *logits, int n, int prefill);
 } drafter_ops;
 
 struct drafter {
@@ -60,6 +66,7 @@ struct drafter {
     int has_conf;
     int deterministic;       /* drafts are a function of the context (q = delta(x), no draws): training-free */
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
+    int observe_prompt;      /* with ops->observe: the prompt's last rows it is handed at prefill (0: 1) */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];
     double t_seq_loop;       /* seconds propose spent in a left-to-right sampling loop (DSpark's head) */

@@ -59,12 +59,39 @@ int append_emitted(target *t, request *r, const int *tok, int n) {
 
 /* Prefill one request: the prompt through the target, first token drawn from its last row (whose
  * logits are left in last_logits, [V]), then the drafter's per-request state. */
+/* the head's rows of the prompt's last positions for a drafter that observes them (their final
+ * states from the prefill), 64 rows at a time */
+static int observe_prompt(target *t, request *r, drafter *d, const float *fin, int n) {
+    backend *be = t->be;
+    int D = t->m.cfg.dim, V = t->m.cfg.vocab_size, from = n - DS_MAX(1, DS_MIN(d->observe_prompt, n)), rc = -1;
+    float *X = NULL, *Z = NULL, *hz = NULL;
+    DS_TRYP(X = be->alloc(be, sizeof(float) * 64 * (size_t)D));
+    DS_TRYP(Z = be->alloc(be, sizeof(float) * 64 * (size_t)V));
+    DS_TRYP(hz = ds_malloc(sizeof(float) * 64 * (size_t)V, "prompt logits"));
+    for (int i0 = from; i0 < n; i0 += 64) {
+        int m = DS_MIN(64, n - i0);
+        float *o[1] = {Z};
+        const qmat *w[1] = {&t->m.output};
+        DS_TRY(be->to_device(be, X, fin + (size_t)i0 * D, sizeof(float) * (size_t)m * D));
+        DS_TRY(be->matmul(be, 1, o, w, X, m));
+        DS_TRY(be->to_host(be, hz, Z, sizeof(float) * (size_t)m * V));
+        DS_TRY(d->ops->observe(d, r, r->toks.v + i0, hz, m, 1));
+    }
+    rc = 0;
+fail:
+    if (X) be->release(be, X);
+    if (Z) be->release(be, Z);
+    free(hz);
+    return rc;
+}
+
 int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_logits, decode_stats *st) {
     drafter *d = cfg->d;
     int V = t->m.cfg.vocab_size, n = r->n_prompt;
-    float *hidden = NULL, *probs = NULL;
+    float *hidden = NULL, *probs = NULL, *fin = NULL;
     lp_scratch scr = {0};
     int rc = -1;
+    if (d && d->ops->observe) DS_TRYP(fin = ds_malloc(sizeof(float) * (size_t)n * t->m.cfg.dim, "prompt states"));
     if (d && d->n_capture > 0)
         DS_TRYP(hidden = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)n * (size_t)t->m.cfg.dim, "prompt states"));
     DS_TRYP(probs = ds_malloc(sizeof(float) * (size_t)V, "probs"));
@@ -72,7 +99,8 @@ int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_log
     if (r->t0 == 0) r->t0 = t0; /* admission, when the caller did not set it */
     kv_cache *kv[1] = {r->tkv};
     fwd_batch b = {.n_seq = 1, .kv = kv, .n_new = &n, .tokens = r->toks.v, .all_logits = 0, .logits = last_logits,
-                   .n_capture = hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL, .capture = hidden};
+                   .n_capture = hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL, .capture = hidden,
+                   .final_hidden = fin};
     DS_TRY(model_forward(&t->m, &t->fs, &b));
     if (logits_process(last_logits, V, &cfg->sp, probs, &scr)) {
         ds_error_prefix("request %d, output position 0: the target's row", r->id);
@@ -83,8 +111,10 @@ int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_log
     if (append_emitted(t, r, &first, 1) < 0) goto fail;
     if (st) st->t_prefill += ds_now() - t0;
     if (d) DS_TRY(d->ops->begin(d, r, hidden));
+    if (fin) DS_TRY(observe_prompt(t, r, d, fin, n)); /* the drafter's, as its begin: in the wall time */
     rc = 0;
 fail:
+    free(fin);
     free(hidden);
     free(probs);
     lp_scratch_free(&scr);
@@ -240,6 +270,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
                            sizeof(float) * (size_t)(k + 1) * dim);
                 h = c->hrows;
             }
+            if (d->ops->observe) DS_TRY(d->ops->observe(d, q, c->flat + row, c->logits + (size_t)row * V, l + 1, 0));
             DS_TRY(d->ops->commit(d, q, k, vres.token, h));
         }
         /* statistics and trace rows */

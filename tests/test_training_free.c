@@ -256,12 +256,99 @@ static void test_suffix_corpus(void **state) {
     fake_close(&f);
 }
 
+
+/* a logits row of 16 whose top entries are ids[0] > ids[1] > ... */
+static void row_of(float *z, const int *ids, int n) {
+    for (int v = 0; v < 16; v++) z[v] = -(float)v * 0.01f;
+    for (int j = 0; j < n; j++) z[ids[j]] = 10.0f - (float)j;
+}
+
+static void test_recycling(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "recycling", "{\"k\": 3}");
+    assert_true(f.d.deterministic && f.d.has_conf);
+    assert_non_null(f.d.ops->observe);
+    request r, r2;
+    int p[] = {1, 2, 3, 4};
+    req_set(&r, p, 4, 3); /* the prompt 1 2 3 and the first token 4 */
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    /* prefill: the prompt's last row says 3 -> 4, 5, 6 */
+    float z[3][16];
+    int a[] = {4, 5, 6}, b[] = {7, 8, 9}, c[] = {10, 11, 12}, e[] = {13, 14, 15};
+    row_of(z[0], a, 3);
+    assert_int_equal(f.d.ops->observe(&f.d, &r, &p[2], z[0], 1, 1), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 0); /* nothing known after 4 */
+    /* a round's rows: 4 -> 7, 7 -> 10 (the second a rejected draft's: recorded all the same) */
+    int in[] = {4, 7};
+    row_of(z[0], b, 3), row_of(z[1], c, 3);
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], 2, 0), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
+    assert_int_equal(ivec_push(&r.toks, 7), 0);
+    r.toks.v[r.toks.n - 2] = 4;
+    /* anchor 7: 7 -> 10, then 10 is unknown: one draft */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 1);
+    assert_int_equal(f.b.tok[0], 10);
+    check_onehot(&f.b);
+    assert_true(f.b.conf[0] > 0 && f.b.conf[0] < 1);
+    /* 10 -> 13 and 13 -> 3: the chain 10 13 3 4 7 runs through the prompt's row, cut at gamma */
+    int in2[] = {10, 13};
+    row_of(z[0], e, 3);
+    int g[] = {3, 1, 2};
+    row_of(z[1], g, 3);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 10, NULL), 0);
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in2, &z[0][0], 2, 0), 0);
+    assert_int_equal(ivec_push(&r.toks, 10), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 5, NULL, &f.b), 0);
+    int want[] = {13, 3, 4, 7, 10};
+    assert_int_equal(f.b.n, 5);
+    assert_memory_equal(f.b.tok, want, sizeof want);
+    /* a second request begun now sees none of the first's rows (they join the run's table at its end) */
+    int q[] = {5, 9, 7};
+    req_set(&r2, q, 3, 2);
+    assert_int_equal(f.d.ops->begin(&f.d, &r2, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r2, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 0);
+    f.d.ops->end(&f.d, &r2);
+    /* a rewind keeps only the prompt's row: 3 -> 4 */
+    assert_int_equal(f.d.ops->rewind(&f.d, &r), 0);
+    r.toks.n = 4;
+    r.toks.v[3] = 3; /* an anchor that is the prompt's last token */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 1);
+    assert_int_equal(f.b.tok[0], 4);
+    /* its decode-time rows are back by the end: the run's table learns them (hot start) */
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], 1, 0), 0); /* 4 -> 13 */
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    ivec_free(&r2.toks);
+    int t[] = {8, 3};
+    req_set(&r2, t, 2, 1);
+    assert_int_equal(f.d.ops->begin(&f.d, &r2, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r2, 2, NULL, &f.b), 0);
+    int want2[] = {4, 13};
+    assert_int_equal(f.b.n, 2);
+    assert_memory_equal(f.b.tok, want2, sizeof want2);
+    f.d.ops->end(&f.d, &r2);
+    ivec_free(&r2.toks);
+    /* bad settings name the key; a token outside the vocabulary is refused */
+    fake_close(&f);
+    cJSON *cj = cJSON_Parse("{\"k\": 0}");
+    drafter d;
+    assert_int_equal(drafter_open(&d, "recycling", cj, &f.t), -1);
+    assert_non_null(strstr(ds_errmsg(), "k"));
+    cJSON_Delete(cj);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suffix_tree_counts),
         cmocka_unit_test(test_accept_observe),
         cmocka_unit_test(test_ngram_drafts),
         cmocka_unit_test(test_suffix_corpus),
+        cmocka_unit_test(test_recycling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

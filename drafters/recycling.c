@@ -1,0 +1,253 @@
+/* recycling — Token Recycling (Luo et al., arXiv 2408.08696; training-free.md §3) as a chain.
+ *
+ * A table M holds, for each token, the top-k next tokens the target predicted the last time that
+ * token was the input of a row it scored, with their probabilities. Verification scores those rows
+ * anyway: the loop hands the drafter every round's rows (observe(): the anchor's and every verified
+ * draft's, rejected ones included, as the paper updates every node) and, at prefill, the head's rows
+ * of the prompt's last `prompt_rows` positions (as SAM-Decoding's implementation feeds every prompt
+ * position; the head over them costs what it costs, inside the measured prefill), and M[input] is
+ * overwritten with the top-k of that row's raw logits (probabilities from the softmax at T = 1).
+ * Drafting follows M's first column from the anchor, x_1 = M[anchor][0], x_{k+1} = M[x_k][0],
+ * stopping at a row never written or after end-of-generation: the top branch of the paper's static
+ * tree (its 80-node tree is a GPU design; on a CPU every verified slot costs). No model and no
+ * randomness: q_k = delta(x_k), so the round is exact at every temperature.
+ *
+ * Kept per request and across requests: a request writes its prompt's rows and its own rows since
+ * into two tables of its own (a rewind keeps the first), lookups read the request's rows and else
+ * the run's, and when the request ends its rows are copied into the run's table (the paper's "hot
+ * start"), never during it, so a request's drafts depend only on its own past and the requests that
+ * ended before it (the gate replays requests). Memory: V x k ids (int32) and probabilities (fp32)
+ * plus a stamp per token a table, 3.3 MB for SmolLM2's 49,152 tokens at k = 8: one for the run and
+ * two per live request.
+ *
+ * Confidence c_k (what the scheduler reads): accept_stats' online acceptance rate in the cell of
+ * x_k's recorded probability (8 buckets) and whether its row is the request's own or the run's;
+ * "calibration" temperatures from `calibrate` scale logit(c_k). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/base/common.h"
+#include "../runtime/jcfg.h"
+#include "../runtime/kernels/kernels_cpu.h"
+#include "accept_stats.h"
+#include "drafter.h"
+
+#define RC_PB 8 /* recorded-probability buckets */
+#define RC_CELLS (RC_PB * 2)
+#define RC_MAXG 64
+#define RC_MAXK 32
+
+typedef struct {
+    int *id;        /* [V][k] */
+    float *p;       /* [V][k] */
+    uint8_t *stamp; /* [V] 1: row written */
+} rc_table;
+
+typedef struct {
+    int k, V;
+    int repeat;           /* a token whose row is unknown is followed by itself (else the chain stops) */
+    rc_table run;
+    accept_prior ap;
+    accept_counts runc;   /* finished requests' acceptance counts */
+    int eos_ok;
+    float *tmp;           /* [V] scratch */
+} recycling;
+
+typedef struct {
+    rc_table pre, own;       /* the prompt's rows (kept by a rewind), the rows written since */
+    int *wpre, n_pre, *wown, n_own; /* which rows each holds (merged at end; own cleared at rewind) */
+    accept_counts own_c;
+    int n, tok[RC_MAXG], cell[RC_MAXG], after;
+} rc_state;
+
+static int table_new(rc_table *t, int V, int k) {
+    t->id = ds_malloc(sizeof(int) * (size_t)V * k, "recycling table");
+    t->p = ds_malloc(sizeof(float) * (size_t)V * k, "recycling table");
+    t->stamp = ds_calloc((size_t)V, 1, "recycling table");
+    return t->id && t->p && t->stamp ? 0 : -1;
+}
+
+static void table_free(rc_table *t) { free(t->id), free(t->p), free(t->stamp); }
+
+static int prob_bucket(float p) {
+    static const float edge[RC_PB - 1] = {0.05f, 0.1f, 0.2f, 0.35f, 0.5f, 0.7f, 0.9f};
+    int b = 0;
+    while (b < RC_PB - 1 && p >= edge[b]) b++;
+    return b;
+}
+
+static int recycling_open(drafter *d, const cJSON *cfg, target *t) {
+    recycling *g = ds_calloc(1, sizeof *g, "recycling drafter");
+    if (!g) return -1;
+    d->impl = g;
+    g->k = 8, g->V = t->m.cfg.vocab_size;
+    jcfg r;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    DS_TRY(jcfg_int(&r, "k", 1, RC_MAXK, &g->k));
+    DS_TRY(jcfg_bool(&r, "repeat", &g->repeat));
+    d->observe_prompt = 256;
+    DS_TRY(jcfg_int(&r, "prompt_rows", 1, 1 << 20, &d->observe_prompt));
+    DS_TRY(accept_prior_read(&r, &g->ap));
+    DS_TRY(jcfg_close(&r));
+    g->k = DS_MIN(g->k, g->V);
+    DS_TRY(table_new(&g->run, g->V, g->k));
+    DS_TRY(accept_counts_init(&g->runc, RC_CELLS, g->ap.prior, g->ap.prior_n));
+    DS_TRYP(g->tmp = ds_malloc(sizeof(float) * (size_t)g->V, "recycling scratch"));
+    g->eos_ok = t->has_tokenizer;
+    d->has_conf = 1;
+    d->deterministic = 1;
+    snprintf(d->describe, sizeof d->describe,
+             "recycling: Token Recycling chain, each token's top-%d next tokens from the target's verified rows", g->k);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d", g->k);
+    return 0;
+fail:
+    return -1; /* close() frees what was made */
+}
+
+static int recycling_begin(drafter *d, request *r, const float *prompt_hidden) {
+    DS_UNUSED(prompt_hidden);
+    recycling *g = d->impl;
+    rc_state *s = ds_calloc(1, sizeof *s, "recycling state");
+    if (!s) return -1;
+    r->dstate = s;
+    DS_TRY(table_new(&s->pre, g->V, g->k));
+    DS_TRY(table_new(&s->own, g->V, g->k));
+    DS_TRYP(s->wpre = ds_malloc(sizeof(int) * (size_t)g->V, "recycling state"));
+    DS_TRYP(s->wown = ds_malloc(sizeof(int) * (size_t)g->V, "recycling state"));
+    DS_TRY(accept_counts_init(&s->own_c, RC_CELLS, 0, 0));
+    return 0;
+fail:
+    return -1; /* end() frees what was made */
+}
+
+/* row `in` of table t (its rows listed in w[*n]) from ids/p */
+static void row_write(const recycling *g, rc_table *t, int *w, int *n, int in, const int *id, const float *p) {
+    memcpy(t->id + (size_t)in * g->k, id, sizeof(int) * (size_t)g->k);
+    memcpy(t->p + (size_t)in * g->k, p, sizeof(float) * (size_t)g->k);
+    if (!t->stamp[in]) t->stamp[in] = 1, w[(*n)++] = in;
+}
+
+/* table from's listed rows copied into table to */
+static void rows_copy(const recycling *g, rc_table *to, const rc_table *from, const int *w, int n) {
+    for (int i = 0; i < n; i++) {
+        size_t row = (size_t)w[i] * g->k;
+        memcpy(to->id + row, from->id + row, sizeof(int) * (size_t)g->k);
+        memcpy(to->p + row, from->p + row, sizeof(float) * (size_t)g->k);
+        to->stamp[w[i]] = 1;
+    }
+}
+
+/* the top-k of a row of raw logits, best first (the lower id on ties), with softmax probabilities */
+static void row_topk(recycling *g, const float *z, int *id, float *p) {
+    int k = g->k, n = 0;
+    for (int v = 0; v < g->V; v++) {
+        if (n == k && !(z[v] > z[id[k - 1]])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && z[v] > z[id[j - 1]]) id[j] = id[j - 1], j--;
+        id[j] = v;
+    }
+    int bad;
+    float mx = qk_max_scan(z, g->V, &bad);
+    double lse = mx + log(qk_exp_sum(z, mx, g->tmp, g->V));
+    for (int j = 0; j < k; j++) p[j] = (float)exp((double)z[id[j]] - lse);
+}
+
+static int recycling_observe(drafter *d, request *r, const int *in, const float *logits, int n, int prefill) {
+    recycling *g = d->impl;
+    rc_state *s = r->dstate;
+    int id[RC_MAXK];
+    float p[RC_MAXK];
+    for (int j = 0; j < n; j++) {
+        DS_CHECK(in[j] >= 0 && in[j] < g->V, "recycling: token %d outside the vocabulary", in[j]);
+        row_topk(g, logits + (size_t)j * g->V, id, p);
+        if (prefill) row_write(g, &s->pre, s->wpre, &s->n_pre, in[j], id, p);
+        else row_write(g, &s->own, s->wown, &s->n_own, in[j], id, p);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static int recycling_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+    DS_UNUSED(sp);
+    recycling *g = d->impl;
+    rc_state *s = r->dstate;
+    gamma = DS_MIN(gamma, DS_MIN(RC_MAXG, out->cap));
+    out->n = s->n = 0;
+    s->after = -1;
+    int x = request_anchor(r), k = 0;
+    while (1) {
+        const rc_table *t = s->own.stamp[x] ? &s->own : s->pre.stamp[x] ? &s->pre : g->run.stamp[x] ? &g->run : NULL;
+        if (!t && !g->repeat) break;
+        int next = t ? t->id[(size_t)x * g->k] : x;
+        if (k == gamma) { /* what the chain would draft next (read by commit) */
+            s->after = next;
+            break;
+        }
+        int cell = t ? prob_bucket(t->p[(size_t)x * g->k]) * 2 + (t != &g->run) : 0; /* repeats share the lowest */
+        accept_draft(out, k, next, cell, d->fault, &g->runc, &s->own_c, &g->ap);
+        s->cell[k] = cell, s->tok[k++] = next;
+        if (g->eos_ok && tokenizer_is_eog(&d->t->tk, next)) break;
+        x = next;
+    }
+    out->n = s->n = k;
+    return 0;
+}
+
+static int recycling_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+    DS_UNUSED(hidden);
+    recycling *g = d->impl;
+    rc_state *s = r->dstate;
+    accept_observe(&s->own_c, &g->runc, &g->ap, s->cell, s->tok, s->n, n_accepted, next_token, s->after);
+    s->n = 0;
+    return 0;
+}
+
+static void recycling_end(drafter *d, request *r) {
+    recycling *g = d->impl;
+    rc_state *s = r->dstate;
+    if (!s) return;
+    /* hot start: the run's table learns the request's rows, the later ones last */
+    if (s->wpre) rows_copy(g, &g->run, &s->pre, s->wpre, s->n_pre);
+    if (s->wown) rows_copy(g, &g->run, &s->own, s->wown, s->n_own);
+    if (s->own_c.acc) accept_counts_add(&g->runc, &s->own_c);
+    accept_counts_free(&s->own_c);
+    table_free(&s->pre), table_free(&s->own);
+    free(s->wpre), free(s->wown);
+    free(s);
+    r->dstate = NULL;
+}
+
+static int recycling_rewind(drafter *d, request *r) {
+    DS_UNUSED(d);
+    rc_state *s = r->dstate;
+    for (int i = 0; i < s->n_own; i++) s->own.stamp[s->wown[i]] = 0; /* the prompt's rows stay */
+    s->n_own = 0;
+    accept_counts_zero(&s->own_c);
+    s->n = 0;
+    return 0;
+}
+
+static void recycling_close(drafter *d) {
+    recycling *g = d->impl;
+    if (!g) return;
+    table_free(&g->run);
+    accept_counts_free(&g->runc);
+    free(g->tmp);
+    free(g);
+    d->impl = NULL;
+}
+
+const drafter_ops drafter_recycling = {
+    "recycling",
+    "Token Recycling (training-free): a chain through each token's top-k next tokens recorded from the target's "
+    "verified rows and the prompt's, kept per request and across requests: {\"k\": 8, \"prompt_rows\": 256, \"repeat\": false, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
+    "\"request_weight\": 4, \"calibration\": [T_1, ...]}",
+    recycling_open, recycling_begin, recycling_propose, recycling_commit, recycling_end, recycling_rewind, NULL,
+    recycling_close,
+    /* the gate's: a token with no row yet repeats itself, so every state proposes (as ngram's n_min 0) */
+    "{\"k\": 4, \"repeat\": true}",
+    NULL,
+    recycling_observe,
+};
