@@ -226,6 +226,8 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     const mtp_config *c = v->lm_open ? &v->lm.cfg.c : NULL;
     out->n = 0;
     /* feed what the draft cache lacks: the anchor, and accepted tokens it never saw */
+    DS_CHECK(s->kv->len < r->toks.n, "vanilla: a proposal over a cache of %d rows with %d committed tokens (a second "
+             "proposal without a commit or a rewind)", s->kv->len, r->toks.n);
     DS_TRY(step(v, s, r->toks.v + s->kv->len, r->toks.n - s->kv->len));
     s->base = r->toks.n;
     gamma = DS_MIN(gamma, v->m->cfg.max_seq - s->kv->len);
