@@ -256,6 +256,11 @@ int cmd_run(int argc, char **argv) {
                (double)st_sp.accepted / (double)DS_MAX(st_sp.verified, 1),
                100 * st_sp.t_draft / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify),
                100 * st_sp.t_verify / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));
+        if (d.ops->report) {
+            char line[512];
+            d.ops->report(&d, line, sizeof line);
+            printf("%s\n", line);
+        }
         if (d.t_seq_loop > 0)
             printf("draft head's sequential loop: %.3f s = %.1f%% of round time\n", d.t_seq_loop,
                    100 * d.t_seq_loop / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));

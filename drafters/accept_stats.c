@@ -59,16 +59,14 @@ static void count(accept_counts *own, const accept_counts *run, const accept_pri
 }
 
 int accept_observe(accept_counts *own, const accept_counts *run, const accept_prior *ap, const int *cell, const int *tok,
-                   int n, int n_acc, int next, int after) {
-    if (n <= 0) return 0;
-    n_acc = DS_MIN(n_acc, n);
-    for (int k = 0; k < n_acc; k++) count(own, run, ap, cell[k], k, 1);
-    if (n_acc < n) { /* position n_acc + 1 is observed through the committed token */
-        int hit = next == tok[n_acc];
-        count(own, run, ap, cell[n_acc], n_acc, hit);
-        return n_acc + hit;
+                   int n, const int *com, int m, int after) {
+    int k = 0;
+    for (; k < n && k < m && com[k] == tok[k]; k++) count(own, run, ap, cell[k], k, 1);
+    if (k < n && k < m) { /* the first committed token that differs from the draft: a miss */
+        count(own, run, ap, cell[k], k, 0);
+        return k;
     }
-    return n_acc + (after >= 0 && next == after);
+    return k == n && n > 0 && k < m && after >= 0 && com[k] == after ? k + 1 : k;
 }
 
 int accept_prior_read(jcfg *r, accept_prior *ap) {

@@ -46,12 +46,15 @@ typedef struct {
 int accept_prior_read(jcfg *r, accept_prior *ap);
 float accept_conf(const accept_counts *run, const accept_counts *own, const accept_prior *ap, int cell, int k);
 
-/* One round's outcome of the drafts tok[0..n) with cells cell[0..n): n_acc accepted, then next
- * committed. Returns how many of the n_acc + 1 committed tokens equal the draft's (the draft ran
- * that far; n_acc + 1 means the round committed only drafted tokens, or past its end when
- * `after` (the token the copy would have drafted next, -1 if none) equals next). */
+/* One round's outcome for the drafts tok[0..n) with cells cell[0..n): com[0..m) are the tokens the
+ * round committed (the verified drafts — this drafter's own, or under `combine` possibly another
+ * member's — then the residual or bonus token; fewer at an end of generation). Position k is observed
+ * while the committed tokens agree with the draft up to it: accepted while com[k] == tok[k], a miss at
+ * the first difference, nothing after it. Returns how many committed tokens equal the copy's (n + 1
+ * when all n did and the next one equals `after`, the token the copy would have drafted next, -1 if
+ * none). */
 int accept_observe(accept_counts *own, const accept_counts *run, const accept_prior *ap, const int *cell, const int *tok,
-                   int n, int n_acc, int next, int after);
+                   int n, const int *com, int m, int after);
 
 /* draft k of a deterministic drafter: x = tok with q = delta(x) (or, as the gate's draft-wrong-q
  * control, reported as a coin flip between x and x + 1), and its raw and calibrated c_k */

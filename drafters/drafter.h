@@ -3,10 +3,13 @@
  *
  * propose() returns the drafted tokens x_1..x_n and, for each, the processed distribution q_k it
  * was sampled from (the same logit processing as the target's, so verification is lossless) and,
- * when the family has a confidence head, c_k. commit() tells the drafter what the target accepted:
- * the committed sequence grew by x_1..x_accepted and next_token; `hidden` carries the target's
- * captured states ([n_capture][accepted + 1][dim], rows anchor..x_accepted) for families that
- * condition on them. */
+ * when the family has a confidence head, c_k. commit() comes after every round, with the committed
+ * tokens already in r->toks: the sequence grew by the n_accepted verified drafts and next_token
+ * (fewer at an end of generation); `hidden` carries the target's captured states
+ * ([n_capture][n_accepted + 1][dim], rows anchor .. last verified draft) for families that condition
+ * on them. The verified drafts are the drafter's own in a plain run, but a member of `combine` may
+ * not have proposed in the round, or its draft may not be the one verified: a family that keeps
+ * anything about its own drafts compares them with the committed tokens, never assumes them. */
 #ifndef DS_DRAFTER_H
 #define DS_DRAFTER_H
 
@@ -51,10 +54,13 @@ typedef struct drafter_ops {
     const char *gate_config_real; /* on the real target, when it differs (NULL: gate_config) */
     /* optional (NULL: none): the target's raw logits [n][V] of rows it scored and their input tokens
      * in[0..n): at prefill the prompt's last observe_prompt rows (prefill = 1, after begin; in chunks,
-     * in order), and after each round's
+     * in order; none when observe_prompt is 0), and after each round's
      * verification, before commit, the anchor's row and every verified draft's, rejected ones
      * included (what a drafter that learns from the target's own predictions reads: recycling) */
     int (*observe)(drafter *, request *, const int *in, const float *logits, int n, int prefill);
+    /* optional: one line about the run so far for `run`'s summary (combine: how often each member's
+     * draft was chosen) */
+    void (*report)(const drafter *, char *buf, size_t n);
 } drafter_ops;
 
 struct drafter {
@@ -66,7 +72,7 @@ struct drafter {
     int has_conf;
     int deterministic;       /* drafts are a function of the context (q = delta(x), no draws): training-free */
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
-    int observe_prompt;      /* with ops->observe: the prompt's last rows it is handed at prefill (0: 1) */
+    int observe_prompt;      /* with ops->observe: the prompt's last rows it is handed at prefill (0: none) */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];
     double t_seq_loop;       /* seconds propose spent in a left-to-right sampling loop (DSpark's head) */

@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     accept_counts own;      /* this request's outcomes */
     int n;                  /* drafts of the last proposal */
+    int n0;                 /* committed tokens when it was made */
     int tok[NG_MAXG], cell[NG_MAXG];
     int src;                /* where the last proposal's copy started (in ext) */
     int src_next;           /* where it continues, when the last round committed only copied tokens */
@@ -88,6 +89,7 @@ static int ngram_propose(drafter *d, request *r, int gamma, const sampling_param
     int n = r->toks.n;
     gamma = DS_MIN(gamma, DS_MIN(NG_MAXG, out->cap));
     out->n = s->n = 0;
+    s->n0 = n;
     if (n < 2 || gamma <= 0) return 0;
     /* the longest suffix match ending before the last token, the most recent on ties */
     int best = 0, best_e = -1, last = x[n - 1];
@@ -134,10 +136,11 @@ static int ngram_commit(drafter *d, request *r, int n_accepted, int next_token, 
     DS_UNUSED(hidden);
     ngram *g = d->impl;
     ng_state *s = r->dstate;
-    int after = s->n ? s->ext[s->src + s->n] : -1;
-    int copied = accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, n_accepted, next_token, after);
+    DS_UNUSED(n_accepted), DS_UNUSED(next_token);
+    int after = s->n ? s->ext[s->src + s->n] : -1, m = r->toks.n - s->n0;
+    int copied = accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, m, after);
     /* the round committed only copied tokens: a match continuing this copy starts at src_next */
-    s->last_full = s->n > 0 && copied == n_accepted + 1;
+    s->last_full = s->n > 0 && copied == m;
     s->src_next = s->src + copied;
     s->n = 0;
     return 0;

@@ -58,7 +58,7 @@ typedef struct {
     rc_table pre, own;       /* the prompt's rows (kept by a rewind), the rows written since */
     int *wpre, n_pre, *wown, n_own; /* which rows each holds (merged at end; own cleared at rewind) */
     accept_counts own_c;
-    int n, tok[RC_MAXG], cell[RC_MAXG], after;
+    int n, n0, tok[RC_MAXG], cell[RC_MAXG], after; /* n0: committed tokens at the last proposal */
 } rc_state;
 
 static int table_new(rc_table *t, int V, int k) {
@@ -175,6 +175,7 @@ static int recycling_propose(drafter *d, request *r, int gamma, const sampling_p
     rc_state *s = r->dstate;
     gamma = DS_MIN(gamma, DS_MIN(RC_MAXG, out->cap));
     out->n = s->n = 0;
+    s->n0 = r->toks.n;
     s->after = -1;
     int x = request_anchor(r), k = 0;
     while (1) {
@@ -196,10 +197,10 @@ static int recycling_propose(drafter *d, request *r, int gamma, const sampling_p
 }
 
 static int recycling_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(hidden);
+    DS_UNUSED(hidden), DS_UNUSED(n_accepted), DS_UNUSED(next_token);
     recycling *g = d->impl;
     rc_state *s = r->dstate;
-    accept_observe(&s->own_c, &g->runc, &g->ap, s->cell, s->tok, s->n, n_accepted, next_token, s->after);
+    accept_observe(&s->own_c, &g->runc, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, s->after);
     s->n = 0;
     return 0;
 }

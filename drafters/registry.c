@@ -10,7 +10,7 @@
 #include "drafter.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
-    drafter_ngram, drafter_suffix, drafter_medusa, drafter_mtp, drafter_eagle3, drafter_recycling;
+    drafter_ngram, drafter_suffix, drafter_medusa, drafter_mtp, drafter_eagle3, drafter_recycling, drafter_combine;
 
 static const drafter_ops *const DRAFTERS[] = {
     &drafter_vanilla,
@@ -23,6 +23,7 @@ static const drafter_ops *const DRAFTERS[] = {
     &drafter_mtp,
     &drafter_eagle3,
     &drafter_recycling,
+    &drafter_combine,
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 

@@ -37,7 +37,7 @@ typedef struct {
     suffix_tree local;
     int synced;                 /* tokens of the request already in the local tree */
     accept_counts own;
-    int n, tok[SF_MAXG], cell[SF_MAXG];
+    int n, n0, tok[SF_MAXG], cell[SF_MAXG]; /* the last proposal, and the committed tokens then */
     int *ext;                   /* the context's tail + the draft, for re-matching */
 } sf_state;
 
@@ -128,6 +128,7 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
     int n = r->toks.n;
     gamma = DS_MIN(gamma, DS_MIN(SF_MAXG, out->cap));
     out->n = s->n = 0;
+    s->n0 = n;
     /* the local tree takes the tokens committed since the last proposal */
     DS_TRY(suffix_tree_append(&s->local, r->toks.v + s->synced, n - s->synced));
     s->synced = n;
@@ -159,10 +160,10 @@ fail:
 }
 
 static int suffix_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(hidden);
+    DS_UNUSED(hidden), DS_UNUSED(n_accepted), DS_UNUSED(next_token);
     suffix *g = d->impl;
     sf_state *s = r->dstate;
-    accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, n_accepted, next_token, -1);
+    accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, -1);
     s->n = 0;
     return 0;
 }

@@ -40,6 +40,9 @@ typedef struct {
 typedef struct {
     kv_cache *kv;
     int base;        /* committed tokens (anchor included) when the last block was drafted */
+    int proposed;    /* a proposal since the last commit (under combine a member may skip a round) */
+    int n_cached;    /* its drafts in the cache (rows base .. base + n_cached - 1) */
+    int tok[64];     /* ... and their tokens */
 } vstate;
 
 /* the distilled LM as a model view: the target's config with its layers, its final norm, the target's
@@ -230,11 +233,16 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
              "proposal without a commit or a rewind)", s->kv->len, r->toks.n);
     DS_TRY(step(v, s, r->toks.v + s->kv->len, r->toks.n - s->kv->len));
     s->base = r->toks.n;
-    gamma = DS_MIN(gamma, v->m->cfg.max_seq - s->kv->len);
+    s->proposed = 1;
+    s->n_cached = 0;
+    gamma = DS_MIN(DS_MIN(gamma, (int)(sizeof s->tok / sizeof *s->tok)), v->m->cfg.max_seq - s->kv->len);
     for (int k = 0; k < gamma; k++) {
         DS_TRY(draft_from_logits(d, r, v->z, v->svp, sp, c ? c->calib : NULL, c ? c->n_calib : 0, k, out, &v->scr, v->qalt));
         out->n = k + 1;
-        if (k + 1 < gamma) DS_TRY(step(v, s, &out->tok[k], 1));
+        if (k + 1 < gamma) {
+            DS_TRY(step(v, s, &out->tok[k], 1));
+            s->tok[s->n_cached++] = out->tok[k];
+        }
     }
     return 0;
 fail:
@@ -243,10 +251,17 @@ fail:
 }
 
 static int vanilla_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(d), DS_UNUSED(next_token), DS_UNUSED(hidden);
+    DS_UNUSED(d), DS_UNUSED(n_accepted), DS_UNUSED(next_token), DS_UNUSED(hidden);
     vstate *s = r->dstate;
-    /* keep the anchor and the accepted drafts; rejected drafts are forgotten */
-    kv_cache_crop(s->kv, s->base + n_accepted);
+    /* keep the anchor and the cached drafts the round committed (its own accepted ones; under
+     * combine another member's draft may have been verified: compare with the committed tokens);
+     * the rest are forgotten and the next proposal feeds what the cache lacks */
+    if (!s->proposed) return 0;
+    int keep = 0;
+    /* never the new anchor's row: the next proposal feeds it to get its logits */
+    while (keep < s->n_cached && s->base + keep < r->toks.n - 1 && r->toks.v[s->base + keep] == s->tok[keep]) keep++;
+    kv_cache_crop(s->kv, s->base + keep);
+    s->proposed = s->n_cached = 0;
     return 0;
 }
 
@@ -262,7 +277,7 @@ static int vanilla_rewind(drafter *d, request *r) {
     DS_UNUSED(d);
     vstate *s = r->dstate;
     kv_cache_crop(s->kv, r->n_prompt); /* the prompt's cache stays valid */
-    s->base = 0;
+    s->base = s->n_cached = s->proposed = 0;
     return 0;
 }
 

@@ -63,7 +63,7 @@ int append_emitted(target *t, request *r, const int *tok, int n) {
  * states from the prefill), 64 rows at a time */
 static int observe_prompt(target *t, request *r, drafter *d, const float *fin, int n) {
     backend *be = t->be;
-    int D = t->m.cfg.dim, V = t->m.cfg.vocab_size, from = n - DS_MAX(1, DS_MIN(d->observe_prompt, n)), rc = -1;
+    int D = t->m.cfg.dim, V = t->m.cfg.vocab_size, from = n - DS_MIN(d->observe_prompt, n), rc = -1;
     float *X = NULL, *Z = NULL, *hz = NULL;
     DS_TRYP(X = be->alloc(be, sizeof(float) * 64 * (size_t)D));
     DS_TRYP(Z = be->alloc(be, sizeof(float) * 64 * (size_t)V));
@@ -91,7 +91,7 @@ int decode_prefill(target *t, request *r, const decode_cfg *cfg, float *last_log
     float *hidden = NULL, *probs = NULL, *fin = NULL;
     lp_scratch scr = {0};
     int rc = -1;
-    if (d && d->ops->observe) DS_TRYP(fin = ds_malloc(sizeof(float) * (size_t)n * t->m.cfg.dim, "prompt states"));
+    if (d && d->ops->observe && d->observe_prompt > 0) DS_TRYP(fin = ds_malloc(sizeof(float) * (size_t)n * t->m.cfg.dim, "prompt states"));
     if (d && d->n_capture > 0)
         DS_TRYP(hidden = ds_malloc(sizeof(float) * (size_t)d->n_capture * (size_t)n * (size_t)t->m.cfg.dim, "prompt states"));
     DS_TRYP(probs = ds_malloc(sizeof(float) * (size_t)V, "probs"));

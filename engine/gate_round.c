@@ -441,8 +441,10 @@ static int q_exact(rworld *w, double *worst, long *paths) {
             int prc = w->d.ops->propose(&w->d, r, RGAMMA, &QSETS[ri], &blk);
             attach(r, NULL);
             if (prc || draw_enum_end(&en)) goto done;
-            /* a deterministic drafter draws nothing: its law at every position is delta(x_k) */
-            int det = w->d.deterministic;
+            /* a deterministic drafter draws nothing: its law at every position is delta(x_k); so does
+             * combine when it chose a deterministic member's draft (a proposal that drew nothing is
+             * judged as one-hot rows, which a q that is not one-hot fails) */
+            int det = w->d.deterministic || en.n == 0;
             DS_CHECK(en.n == (det ? 0 : blk.n), "gate: %s drew %d times for %d drafts", w->d.ops->name, en.n, blk.n);
             for (int k = 0; k < blk.n; k++) {
                 long double law[RV] = {0}, s = 0;
@@ -572,6 +574,8 @@ static const control_case CONTROLS[] = {
     {"dspark-markov", "retrospective", S_TOPK, K_EXACT, FAULT_NONE}, /* Algorithm 1 without its early stop */
     {"dspark-rnn", "retrospective", S_TOPK, K_EXACT, FAULT_NONE},
     {"dspark-markov", "async-topk-now", S_TOPK, K_EXACT, FAULT_NONE}, /* async-topk with no delay */
+    {"combine", "fixed", S_TOPK, K_EXACT, FAULT_COMBINE_PEEKS}, /* the choice reads the target's row and the draws */
+    {"combine", "fixed", S_TOPK, K_SAMPLE, FAULT_COMBINE_PEEKS},
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
     {"dspark-markov", "threshold", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
 };

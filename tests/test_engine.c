@@ -137,7 +137,7 @@ static void test_serve_continuous_batching(void **state) {
         serve_result res;
         const char *h5 = tmp_path("serve.h5");
         assert_non_null(cfg.tr = trace_create(h5));
-        assert_int_equal(serve_simulate(&c->t, &cfg, prompts, 3, &sp, "test serve", &res), 0);
+        if (serve_simulate(&c->t, &cfg, prompts, 3, &sp, "test serve", &res)) fail_msg("%s", ds_errmsg());
         assert_int_equal(trace_close(cfg.tr), 0);
         cfg.tr = NULL;
         for (int i = 0; i < 5; i++) {
@@ -258,12 +258,79 @@ static void test_config_errors(void **state) {
     cJSON_Delete(ok);
 }
 
+/* how many rounds combine's report says member `name` was chosen in */
+static long chosen_rounds(const drafter *d, const char *name) {
+    char line[512], key[80];
+    d->ops->report(d, line, sizeof line);
+    snprintf(key, sizeof key, " %s ", name);
+    const char *p = strstr(line, key);
+    return p ? atol(p + strlen(key)) : -1;
+}
+
+/* combine over members of both kinds (two deterministic; two stochastic tapping different target
+ * layers, so combine repacks the captured states for each): greedy decoding equals autoregression,
+ * alone and three requests batched, so every member's state followed the committed text through
+ * rounds it did not propose in or whose draft was not verified; a deterministic and a stochastic
+ * member were both chosen; and configuration errors name the member */
+static void test_combine(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"members\": [{\"name\": \"ngram\"}, {\"name\": \"recycling\"}, {\"name\": \"dspark-markov\", "
+                            "\"layers\": 1, \"gamma\": 3, \"taps\": [3, 7], \"rank\": 8}, {\"name\": \"mtp\", \"depth\": 3}]}");
+    assert_int_equal(drafter_open(&d, "combine", dc, &c->t), 0);
+    assert_true(d.has_conf && !d.deterministic && d.n_capture == 3 && d.observe_prompt == 256);
+    assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+    sampling_params greedy = {0, 0, 1};
+    int na[3], ns[3], nb[3];
+    decode_stats sa, ss, sb;
+    int **ar = decode_all(&c->t, NULL, NULL, 0, greedy, 40, 1, na, &sa, 1);
+    int **sp = decode_all(&c->t, &d, &s, 4, greedy, 40, 1, ns, &ss, 1);
+    int **bt = decode_all(&c->t, &d, &s, 4, greedy, 40, 3, nb, &sb, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(na[i], ns[i]);
+        assert_memory_equal(ar[i], sp[i], sizeof(int) * (size_t)na[i]);
+        assert_int_equal(na[i], nb[i]);
+        assert_memory_equal(ar[i], bt[i], sizeof(int) * (size_t)na[i]);
+    }
+    char line[512];
+    d.ops->report(&d, line, sizeof line);
+    printf("  %s; tau %.3f\n", line, (double)ss.emitted / (double)ss.rounds);
+    assert_true(chosen_rounds(&d, "ngram") + chosen_rounds(&d, "recycling") > 0);
+    assert_true(chosen_rounds(&d, "dspark-markov") > 0);
+    free_outs(ar), free_outs(sp), free_outs(bt);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+    /* errors: each names what is wrong */
+    static const char *const bad[][2] = {
+        {"{}", "'members' must be an array"},
+        {"{\"members\": []}", "'members' must be an array of 1..8"},
+        {"{\"members\": [\"ngram\"]}", "members[0] must be an object with a \"name\""},
+        {"{\"members\": [{\"name\": \"ngram\"}, {\"name\": \"nope\"}]}", "unknown drafter 'nope'"},
+        {"{\"members\": [{\"name\": \"ngram\", \"nmax\": 3}]}", "nmax"},
+        {"{\"members\": [{\"name\": \"combine\", \"members\": []}]}", "members[0] is a combine"},
+        {"{\"members\": [{\"name\": \"dflash\", \"layers\": 1, \"gamma\": 3, \"taps\": [0, 1]}]}",
+         "members[0] (dflash) has no confidences"},
+        {"{\"members\": [{\"name\": \"ngram\"}], \"prior\": 2}", "prior"},
+        {"{\"members\": [{\"name\": \"ngram\"}], \"member\": 1}", "member"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *b = cJSON_Parse(bad[i][0]);
+        assert_non_null(b);
+        assert_int_equal(drafter_open(&d, "combine", b, &c->t), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' lacks '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
+        cJSON_Delete(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_autoregressive),
         cmocka_unit_test(test_full_depth_draft_always_accepted),
         cmocka_unit_test(test_serve_continuous_batching),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_combine),
     };
     return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
 }

@@ -92,15 +92,16 @@ static void test_accept_observe(void **state) {
     int cell[3] = {1, 1, 1}, tok[3] = {5, 6, 7};
     assert_float_equal(accept_conf(&run, &own, &flat, 1, 0), 0.25f, 1e-6);
     /* 1 accepted, then the committed token equals x_2 (not verified, bonus drawn as x_2) */
-    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, 1, 6, -1), 2);
+    int c1[] = {5, 6}, c2[] = {9}, c3[] = {5, 6, 7, 8};
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, c1, 2, -1), 2);
     assert_float_equal(own.obs[1 * AS_POS + 0], 1, 0);
     assert_float_equal(own.acc[1 * AS_POS + 1], 1, 0);
     /* nothing accepted, a different token committed: one observation, a miss */
-    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, 0, 9, -1), 0);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, c2, 1, -1), 0);
     assert_float_equal(own.obs[1 * AS_POS + 0], 2, 0);
     assert_float_equal(own.acc[1 * AS_POS + 0], 1, 0);
     /* all accepted: positions 1..3, the bonus compared with what the copy would draft next */
-    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, 3, 8, 8), 4);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 3, c3, 4, 8), 4);
     assert_float_equal(own.obs[1 * AS_POS + 2], 1, 0);
     /* shrinkage: (own acc + 8 * 0.25) / (own obs + 8) at position 1 */
     assert_float_equal(accept_conf(&run, &own, &flat, 1, 0), (2 + 8 * 0.25f) / (3 + 8), 1e-6);
@@ -110,6 +111,19 @@ static void test_accept_observe(void **state) {
     accept_prior req = {.shrink = 8, .req_weight = 4};
     float f = (float)((own.hits + 4) / (own.expect + 4));
     assert_float_equal(accept_conf(&run, &own, &req, 0, 0), 0.25f * f, 1e-6); /* an unseen cell */
+    /* another drafter's tokens were verified (combine): observed while they agree with this draft,
+     * a miss at the first difference, nothing after; an end of generation cuts the observation */
+    accept_counts o2;
+    assert_int_equal(accept_counts_init(&o2, 2, 0, 0), 0);
+    int c4[] = {5, 2, 7, 8}, c5[] = {5};
+    assert_int_equal(accept_observe(&o2, &run, &flat, cell, tok, 3, c4, 4, -1), 1);
+    assert_float_equal(o2.obs[1 * AS_POS + 1], 1, 0);
+    assert_float_equal(o2.acc[1 * AS_POS + 1], 0, 0);
+    assert_float_equal(o2.obs[1 * AS_POS + 2], 0, 0);
+    assert_int_equal(accept_observe(&o2, &run, &flat, cell, tok, 3, c5, 1, -1), 1);
+    assert_float_equal(o2.obs[1 * AS_POS + 1], 1, 0);
+    assert_int_equal(accept_observe(&o2, &run, &flat, cell, tok, 0, c4, 4, -1), 0); /* no proposal */
+    accept_counts_free(&o2);
     accept_counts_add(&run, &own);
     assert_float_equal(run.obs[1 * AS_POS], 4 + 3, 0);
     accept_counts_zero(&own);
@@ -169,6 +183,8 @@ static void test_ngram_drafts(void **state) {
     check_onehot(&f.b);
     for (int k = 0; k < 4; k++) assert_true(f.b.conf[k] > 0 && f.b.conf[k] < 1);
     /* commit 2 accepted + a token that is not the copy's: the context grows, the cell learns */
+    int com[] = {4, 9, 8};
+    for (int i = 0; i < 3; i++) assert_int_equal(ivec_push(&r.toks, com[i]), 0);
     assert_int_equal(f.d.ops->commit(&f.d, &r, 2, 8, NULL), 0);
     f.d.ops->end(&f.d, &r);
     ivec_free(&r.toks);
@@ -284,8 +300,8 @@ static void test_recycling(void **state) {
     int in[] = {4, 7};
     row_of(z[0], b, 3), row_of(z[1], c, 3);
     assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], 2, 0), 0);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
     assert_int_equal(ivec_push(&r.toks, 7), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
     r.toks.v[r.toks.n - 2] = 4;
     /* anchor 7: 7 -> 10, then 10 is unknown: one draft */
     assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
@@ -298,9 +314,9 @@ static void test_recycling(void **state) {
     row_of(z[0], e, 3);
     int g[] = {3, 1, 2};
     row_of(z[1], g, 3);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 10, NULL), 0);
     assert_int_equal(f.d.ops->observe(&f.d, &r, in2, &z[0][0], 2, 0), 0);
     assert_int_equal(ivec_push(&r.toks, 10), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 10, NULL), 0);
     assert_int_equal(f.d.ops->propose(&f.d, &r, 5, NULL, &f.b), 0);
     int want[] = {13, 3, 4, 7, 10};
     assert_int_equal(f.b.n, 5);

@@ -250,16 +250,20 @@ static void test_cache_rollback(void **state) {
     assert_int_equal(draft_block_init(&b, 3, V, 1), 0);
     double worst = 0;
     for (int c = 4; c <= 20; c += 4)
-        for (int j = 0; j <= 2; j++) {
+        for (int jj = 0; jj <= 4; jj++) {
             request ra, rb;
             assert_int_equal(request_init(&ra, &tt->t, 0, seq, c, 16, 7), 0);
             assert_int_equal(ivec_push(&ra.toks, seq[c]), 0);
             if (dr.ops->begin(&dr, &ra, NULL)) fail_msg("%s", ds_errmsg());
-            if (dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
-            /* the loop commits the drafts themselves: the first j, then a new anchor */
+            /* jj 0-2: the loop commits the drafts themselves, the first jj, then a new anchor;
+             * 3: two tokens another drafter drafted (combine), the first not this one's x_1;
+             * 4: a round this drafter did not propose in (combine chose a member without asking it) */
+            int j = jj <= 2 ? jj : 2;
+            if (jj != 4 && dr.ops->propose(&dr, &ra, 3, &sp, &a)) fail_msg("%s", ds_errmsg());
             int text[40];
             memcpy(text, seq, sizeof(int) * (size_t)(c + 1));
-            memcpy(text + c + 1, a.tok, sizeof(int) * (size_t)j);
+            if (jj <= 2) memcpy(text + c + 1, a.tok, sizeof(int) * (size_t)j);
+            else text[c + 1] = (a.tok[0] + 1) % 46, text[c + 2] = a.tok[1];
             text[c + j + 1] = seq[c + j + 1];
             for (int i = 1; i <= j + 1; i++) assert_int_equal(ivec_push(&ra.toks, text[c + i]), 0);
             if (dr.ops->commit(&dr, &ra, j, text[c + j + 1], NULL)) fail_msg("%s", ds_errmsg());
@@ -277,7 +281,8 @@ static void test_cache_rollback(void **state) {
             dr.ops->end(&dr, &ra), dr.ops->end(&dr, &rb);
             request_free(&ra, &tt->t), request_free(&rb, &tt->t);
         }
-    printf("  vanilla LM cache after commits of 0-2 of 3 drafts: next drafts equal a fresh begin's (worst |dq| %.2e)\n",
+    printf("  vanilla LM cache after commits of 0-2 of 3 drafts, of another drafter's tokens, and of a round it did not "
+           "propose in: next drafts equal a fresh begin's (worst |dq| %.2e)\n",
            worst);
     assert_true(worst < 1e-5);
     draft_block_free(&a), draft_block_free(&b);

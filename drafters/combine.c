@@ -1,0 +1,399 @@
+/* combine — several drafters asked every round; the one draft with the highest expected accepted
+ * length goes to the scheduler and the verifier, with exactly the q its member reported.
+ *
+ * Expected accepted length of a chain with conditional survival estimates c_1..c_n (the members'
+ * calibrated confidences): E = sum_k prod_{i<=k} c_i.
+ *
+ * Why the choice stays lossless. Verification is exact for a draft x ~ q when nothing that decides
+ * whether x is the one verified depends on x's own draw (or on the verifier's). A deterministic
+ * member (ngram, suffix, recycling) draws nothing: its draft and its confidences are functions of
+ * the request's history, so its E may decide. A stochastic member's c_2.. read its own draws (c_k
+ * is computed after x_{k-1} is drawn), so choosing by them would keep draws that promise long runs
+ * and drop others: the kept x_1 would no longer follow q_1. Its E is therefore estimated from its
+ * past proposals only (per position, the mean of the confidences it reported in this request,
+ * shrunk toward the mean over finished requests, `prior` before any), and it proposes — draws —
+ * only when chosen. Everything the choice reads is fixed before the round's first draw.
+ * The gate's control FAULT_COMBINE_PEEKS asks every member, runs the target on the anchor and keeps
+ * the draft whose x_1 the target favours most (p(x_1) / q(x_1)): that must go red.
+ *
+ * Members keep their own per-request state (swapped into r->dstate around each call) and see every
+ * round's commit, whether or not they proposed or their draft was verified (drafter.h); each gets
+ * the captured target layers it asked for, repacked from the union combine requests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/base/common.h"
+#include "../runtime/forward.h"
+#include "../runtime/jcfg.h"
+#include "drafter.h"
+
+#define CB_MAX 8   /* members */
+#define CB_POS 16  /* positions with their own confidence means (later ones share the last) */
+
+typedef struct {
+    drafter d;
+    draft_block b;        /* its proposal this round */
+    int slot[16];         /* its captured layers' places in combine's list */
+    int same_taps;        /* ... which are combine's whole list, in order: hidden passes as is */
+    double run_sum[CB_POS], run_n[CB_POS]; /* stochastic: confidences over finished requests */
+    long chosen;          /* rounds whose draft was this member's (over the run) */
+} cb_member;
+
+typedef struct {
+    int n;
+    cb_member m[CB_MAX];
+    float prior, prior_n; /* a stochastic member's estimate before any proposal, and its weight */
+    float *hbuf;          /* a member's repacked captured states */
+    size_t hcap;
+    float *prow, *zrow;   /* the peek control's target row */
+    lp_scratch scr;
+    long rounds;
+} combine;
+
+typedef struct {
+    void *ms[CB_MAX];                        /* the members' request states */
+    double sum[CB_MAX][CB_POS], cnt[CB_MAX][CB_POS]; /* stochastic members' confidences in this request */
+} cb_state;
+
+/* ------------------------------------------------------------------------------- calls */
+
+/* run `call` as member i of request r: its state in r->dstate for the call's duration */
+#define AS_MEMBER(r, st, i, call)          \
+    do {                                   \
+        void *own_ = (r)->dstate;          \
+        (r)->dstate = (st)->ms[i];         \
+        int rc_ = (call);                  \
+        (st)->ms[i] = (r)->dstate;         \
+        (r)->dstate = own_;                \
+        if (rc_) goto fail;                \
+    } while (0)
+
+/* member i's captured states, rows [n_rows] of each of its layers, from combine's [n_cap][n_rows][dim] */
+static const float *member_hidden(drafter *d, int i, const float *hidden, int n_rows) {
+    combine *c = d->impl;
+    cb_member *mb = &c->m[i];
+    if (!hidden || mb->d.n_capture == 0) return NULL;
+    if (mb->same_taps) return hidden;
+    size_t dim = (size_t)d->t->m.cfg.dim, slab = (size_t)n_rows * dim, need = (size_t)mb->d.n_capture * slab;
+    if (need > c->hcap) {
+        float *h = ds_realloc(c->hbuf, sizeof(float) * need, "combine: captured states");
+        if (!h) return NULL;
+        c->hbuf = h, c->hcap = need;
+    }
+    for (int j = 0; j < mb->d.n_capture; j++)
+        memcpy(c->hbuf + (size_t)j * slab, hidden + (size_t)mb->slot[j] * slab, sizeof(float) * slab);
+    return c->hbuf;
+}
+
+/* E = sum_k prod_{i<=k} c_i */
+static double expected_len(const float *conf, int n) {
+    double e = 0, s = 1;
+    for (int k = 0; k < n; k++) e += (s *= conf[k]);
+    return e;
+}
+
+/* a stochastic member's E for g drafts, from its past confidences only */
+static double history_len(const combine *c, const cb_state *st, int i, int g) {
+    const cb_member *mb = &c->m[i];
+    double e = 0, s = 1;
+    for (int k = 0; k < g; k++) {
+        int p = DS_MIN(k, CB_POS - 1);
+        double run = mb->run_n[p] > 0 ? mb->run_sum[p] / mb->run_n[p] : c->prior;
+        s *= (st->sum[i][p] + c->prior_n * run) / (st->cnt[i][p] + c->prior_n);
+        e += s;
+    }
+    return e;
+}
+
+static int member_gamma(const cb_member *mb, int gamma) {
+    return mb->d.max_gamma ? DS_MIN(gamma, mb->d.max_gamma) : gamma;
+}
+
+static int ensure_block(cb_member *mb, const draft_block *like) {
+    if (mb->b.cap >= like->cap && mb->b.V == like->V) return 0;
+    draft_block_free(&mb->b);
+    return draft_block_init(&mb->b, like->cap, like->V, 1);
+}
+
+static int member_propose(drafter *d, request *r, int i, int gamma, const sampling_params *sp) {
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    cb_member *mb = &c->m[i];
+    /* the generic drafter mutants reach the members; combine's own is combine's */
+    mb->d.fault = d->fault == FAULT_COMBINE_PEEKS ? FAULT_NONE : d->fault;
+    AS_MEMBER(r, st, i, mb->d.ops->propose(&mb->d, r, member_gamma(mb, gamma), sp, &mb->b));
+    return 0;
+fail:
+    mb->b.n = 0;
+    return -1;
+}
+
+/* the target's processed row after the anchor (the peek control only): one forward, then rolled back */
+static int peek_row(drafter *d, request *r, const sampling_params *sp) {
+    combine *c = d->impl;
+    target *t = d->t;
+    int V = t->m.cfg.vocab_size, len = r->tkv->len, anchor = request_anchor(r);
+    if (!c->prow) {
+        DS_TRYP(c->prow = ds_malloc(sizeof(float) * (size_t)V, "combine: target row"));
+        DS_TRYP(c->zrow = ds_malloc(sizeof(float) * (size_t)V, "combine: target row"));
+    }
+    int rc = model_forward_one(&t->m, &t->fs, r->tkv, &anchor, 1, 0, c->zrow);
+    kv_cache_crop(r->tkv, len);
+    DS_TRY(rc);
+    DS_TRY(logits_process(c->zrow, V, sp, c->prow, &c->scr));
+    return 0;
+fail:
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------- ops */
+
+static int combine_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    int peek = d->fault == FAULT_COMBINE_PEEKS, best = -1;
+    double best_e = 0;
+    out->n = 0;
+    for (int i = 0; i < c->n; i++) DS_TRY(ensure_block(&c->m[i], out));
+    if (peek) DS_TRY(peek_row(d, r, sp));
+    for (int i = 0; i < c->n; i++) {
+        cb_member *mb = &c->m[i];
+        double e;
+        mb->b.n = 0;
+        if (mb->d.deterministic || peek) {
+            DS_TRY(member_propose(d, r, i, gamma, sp));
+            e = expected_len(mb->b.conf, mb->b.n);
+            if (peek && mb->b.n > 0) { /* the mutant: what the target thinks of the drawn x_1 */
+                int x = mb->b.tok[0];
+                e = c->prow[x] / DS_MAX(mb->b.q[x], 1e-30f);
+            }
+        } else {
+            e = history_len(c, st, i, member_gamma(mb, gamma));
+        }
+        if (e > best_e) best_e = e, best = i;
+    }
+    if (best < 0) return 0;
+    cb_member *mb = &c->m[best];
+    if (!mb->d.deterministic && !peek) { /* chosen before it draws: now it drafts */
+        DS_TRY(member_propose(d, r, best, gamma, sp));
+        for (int k = 0; k < mb->b.n; k++) {
+            int p = DS_MIN(k, CB_POS - 1);
+            st->sum[best][p] += mb->b.conf[k];
+            st->cnt[best][p] += 1;
+        }
+    }
+    int n = DS_MIN(mb->b.n, out->cap);
+    memcpy(out->tok, mb->b.tok, sizeof(int) * (size_t)n);
+    memcpy(out->q, mb->b.q, sizeof(float) * (size_t)n * (size_t)out->V);
+    if (out->conf) memcpy(out->conf, mb->b.conf, sizeof(float) * (size_t)n);
+    if (out->conf_raw) memcpy(out->conf_raw, mb->b.conf_raw, sizeof(float) * (size_t)n);
+    out->n = n;
+    mb->chosen++;
+    c->rounds++;
+    d->t_seq_loop = 0;
+    for (int i = 0; i < c->n; i++) d->t_seq_loop += c->m[i].d.t_seq_loop;
+    return 0;
+fail:
+    out->n = 0;
+    return -1;
+}
+
+static int combine_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    for (int i = 0; i < c->n; i++) {
+        cb_member *mb = &c->m[i];
+        const float *h = member_hidden(d, i, hidden, n_accepted + 1);
+        DS_CHECK(h || !hidden || !mb->d.n_capture, "out of memory");
+        AS_MEMBER(r, st, i, mb->d.ops->commit(&mb->d, r, n_accepted, next_token, h));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static int combine_observe(drafter *d, request *r, const int *in, const float *logits, int n, int prefill) {
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    int V = d->t->m.cfg.vocab_size, at = prefill ? (int)(in - r->toks.v) : 0;
+    for (int i = 0; i < c->n; i++) {
+        cb_member *mb = &c->m[i];
+        if (!mb->d.ops->observe) continue;
+        int skip = 0; /* at prefill each member gets only the prompt's last rows it asked for */
+        if (prefill) {
+            int from = r->n_prompt - DS_MIN(mb->d.observe_prompt, r->n_prompt);
+            skip = DS_MAX(0, from - at);
+            if (skip >= n) continue;
+        }
+        AS_MEMBER(r, st, i,
+                  mb->d.ops->observe(&mb->d, r, in + skip, logits + (size_t)skip * (size_t)V, n - skip, prefill));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static void combine_end(drafter *d, request *r) {
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    if (!st) return;
+    for (int i = 0; i < c->n; i++) {
+        cb_member *mb = &c->m[i];
+        for (int p = 0; p < CB_POS; p++) mb->run_sum[p] += st->sum[i][p], mb->run_n[p] += st->cnt[i][p];
+        if (!st->ms[i]) continue;
+        void *own = r->dstate;
+        r->dstate = st->ms[i];
+        mb->d.ops->end(&mb->d, r);
+        r->dstate = own;
+    }
+    free(st);
+    r->dstate = NULL;
+}
+
+static int combine_begin(drafter *d, request *r, const float *prompt_hidden) {
+    combine *c = d->impl;
+    cb_state *st = ds_calloc(1, sizeof *st, "combine state");
+    if (!st) return -1;
+    r->dstate = st;
+    for (int i = 0; i < c->n; i++) {
+        const float *h = member_hidden(d, i, prompt_hidden, r->n_prompt);
+        DS_CHECK(h || !prompt_hidden || !c->m[i].d.n_capture, "out of memory");
+        r->dstate = NULL;
+        int rc = c->m[i].d.ops->begin(&c->m[i].d, r, h);
+        st->ms[i] = r->dstate;
+        r->dstate = st;
+        if (rc) goto fail;
+    }
+    return 0;
+fail:
+    return -1; /* end() frees what was made */
+}
+
+static int combine_rewind(drafter *d, request *r) {
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    memset(st->sum, 0, sizeof st->sum);
+    memset(st->cnt, 0, sizeof st->cnt);
+    for (int i = 0; i < c->n; i++) AS_MEMBER(r, st, i, c->m[i].d.ops->rewind(&c->m[i].d, r));
+    return 0;
+fail:
+    return -1;
+}
+
+static void combine_report(const drafter *d, char *buf, size_t n) {
+    const combine *c = d->impl;
+    int w = snprintf(buf, n, "combine chose");
+    for (int i = 0; i < c->n && w < (int)n; i++)
+        w += snprintf(buf + w, n - (size_t)w, "%s %s %ld of %ld rounds (%.0f%%)", i ? "," : "", c->m[i].d.ops->name,
+                      c->m[i].chosen, c->rounds, 100.0 * (double)c->m[i].chosen / (double)DS_MAX(c->rounds, 1));
+}
+
+static void combine_close(drafter *d) {
+    combine *c = d->impl;
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) {
+        drafter_close(&c->m[i].d);
+        draft_block_free(&c->m[i].b);
+    }
+    free(c->hbuf), free(c->prow), free(c->zrow);
+    lp_scratch_free(&c->scr);
+    free(c);
+    d->impl = NULL;
+}
+
+/* member i from its object {"name": ..., settings...}; its captured layers join combine's list */
+static int open_member(drafter *d, int i, const cJSON *obj, target *t) {
+    combine *c = d->impl;
+    cb_member *mb = &c->m[i];
+    cJSON *cfg = NULL;
+    const cJSON *nm = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, "name") : NULL;
+    DS_CHECK(cJSON_IsString(nm), "drafter: members[%d] must be an object with a \"name\"", i);
+    DS_CHECK(strcmp(nm->valuestring, "combine") != 0, "drafter: members[%d] is a combine (members are single drafters)", i);
+    DS_TRY(jcfg_check_unique(obj, "drafter: members[]"));
+    DS_TRYP(cfg = cJSON_Duplicate(obj, 1));
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "name");
+    if (drafter_open(&mb->d, nm->valuestring, cfg, t)) {
+        ds_error_prefix("combine: members[%d]", i);
+        goto fail;
+    }
+    cJSON_Delete(cfg);
+    cfg = NULL;
+    c->n = i + 1;
+    DS_CHECK(mb->d.has_conf, "drafter: members[%d] (%s) has no confidences: combine compares expected accepted lengths",
+             i, nm->valuestring);
+    for (int j = 0; j < mb->d.n_capture; j++) {
+        int l = mb->d.capture_layers[j], s = 0;
+        while (s < d->n_capture && d->capture_layers[s] != l) s++;
+        if (s == d->n_capture) {
+            DS_CHECK(d->n_capture < 16, "drafter: the members tap more than 16 target layers");
+            d->capture_layers[d->n_capture++] = l;
+        }
+        mb->slot[j] = s;
+    }
+    return 0;
+fail:
+    cJSON_Delete(cfg);
+    return -1;
+}
+
+static int combine_open(drafter *d, const cJSON *cfg, target *t) {
+    combine *c = ds_calloc(1, sizeof *c, "combine drafter");
+    if (!c) return -1;
+    d->impl = c;
+    c->prior = 0.5f, c->prior_n = 2;
+    jcfg r;
+    DS_TRY(jcfg_open(&r, cfg, "drafter"));
+    const cJSON *mem = jcfg_get(&r, "members");
+    DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &c->prior));
+    DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &c->prior_n));
+    DS_TRY(jcfg_close(&r));
+    DS_CHECK(cJSON_IsArray(mem) && cJSON_GetArraySize(mem) >= 1 && cJSON_GetArraySize(mem) <= CB_MAX,
+             "drafter: 'members' must be an array of 1..%d drafter objects ({\"name\": ..., settings})", CB_MAX);
+    int i = 0, det = 1, cap = 0;
+    for (const cJSON *e = mem->child; e; e = e->next, i++) {
+        DS_TRY(open_member(d, i, e, t));
+        det &= c->m[i].d.deterministic;
+        /* a member with no limit lifts combine's; otherwise the largest member limit */
+        cap = cap < 0 || !c->m[i].d.max_gamma ? -1 : DS_MAX(cap, c->m[i].d.max_gamma);
+        if (c->m[i].d.ops->observe) d->observe_prompt = DS_MAX(d->observe_prompt, DS_MAX(1, c->m[i].d.observe_prompt));
+    }
+    for (i = 0; i < c->n; i++) {
+        cb_member *mb = &c->m[i];
+        mb->same_taps = mb->d.n_capture == d->n_capture;
+        for (int j = 0; j < mb->d.n_capture; j++) mb->same_taps &= mb->slot[j] == j;
+    }
+    d->has_conf = 1;
+    d->deterministic = det;
+    d->max_gamma = cap > 0 ? cap : 0;
+    /* describe and fingerprint: the members', in order */
+    uint64_t h = 1469598103934665603ull;
+    int w = snprintf(d->describe, sizeof d->describe, "combine: highest expected accepted length of");
+    for (i = 0; i < c->n; i++) {
+        for (const char *p = c->m[i].d.fingerprint; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        h = (h ^ '|') * 1099511628211ull;
+        if (w < (int)sizeof d->describe)
+            w += snprintf(d->describe + w, sizeof d->describe - (size_t)w, "%s%s", i ? " + " : " ", c->m[i].d.ops->name);
+    }
+    snprintf(d->fingerprint, sizeof d->fingerprint, "combine:%016llx", (unsigned long long)h);
+    return 0;
+fail:
+    return -1; /* close() frees what was made */
+}
+
+/* the gate's: a deterministic and a stochastic member whose expected lengths cross within a few
+ * rounds (ngram starts above DSpark-Markov's prior and falls on a miss), so both are chosen on
+ * some paths; on SmolLM2 the same pair without the draft vocabulary */
+#define GATE_NGRAM "{\"name\": \"ngram\", \"n_min\": 0, \"n_max\": 3, \"prior\": 0.55}"
+#define GATE_DSPARK "{\"name\": \"dspark-markov\", \"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1]"
+
+const drafter_ops drafter_combine = {
+    "combine",
+    "the draft of the member with the highest expected accepted length, per round: {\"members\": [{\"name\": \"ngram\"}, "
+    "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2}",
+    combine_open, combine_begin, combine_propose, combine_commit, combine_end, combine_rewind, NULL, combine_close,
+    "{\"members\": [" GATE_NGRAM ", " GATE_DSPARK ", \"vocab_ids\": [0, 1, 2, 4, 5, 6]}], \"prior\": 0.6}",
+    "{\"members\": [" GATE_NGRAM ", " GATE_DSPARK "}], \"prior\": 0.6}",
+    combine_observe,
+    combine_report,
+};
