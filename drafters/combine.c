@@ -16,6 +16,14 @@
  * The gate's control FAULT_COMBINE_PEEKS asks every member, runs the target on the anchor and keeps
  * the draft whose x_1 the target favours most (p(x_1) / q(x_1)): that must go red.
  *
+ * Choosing the largest of several estimates favours the ones that came out too high (measured: a
+ * member's c_1 of 0.70 survived 0.65 of the time alone, 0.55 as combine's choice), so each member's
+ * confidences are recalibrated on its chosen drafts: per member, position and bucket of the c it
+ * claimed, c' = (hits + w c) / (observations + w) over the positions the committed tokens observed
+ * (accepted while they equal the draft, a miss at the first difference: accept_stats.h's rule), in
+ * this request and the finished ones. c' decides the choice and is what the scheduler reads
+ * (conf_raw keeps the member's own); both depend on the history only.
+ *
  * Members keep their own per-request state (swapped into r->dstate around each call) and see every
  * round's commit, whether or not they proposed or their draft was verified (drafter.h); each gets
  * the captured target layers it asked for, repacked from the union combine requests. */
@@ -30,6 +38,7 @@
 
 #define CB_MAX 8   /* members */
 #define CB_POS 16  /* positions with their own confidence means (later ones share the last) */
+#define CB_BK 8    /* buckets of a member's claimed c in its chosen-draft calibration */
 
 typedef struct {
     drafter d;
@@ -37,6 +46,7 @@ typedef struct {
     int slot[16];         /* its captured layers' places in combine's list */
     int same_taps;        /* ... which are combine's whole list, in order: hidden passes as is */
     double run_sum[CB_POS], run_n[CB_POS]; /* stochastic: confidences over finished requests */
+    double run_hit[CB_BK][CB_POS], run_obs[CB_BK][CB_POS]; /* its chosen drafts' outcomes, finished requests */
     long chosen;          /* rounds whose draft was this member's (over the run) */
 } cb_member;
 
@@ -44,6 +54,7 @@ typedef struct {
     int n;
     cb_member m[CB_MAX];
     float prior, prior_n; /* a stochastic member's estimate before any proposal, and its weight */
+    float choice_n;       /* pseudo-observations of a member's own c in its recalibration (0: none) */
     float *hbuf;          /* a member's repacked captured states */
     size_t hcap;
     float *prow, *zrow;   /* the peek control's target row */
@@ -54,6 +65,9 @@ typedef struct {
 typedef struct {
     void *ms[CB_MAX];                        /* the members' request states */
     double sum[CB_MAX][CB_POS], cnt[CB_MAX][CB_POS]; /* stochastic members' confidences in this request */
+    double hit[CB_MAX][CB_BK][CB_POS], obs[CB_MAX][CB_BK][CB_POS]; /* chosen drafts' outcomes here */
+    int chosen, n0, n, tok[64];                      /* the last proposal: member, committed tokens then, draft */
+    float conf[64];                                  /* ... and the member's own confidences */
 } cb_state;
 
 /* ------------------------------------------------------------------------------- calls */
@@ -93,6 +107,21 @@ static double expected_len(const float *conf, int n) {
     return e;
 }
 
+static int bucket(float c) { return DS_MAX(0, DS_MIN(CB_BK - 1, (int)(c * CB_BK))); }
+
+/* member i's claim c at 0-based position k, recalibrated on its chosen drafts, in [0.001, 0.999] */
+static float recal(const combine *c, const cb_state *st, int i, int k, float cl) {
+    if (c->choice_n <= 0) return cl;
+    int p = DS_MIN(k, CB_POS - 1), b = bucket(cl);
+    const cb_member *mb = &c->m[i];
+    double h = st->hit[i][b][p] + mb->run_hit[b][p], o = st->obs[i][b][p] + mb->run_obs[b][p];
+    return DS_MIN(0.999f, DS_MAX(0.001f, (float)((h + c->choice_n * cl) / (o + c->choice_n))));
+}
+
+static void scale_conf(const combine *c, const cb_state *st, int i, const float *in, float *out, int n) {
+    for (int k = 0; k < n; k++) out[k] = recal(c, st, i, k, in[k]);
+}
+
 /* a stochastic member's E for g drafts, from its past confidences only */
 static double history_len(const combine *c, const cb_state *st, int i, int g) {
     const cb_member *mb = &c->m[i];
@@ -100,7 +129,7 @@ static double history_len(const combine *c, const cb_state *st, int i, int g) {
     for (int k = 0; k < g; k++) {
         int p = DS_MIN(k, CB_POS - 1);
         double run = mb->run_n[p] > 0 ? mb->run_sum[p] / mb->run_n[p] : c->prior;
-        s *= (st->sum[i][p] + c->prior_n * run) / (st->cnt[i][p] + c->prior_n);
+        s *= recal(c, st, i, k, (float)((st->sum[i][p] + c->prior_n * run) / (st->cnt[i][p] + c->prior_n)));
         e += s;
     }
     return e;
@@ -163,7 +192,9 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
         mb->b.n = 0;
         if (mb->d.deterministic || peek) {
             DS_TRY(member_propose(d, r, i, gamma, sp));
-            e = expected_len(mb->b.conf, mb->b.n);
+            float sc[64];
+            scale_conf(c, st, i, mb->b.conf, sc, DS_MIN(mb->b.n, 64));
+            e = expected_len(sc, DS_MIN(mb->b.n, 64));
             if (peek && mb->b.n > 0) { /* the mutant: what the target thinks of the drawn x_1 */
                 int x = mb->b.tok[0];
                 e = c->prow[x] / DS_MAX(mb->b.q[x], 1e-30f);
@@ -183,12 +214,15 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
             st->cnt[best][p] += 1;
         }
     }
-    int n = DS_MIN(mb->b.n, out->cap);
+    int n = DS_MIN(DS_MIN(mb->b.n, out->cap), 64);
     memcpy(out->tok, mb->b.tok, sizeof(int) * (size_t)n);
     memcpy(out->q, mb->b.q, sizeof(float) * (size_t)n * (size_t)out->V);
-    if (out->conf) memcpy(out->conf, mb->b.conf, sizeof(float) * (size_t)n);
+    if (out->conf) scale_conf(c, st, best, mb->b.conf, out->conf, n);
     if (out->conf_raw) memcpy(out->conf_raw, mb->b.conf_raw, sizeof(float) * (size_t)n);
     out->n = n;
+    st->chosen = best, st->n0 = r->toks.n, st->n = n; /* what commit scores the factor with */
+    memcpy(st->tok, mb->b.tok, sizeof(int) * (size_t)n);
+    memcpy(st->conf, mb->b.conf, sizeof(float) * (size_t)n);
     mb->chosen++;
     c->rounds++;
     d->t_seq_loop = 0;
@@ -202,6 +236,16 @@ fail:
 static int combine_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
     combine *c = d->impl;
     cb_state *st = r->dstate;
+    /* the chosen draft against the committed tokens: accepted while equal, a miss at the first difference */
+    const int *com = r->toks.v + st->n0;
+    int m = r->toks.n - st->n0;
+    for (int k = 0; k < st->n && k < m; k++) {
+        int p = DS_MIN(k, CB_POS - 1), b = bucket(st->conf[k]), hit = com[k] == st->tok[k];
+        st->hit[st->chosen][b][p] += hit;
+        st->obs[st->chosen][b][p] += 1;
+        if (!hit) break;
+    }
+    st->n = 0;
     for (int i = 0; i < c->n; i++) {
         cb_member *mb = &c->m[i];
         const float *h = member_hidden(d, i, hidden, n_accepted + 1);
@@ -240,7 +284,10 @@ static void combine_end(drafter *d, request *r) {
     if (!st) return;
     for (int i = 0; i < c->n; i++) {
         cb_member *mb = &c->m[i];
-        for (int p = 0; p < CB_POS; p++) mb->run_sum[p] += st->sum[i][p], mb->run_n[p] += st->cnt[i][p];
+        for (int p = 0; p < CB_POS; p++) {
+            mb->run_sum[p] += st->sum[i][p], mb->run_n[p] += st->cnt[i][p];
+            for (int b = 0; b < CB_BK; b++) mb->run_hit[b][p] += st->hit[i][b][p], mb->run_obs[b][p] += st->obs[i][b][p];
+        }
         if (!st->ms[i]) continue;
         void *own = r->dstate;
         r->dstate = st->ms[i];
@@ -275,6 +322,9 @@ static int combine_rewind(drafter *d, request *r) {
     cb_state *st = r->dstate;
     memset(st->sum, 0, sizeof st->sum);
     memset(st->cnt, 0, sizeof st->cnt);
+    memset(st->hit, 0, sizeof st->hit);
+    memset(st->obs, 0, sizeof st->obs);
+    st->n = 0;
     for (int i = 0; i < c->n; i++) AS_MEMBER(r, st, i, c->m[i].d.ops->rewind(&c->m[i].d, r));
     return 0;
 fail:
@@ -341,12 +391,13 @@ static int combine_open(drafter *d, const cJSON *cfg, target *t) {
     combine *c = ds_calloc(1, sizeof *c, "combine drafter");
     if (!c) return -1;
     d->impl = c;
-    c->prior = 0.5f, c->prior_n = 2;
+    c->prior = 0.5f, c->prior_n = 2, c->choice_n = 4;
     jcfg r;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     const cJSON *mem = jcfg_get(&r, "members");
     DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &c->prior));
     DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &c->prior_n));
+    DS_TRY(jcfg_float(&r, "choice_weight", 0, 1e9, &c->choice_n));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(cJSON_IsArray(mem) && cJSON_GetArraySize(mem) >= 1 && cJSON_GetArraySize(mem) <= CB_MAX,
              "drafter: 'members' must be an array of 1..%d drafter objects ({\"name\": ..., settings})", CB_MAX);
@@ -390,7 +441,7 @@ fail:
 const drafter_ops drafter_combine = {
     "combine",
     "the draft of the member with the highest expected accepted length, per round: {\"members\": [{\"name\": \"ngram\"}, "
-    "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2}",
+    "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2, \"choice_weight\": 4}",
     combine_open, combine_begin, combine_propose, combine_commit, combine_end, combine_rewind, NULL, combine_close,
     "{\"members\": [" GATE_NGRAM ", " GATE_DSPARK ", \"vocab_ids\": [0, 1, 2, 4, 5, 6]}], \"prior\": 0.6}",
     "{\"members\": [" GATE_NGRAM ", " GATE_DSPARK "}], \"prior\": 0.6}",
