@@ -1,0 +1,117 @@
+#!/bin/sh
+# Issue 32's Spec-Bench table: every training-free drafter and the combiner under `greedy`, the best
+# trained drafter for reference, on Spec-Bench's six categories at temperature 0 and 1. One command
+# from the repository root, resumable (a finished configuration is skipped; rm -r out/specbench to redo):
+#
+#   sh experiments/specbench/run.sh             # LIMIT=10 prompts a category (MT-Bench both turns): ~45 min on a 2-core Zen 3
+#   LIMIT=5 sh experiments/specbench/run.sh     # about half
+#   LIMIT=80 sh experiments/specbench/run.sh    # the whole benchmark (480 prompts, ~6 h there)
+#
+# Nothing else may run beside it (wall times). Steps:
+# 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
+# 2. per configuration and temperature one `run` over sb-mt (both turns), sb-trans, sb-sum, sb-qa,
+#    sb-math, sb-rag, LIMIT prompts each, 128 new tokens, the autoregressive baseline alternating
+#    with the speculative run prompt by prompt in the same process (at temperature 0 every output
+#    must equal the baseline's; at 1 both sample with the same seeds, so they differ)
+# 3. `report` per run, then summary.md: mean accepted tokens per step (tau) and wall speedup per
+#    category and macro, decode speedup, per-position conditional acceptance, and Spec-Bench's
+#    published prompt-lookup and Token Recycling figures beside ours.
+# The reference row needs the distilled LM that `sh experiments/learned-heads/run.sh` trains
+# (experiments/learned-heads/runs/vanilla/last); without it the row is skipped, with a message.
+set -e
+B=build/dspark-bench
+O=${O:-out/specbench}
+LIMIT=${LIMIT:-10}
+REF=${REF:-experiments/learned-heads/runs/vanilla/last}
+[ -x $B ] || make
+mkdir -p $O
+[ -f $O/sps.json ] || $B bench-target --max-B 16 --reps 9 --out $O/sps.json > $O/sps.txt
+CATS='["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'
+COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, {"name": "recycling"}]}'
+COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]}'
+# name:drafter-object:gamma:prompts (the reference drafts 4 a round, as trained, on fewer prompts: it is slow)
+configs() {
+    echo "ngram|{\"name\": \"ngram\"}|8|$LIMIT"
+    echo "suffix|{\"name\": \"suffix\"}|8|$LIMIT"
+    echo "recycling|{\"name\": \"recycling\"}|8|$LIMIT"
+    echo "combine|$COMBINE|8|$LIMIT"
+    echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT"
+    if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))"; fi
+}
+[ -d "$REF" ] || echo "run.sh: no trained reference at $REF (sh experiments/learned-heads/run.sh trains it); its row is skipped"
+for T in 0 1; do
+    configs | while IFS='|' read name dj gamma lim; do
+        tag=$name-t$T
+        [ -f $O/$tag.done ] && { echo "run.sh: $tag done (skipped)"; continue; }
+        cat > $O/$tag.json <<JSON
+{"comment": "experiments/specbench/run.sh: $tag", "drafter": $dj, "scheduler": "greedy", "gamma": $gamma,
+ "datasets": $CATS, "limit": $lim, "temperature": $T, "max_new_tokens": 128, "seed": 1, "sps": "$O/sps.json",
+ "out": "$O/$tag.h5"}
+JSON
+        echo "run.sh: $tag ($(date +%H:%M:%S))"
+        $B run --config $O/$tag.json > $O/$tag.txt
+        $B report $O/$tag.h5 --out $O/$tag.md > /dev/null
+        touch $O/$tag.done
+    done
+done
+# summary
+S=$O/summary.md
+row() { # $1 name, $2 report .md: tau and wall speedup per category (decode in brackets), macro wall, tau all
+    awk -v name="$1" -F'|' '
+        /^\| sb-/ { g = $2; gsub(/ /, "", g); tau[g] = $4; wall[g] = $9; dec[g] = $10; w = $9; gsub(/x| /, "", w); s += w; n++ }
+        /^\| \*\*all\*\*/ { ta = $4 }
+        /^Outputs identical/ { sub(/^Outputs identical to the baseline.s: /, ""); sub(/ \(.*/, ""); ident = $0 }
+        END {
+            split("sb-mt sb-trans sb-sum sb-qa sb-math sb-rag", c, " ")
+            r = "| " name
+            for (i = 1; i <= 6; i++) { t = tau[c[i]]; w = wall[c[i]]; d = dec[c[i]]; gsub(/ /, "", t); gsub(/ /, "", w); gsub(/ /, "", d); r = r " | " t " / " w " (" d ")" }
+            printf "%s | %.3fx | %s | %s |\n", r, n ? s / n : 0, ta, ident
+        }' "$2"
+}
+{
+    echo "# Spec-Bench: training-free drafters, the combiner and a trained reference (greedy scheduler, 128 new tokens)"
+    echo
+    grep -m1 "kernels:" $O/sps.txt || true
+    echo
+    echo "Each cell: mean accepted tokens per step (tau, the bonus token included) / wall speedup over"
+    echo "autoregression in the same process (prefill included), decode speedup (rounds only) in brackets."
+    echo "Macro = mean of the six wall speedups."
+    for T in 0 1; do
+        echo
+        echo "## Temperature $T"
+        echo
+        echo "| drafter | sb-mt | sb-trans | sb-sum | sb-qa | sb-math | sb-rag | macro wall | tau (all) | outputs identical |"
+        echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        configs | while IFS='|' read name dj gamma lim; do
+            [ -f $O/$name-t$T.md ] && row "$name ($lim a category)" $O/$name-t$T.md
+        done
+        echo
+        echo "Conditional acceptance per position (accepted at k / verified at k with 1..k-1 accepted), all categories:"
+        echo
+        echo "| drafter | k = 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 |"
+        echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        configs | while IFS='|' read name dj gamma lim; do
+            [ -f $O/$name-t$T.md ] || continue
+            awk -v name="$name" -F'|' '/^\| position k/ { on = 1; next } on && /^\| [0-9]/ { a[$2 + 0] = $3 } on && /^$/ { on = 0 }
+                END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
+        done
+        for name in combine combine-ngram-suffix; do
+            [ -f $O/$name-t$T.txt ] && { echo; echo "$name: $(grep -m1 "combine chose" $O/$name-t$T.txt)"; }
+        done
+    done
+    echo
+    echo "## Published (Spec-Bench Leaderboard.md, Vicuna-7B-v1.3, greedy, batch 1, FP16 on GPUs: not this setting)"
+    echo
+    echo "| method, device | multi-turn | translation | summarization | QA | math | RAG | mean accepted tokens | overall |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| PLD (prompt lookup), RTX 3090 | 1.57x | 1.07x | 2.31x | 1.25x | 1.62x | 1.56x | 1.74 | 1.55x |"
+    echo "| PLD (prompt lookup), A100 | 1.64x | 1.04x | 2.43x | 1.14x | 1.61x | 1.71x | 1.73 | 1.59x |"
+    echo "| Token Recycling (per ../shared/datasets/MANIFEST.md) | - | - | - | - | - | - | 2.73 | 1.40-2.22x |"
+    echo
+    echo "SPS(B) of this machine (what greedy prices a verification with):"
+    echo
+    echo '```'
+    sed -n '/^SPS(B)/,$p' $O/sps.txt
+    echo '```'
+} > $S
+cat $S
