@@ -30,7 +30,31 @@ static double cfg_num(const cJSON *cfg, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-static int print_trace(FILE *o, const char *path, const char *plot_dir, const char *link, int idx, int sweep) {
+/* One group's numbers for --json: what scripts read instead of parsing the Markdown. */
+static void add_json_group(cJSON *arr, const char *path, const char *group, const metrics *m) {
+    cJSON *g = cJSON_CreateObject();
+    if (!g) return;
+    cJSON_AddStringToObject(g, "trace", path);
+    cJSON_AddStringToObject(g, "group", group[0] ? group : "all");
+    cJSON_AddNumberToObject(g, "prompts", m->n_prompts);
+    cJSON_AddNumberToObject(g, "rounds", (double)m->rounds);
+    cJSON_AddNumberToObject(g, "tau", m->tau);
+    cJSON_AddNumberToObject(g, "tau_macro", m->tau_macro);
+    cJSON_AddNumberToObject(g, "acceptance", m->accept_rate);
+    cJSON_AddNumberToObject(g, "ar_tokens", (double)m->ar_tokens);
+    cJSON_AddNumberToObject(g, "sp_tokens", (double)m->sp_tokens);
+    cJSON_AddNumberToObject(g, "ar_wall_s", m->ar_wall);
+    cJSON_AddNumberToObject(g, "sp_wall_s", m->sp_wall);
+    cJSON_AddNumberToObject(g, "ar_decode_s", m->ar_decode); /* seconds in decoding rounds, prefill excluded */
+    cJSON_AddNumberToObject(g, "sp_decode_s", m->sp_decode);
+    cJSON_AddNumberToObject(g, "speedup", m->speedup);
+    cJSON_AddNumberToObject(g, "decode_speedup", m->decode_speedup);
+    cJSON_AddNumberToObject(g, "pairs", m->n_pairs);
+    cJSON_AddNumberToObject(g, "identical", m->identical);
+    cJSON_AddItemToArray(arr, g);
+}
+
+static int print_trace(FILE *o, const char *path, const char *plot_dir, const char *link, int idx, int sweep, cJSON *js) {
     trace_data d;
     if (trace_read(path, &d)) return -1;
     cJSON *cfg = d.config ? cJSON_Parse(d.config) : NULL;
@@ -83,6 +107,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, const ch
             return -1;
         }
         metrics *m = &ms[g];
+        if (js) add_json_group(js, path, groups[g], m);
         double tt = m->t_draft + m->t_sched + m->t_verify;
         char sp[32] = "-";
         char dsp[32] = "-";
@@ -212,13 +237,14 @@ done:
 }
 
 int cmd_report(int argc, char **argv) {
-    const char *out = NULL, *plot = NULL;
+    const char *out = NULL, *plot = NULL, *json = NULL;
     int sweep = 0, curve = 0;
     opt_def opts[] = {
         {"train-curve", OPT_FLAG, &curve, NULL, "the arguments are training run folders: their held-out tau proxy against positions seen", 0, 0, 0},
         {"threshold-sweep", OPT_FLAG, &sweep, NULL, "per trace: acceptance per domain under a static threshold (Fig. 5)", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.md", "write the report to a file (default stdout)", 0, 0, 0},
         {"plot", OPT_STR, &plot, "DIR", "also write gnuplot PNGs of acceptance per position into DIR", 0, 0, 0},
+        {"json", OPT_STR, &json, "FILE.json", "also write every trace's per-group numbers (tokens, wall and decode seconds, tau) as JSON", 0, 0, 0},
         OPT_END};
     const char *pos[64];
     int npos, rc = args_parse("report", "TRACE.h5 [TRACE.h5 ...] [options]  |  --train-curve RUN_DIR [RUN_DIR ...]", opts, argc, argv, pos, 64, &npos);
@@ -228,6 +254,12 @@ int cmd_report(int argc, char **argv) {
         return -1;
     }
     if (plot && ds_mkdirs(plot, "the plot folder")) return -1;
+    if (json && curve) {
+        ds_error("report: --json is for traces, not --train-curve");
+        return -1;
+    }
+    cJSON *js = json ? cJSON_CreateArray() : NULL;
+    if (json && !js) return -1;
     /* a report file is written whole or not at all: PATH.tmp, renamed on success */
     char tmp[4096];
     FILE *o = stdout;
@@ -245,8 +277,10 @@ int cmd_report(int argc, char **argv) {
     if (curve) bad = report_train_curve(o, pos, npos, plot, link) != 0;
     else {
         bad = npos > 1 && print_summary(o, pos, npos, plot, link);
-        for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, link, i, sweep) != 0;
+        for (int i = 0; i < npos && !bad; i++) bad = print_trace(o, pos[i], plot, link, i, sweep, js) != 0;
     }
+    if (js && !bad) bad = ds_write_json(js, json) != 0;
+    cJSON_Delete(js);
     if (out) {
         errno = 0;
         int werr = ferror(o) ? errno : 0;

@@ -29,7 +29,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 /* Build a cJSON object from the command-line overrides. */
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
-               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL;
+               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL, *prompts_out = NULL;
     int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, skip_bad = 0, no_baseline = 0,
         concurrency = 0, exact = 0;
     float temperature = -1, top_p = -1;
@@ -60,6 +60,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"sps", OPT_STR, &sps, "FILE.json", "SPS(B) table (default bench/bench-target.json)", 0, 0, 0},
         {"no-baseline", OPT_FLAG, &no_baseline, NULL, "skip the autoregressive baseline", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.h5", "trace path (default out/run.h5)", 0, 0, 0},
+        {"prompts-out", OPT_STR, &prompts_out, "FILE.jsonl", "also write every request's rendered prompt (chat template applied) as JSON lines, for other tools", 0, 0, 0},
         OPT_END};
     const char *pos[1];
     int npos;
@@ -101,6 +102,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (sps) cJSON_AddStringToObject(j, "sps", sps);
     if (no_baseline) cJSON_AddFalseToObject(j, "baseline");
     if (out) cJSON_AddStringToObject(j, "out", out);
+    if (prompts_out) cJSON_AddStringToObject(j, "prompts_out", prompts_out);
     return j;
 }
 
@@ -109,9 +111,36 @@ typedef struct {
     int global;
 } job;
 
-/* Decode one group of prompts in one mode: turn 1, then (MT-Bench) turn 2 on top of each answer. */
+/* One JSON line per request: what another tool needs to decode exactly this prompt (the text with
+ * the chat template applied, special tokens written out; our token count to check its tokenizer). */
+static int write_prompt(FILE *pf, const target *t, const job *jb, int id, int turn, const chat_msg *msgs, int nmsg,
+                        int n_tokens) {
+    char *text = chat_render(&t->ct, msgs, nmsg, 1);
+    cJSON *o = cJSON_CreateObject();
+    char *line = NULL;
+    int rc = -1;
+    if (!text || !o) goto done;
+    cJSON_AddNumberToObject(o, "request", id);
+    cJSON_AddStringToObject(o, "dataset", jb->p->dataset);
+    cJSON_AddNumberToObject(o, "index", jb->p->index);
+    cJSON_AddNumberToObject(o, "turn", turn + 1);
+    cJSON_AddNumberToObject(o, "prompt_tokens", n_tokens);
+    cJSON_AddStringToObject(o, "text", text);
+    if (!(line = cJSON_PrintUnformatted(o))) goto done;
+    rc = fprintf(pf, "%s\n", line) < 0 ? -1 : 0;
+done:
+    if (rc) ds_error("run: cannot write a prompt line (out of memory or disk)");
+    free(line);
+    cJSON_Delete(o);
+    free(text);
+    return rc;
+}
+
+/* Decode one group of prompts in one mode: turn 1, then (MT-Bench) turn 2 on top of each answer.
+ * pf: where to write the rendered prompts (NULL = not this mode): the first mode run writes them,
+ * so a second turn carries the baseline's answer (at temperature 0 both modes' answers are equal). */
 static int run_group(target *t, job *jobs, int n, const decode_cfg *cfg, const run_config *rc, trace *tr,
-                     decode_stats *st, long *out_tokens, double *wall) {
+                     decode_stats *st, long *out_tokens, double *wall, FILE *pf) {
     request *reqs = ds_calloc((size_t)n, sizeof *reqs, "requests");
     request **rp = ds_calloc((size_t)n, sizeof *rp, "requests");
     char **answers = ds_calloc((size_t)n, sizeof(char *), "answers");
@@ -126,6 +155,10 @@ static int run_group(target *t, job *jobs, int n, const decode_cfg *cfg, const r
             chat_msg msgs[3] = {{"user", p->text}, {"assistant", answers[i] ? answers[i] : ""}, {"user", p->text2 ? p->text2 : ""}};
             ivec ids = {0};
             if (chat_encode(&t->ct, &t->tk, msgs, turn ? 3 : 1, 1, &ids)) goto done;
+            if (pf && write_prompt(pf, t, &jobs[i], jobs[i].global * 2 + turn, turn, msgs, turn ? 3 : 1, ids.n)) {
+                ivec_free(&ids);
+                goto done;
+            }
             uint64_t seed = mix(mix(rc->seed, (uint64_t)jobs[i].global), (uint64_t)(turn * 2 + cfg->mode));
             int r = request_init(&reqs[m], t, jobs[i].global * 2 + turn, ids.v, ids.n, rc->max_new, seed);
             ivec_free(&ids);
@@ -187,6 +220,8 @@ int cmd_run(int argc, char **argv) {
     run_prompts rp = {0};
     job *jobs = NULL;
     trace *tr = NULL;
+    FILE *pf = NULL;
+    char pf_tmp[1100] = "";
     int ret = -1;
     if (config_path && run_config_load(&rc, config_path)) goto done;
     /* flags with no drafter configured anywhere: the vanilla self-draft, as documented */
@@ -209,6 +244,11 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
     DS_TRY(run_sps_load(&rc, s.ops->needs_conf, &sps));
     DS_TRYP(tr = run_trace_open(&rc, rc.out, &t, &d, NULL));
+    if (rc.prompts_out[0]) { /* written as PATH.tmp, renamed when the run succeeds */
+        snprintf(pf_tmp, sizeof pf_tmp, "%s.tmp", rc.prompts_out);
+        DS_TRY(ds_mkdirs_for(rc.prompts_out, "the prompts file's folder"));
+        DS_CHECK((pf = fopen(pf_tmp, "w")) != NULL, "%s: cannot create the prompts file: %s", pf_tmp, strerror(errno));
+    }
     DS_TRY(trace_attr_u64(tr, "skipped_lines", (uint64_t)skipped)); /* malformed dataset lines skipped on request */
     if (skipped) fprintf(stderr, "run: %d malformed dataset line(s) skipped (skip_bad_lines)\n", skipped);
     fprintf(stderr, "run: %d prompts from %d dataset(s); %s; gamma %d, %s scheduler, T=%g -> %s\n", total, rc.n_datasets,
@@ -229,8 +269,9 @@ int cmd_run(int argc, char **argv) {
     for (int g = 0; g < total; g += rc.concurrency) {
         int n = DS_MIN(rc.concurrency, total - g);
         /* baseline and speculative on the same prompts, alternating so machine drift hits both */
-        if (rc.baseline) DS_TRY(run_group(&t, jobs + g, n, &cfg_ar, &rc, tr, &st_ar, &tok_ar, &wall_ar));
-        if (rc.drafter[0]) DS_TRY(run_group(&t, jobs + g, n, &cfg_sp, &rc, tr, &st_sp, &tok_sp, &wall_sp));
+        if (rc.baseline) DS_TRY(run_group(&t, jobs + g, n, &cfg_ar, &rc, tr, &st_ar, &tok_ar, &wall_ar, pf));
+        if (rc.drafter[0])
+            DS_TRY(run_group(&t, jobs + g, n, &cfg_sp, &rc, tr, &st_sp, &tok_sp, &wall_sp, rc.baseline ? NULL : pf));
         char extra[160];
         snprintf(extra, sizeof extra, "AR %.1f tok/s | spec %.1f tok/s, tau %.2f", wall_ar > 0 ? tok_ar / wall_ar : 0,
                  wall_sp > 0 ? tok_sp / wall_sp : 0, st_sp.rounds ? (double)st_sp.emitted / st_sp.rounds : 0);
@@ -246,6 +287,14 @@ int cmd_run(int argc, char **argv) {
         trace *done_tr = tr; /* trace_close frees it, whatever it returns */
         tr = NULL;
         DS_TRY(trace_close(done_tr));
+    }
+    if (pf) {
+        int werr = ferror(pf);
+        FILE *f = pf;
+        pf = NULL;
+        DS_CHECK(fclose(f) == 0 && !werr, "%s: cannot write the prompts file", pf_tmp);
+        DS_CHECK(rename(pf_tmp, rc.prompts_out) == 0, "%s: cannot rename to %s: %s", pf_tmp, rc.prompts_out, strerror(errno));
+        pf_tmp[0] = 0;
     }
     printf("trace: %s\n", rc.out);
     if (rc.baseline) printf("autoregressive: %ld tokens in %.2f s = %.1f tok/s\n", tok_ar, wall_ar, tok_ar / wall_ar);
@@ -276,6 +325,8 @@ fail:
     ret = -1;
 done:
     if (tr) trace_abort(tr);
+    if (pf) fclose(pf);
+    if (pf_tmp[0]) remove(pf_tmp); /* a failed run leaves no half prompts file */
     cJSON_Delete(ov);
     free(jobs);
     run_prompts_free(&rp);

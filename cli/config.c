@@ -131,7 +131,8 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
         jcfg_int(&r, "max_new_tokens", 1, 1 << 20, &c->max_new) || jcfg_int(&r, "threads", 0, 256, &c->threads) ||
         jcfg_strcpy(&r, "backend", c->backend, sizeof c->backend) || jcfg_bool(&r, "exact", &c->exact) ||
         jcfg_strcpy(&r, "isa", c->isa, sizeof c->isa) ||
-        jcfg_strcpy(&r, "out", c->out, sizeof c->out) || jcfg_bool(&r, "baseline", &c->baseline) ||
+        jcfg_strcpy(&r, "out", c->out, sizeof c->out) ||
+        jcfg_strcpy(&r, "prompts_out", c->prompts_out, sizeof c->prompts_out) || jcfg_bool(&r, "baseline", &c->baseline) ||
         jcfg_int(&r, "concurrency", 1, 256, &c->concurrency) || jcfg_strcpy(&r, "sps", c->sps, sizeof c->sps))
         return -1;
     c->sp.temperature = (float)temp;
@@ -181,6 +182,7 @@ cJSON *run_config_json(const run_config *c) {
     cJSON_AddBoolToObject(j, "exact", c->exact);
     cJSON_AddStringToObject(j, "isa", c->isa);
     cJSON_AddStringToObject(j, "out", c->out);
+    if (c->prompts_out[0]) cJSON_AddStringToObject(j, "prompts_out", c->prompts_out);
     cJSON_AddBoolToObject(j, "baseline", c->baseline);
     cJSON_AddNumberToObject(j, "concurrency", c->concurrency);
     cJSON_AddStringToObject(j, "sps", c->sps);

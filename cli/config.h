@@ -29,6 +29,7 @@ typedef struct {
     int exact;              /* fp32 activations in every matmul (default: int8 for quantized weights) */
     char isa[16];           /* CPU kernel path, "auto" = the best the CPU runs */
     char out[1024];
+    char prompts_out[1024]; /* "" = none; else every request's rendered prompt, one JSON line each */
     int baseline;           /* also run the autoregressive baseline on the same prompts */
     int concurrency;        /* requests decoded together */
     char sps[1024];         /* SPS(B) table JSON ("" = bench/bench-target.json when present) */

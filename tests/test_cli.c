@@ -3,6 +3,8 @@
  * generation is reproducible from its seed. The binary is $DSPARK_BIN (set by `make test`). */
 #include "testutil.h"
 
+#include <cJSON.h>
+
 #include <sys/wait.h>
 
 typedef struct {
@@ -143,9 +145,47 @@ static void test_run_and_report(void **state) {
     /* end to end on the embedded default: a trace, then a report of it */
     const char *h5 = tmp_path("run.h5");
     run_result r;
-    run(&r, "run --drafter vanilla --draft-layers 10 --gamma 3 --dataset builtin --limit 2 --max-new-tokens 8 --out %s", h5);
+    const char *pj = tmp_path("prompts.jsonl"), *mj = tmp_path("metrics.json");
+    run(&r, "run --drafter vanilla --draft-layers 10 --gamma 3 --dataset builtin --limit 2 --max-new-tokens 8 --out %s "
+            "--prompts-out %s", h5, pj);
     if (r.status != 0) fail_msg("run failed:\n%s", r.out);
     assert_non_null(strstr(r.out, "wall speedup over the autoregressive baseline"));
+    /* the rendered prompts another tool decodes: one line a request, chat template applied */
+    char *txt;
+    size_t n;
+    assert_int_equal(ds_read_file(pj, &txt, &n), 0);
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += txt[i] == '\n';
+    assert_int_equal(lines, 2);
+    cJSON *p0 = cJSON_Parse(txt); /* the first line */
+    assert_non_null(p0);
+    const cJSON *pt = cJSON_GetObjectItem(p0, "text"), *pn = cJSON_GetObjectItem(p0, "prompt_tokens");
+    assert_true(cJSON_IsString(pt) && strncmp(pt->valuestring, "<|im_start|>", 12) == 0);
+    assert_non_null(strstr(pt->valuestring, "<|im_start|>assistant\n"));
+    assert_true(cJSON_IsNumber(pn) && pn->valueint > 10);
+    cJSON_Delete(p0);
+    free(txt);
+    remove(pj);
+    snprintf(args, sizeof args, "run --drafter ngram --dataset builtin --limit 1 --max-new-tokens 4 --out %s --prompts-out %s/p.jsonl",
+             h5, cfg);
+    write_file(cfg, "{}", 2);
+    expect_error(args, 1, "prompts file");
+    remove(cfg);
+    run(&r, "report %s --json %s", h5, mj);
+    assert_int_equal(r.status, 0);
+    /* --json: the same numbers for scripts, per group */
+    cJSON *mjs = ds_read_json(mj);
+    assert_non_null(mjs);
+    const cJSON *all = NULL;
+    for (const cJSON *g = mjs->child; g; g = g->next)
+        if (strcmp(cJSON_GetObjectItem(g, "group")->valuestring, "all") == 0) all = g;
+    assert_non_null(all);
+    assert_int_equal(cJSON_GetObjectItem(all, "prompts")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItem(all, "identical")->valueint, 2);
+    assert_true(cJSON_GetObjectItem(all, "sp_decode_s")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(all, "sp_decode_s")->valuedouble < cJSON_GetObjectItem(all, "sp_wall_s")->valuedouble);
+    cJSON_Delete(mjs);
+    remove(mj);
     run(&r, "report %s", h5);
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "| **all** |"));
@@ -155,8 +195,6 @@ static void test_run_and_report(void **state) {
     const char *md = tmp_path("report.md");
     run(&r, "report %s %s --out %s", h5, h5, md);
     assert_int_equal(r.status, 0);
-    char *txt;
-    size_t n;
     assert_int_equal(ds_read_file(md, &txt, &n), 0);
     assert_non_null(strstr(txt, "| trace | drafter | T | tau |"));
     assert_non_null(strstr(txt, " | vanilla | 0 | "));

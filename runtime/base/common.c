@@ -182,6 +182,17 @@ cJSON *ds_read_json(const char *path) {
     return j;
 }
 
+int ds_write_json(const cJSON *j, const char *path) {
+    char *txt = cJSON_Print(j);
+    if (!txt) {
+        ds_error("%s: out of memory rendering JSON", path);
+        return -1;
+    }
+    int rc = ds_mkdirs_for(path, "the JSON file's folder") || ds_write_file_atomic(path, txt, strlen(txt));
+    free(txt);
+    return rc ? -1 : 0;
+}
+
 void ds_progress_start(ds_progress *p, const char *label, const char *unit, long total) {
     p->label = label;
     p->unit = unit;

@@ -79,6 +79,8 @@ int ds_read_file(const char *path, char **out, size_t *len);
  * bad JSON, the line where the parser stopped. */
 struct cJSON;
 struct cJSON *ds_read_json(const char *path);
+/* j written to path, indented, whole or not at all (ds_write_file_atomic). */
+int ds_write_json(const struct cJSON *j, const char *path);
 
 /* mkdir -p of a folder (what names it in the message); ds_mkdirs_for makes the folder a file
  * path lives in. -1 with a message naming the folder and the reason. */
