@@ -148,7 +148,7 @@ int cmd_bench_target(int argc, char **argv) {
     kv_cache *kv = NULL;
     float *logits = NULL;
     int *toks = NULL;
-    double *tm = NULL;
+    double *tm = NULL, *tmb = NULL;
     cJSON *root = cJSON_CreateObject(), *sps = NULL;
     rng_t rng;
     rng_seed(&rng, 1234);
@@ -268,22 +268,26 @@ int cmd_bench_target(int argc, char **argv) {
     printf("\nSPS(B): one forward of B tokens after %d of context (what verifying B-1 drafts + the bonus costs)\n", ctx);
     printf("%6s %10s %12s %12s %14s %10s %8s\n", "B", "ms", "steps/s", "tokens/s", "cost(B)/cost(1)", "G MAC/s",
            "of roof");
-    double cost1 = 0;
-    for (int B = 1; B <= max_b; B *= 2) {
-        /* untimed forwards first: the first steps after the context's prefill run slower (B = 1
-         * measured 4.2-4.6 ms at 5 repetitions without them, 3.0-3.7 ms with them or at 20), which
-         * made cost(B)/cost(1) look flatter than it is */
-        for (int r = 0; r < 3; r++) {
-            DS_TRY(model_forward_one(m, &t.fs, kv, toks + ctx, B, 1, logits));
-            kv_cache_crop(kv, ctx);
-        }
-        for (int r = 0; r < reps; r++) {
+    /* The points are measured interleaved: every repetition times each B once, in an order rotated
+     * from one repetition to the next, and each point is the median of its repetitions. Timed one B
+     * after another, this machine's drift (minutes of 20-40 % swings on a shared 2-core guest) went
+     * into the ratios the scheduler prices drafts with: one table said cost(2)/cost(1) = 1.15 where
+     * the rounds of the run that used it cost 1.3-1.4x a one-token round. */
+    int nb = 0;
+    for (int B = 1; B <= max_b; B *= 2) nb++;
+    DS_TRYP(tmb = ds_malloc(sizeof(double) * (size_t)nb * (size_t)reps, "timings"));
+    for (int r = -3; r < reps; r++) /* three untimed rounds first: the first steps after the prefill run slow */
+        for (int j = 0; j < nb; j++) {
+            int i = (j + (r < 0 ? 0 : r)) % nb, B = 1 << i;
             double t0 = ds_now();
             DS_TRY(model_forward_one(m, &t.fs, kv, toks + ctx, B, 1, logits));
-            tm[r] = ds_now() - t0;
+            if (r >= 0) tmb[(size_t)i * reps + r] = ds_now() - t0;
             kv_cache_crop(kv, ctx);
         }
-        double med = median(tm, reps);
+    double cost1 = 0;
+    for (int i = 0; i < nb; i++) {
+        int B = 1 << i;
+        double med = median(tmb + (size_t)i * reps, reps);
         if (B == 1) cost1 = med;
         printf("%6d %10.2f %12.1f %12.1f %14.2f %10.1f %8s\n", B, 1e3 * med, 1 / med, B / med, med / cost1,
                B * macs / med / 1e9, roof_share(share, sizeof share, B * macs / med / 1e9, peak, on_cpu));
@@ -311,6 +315,7 @@ fail:
 done:
     cJSON_Delete(root);
     free(tm);
+    free(tmb);
     free(toks);
     free(logits);
     if (kv) kv_cache_free(t.be, kv);

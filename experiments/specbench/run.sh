@@ -6,6 +6,7 @@
 #   sh experiments/specbench/run.sh             # LIMIT=10 prompts a category (MT-Bench both turns): ~45 min on a 2-core Zen 3
 #   LIMIT=5 sh experiments/specbench/run.sh     # about half
 #   LIMIT=80 sh experiments/specbench/run.sh    # the whole benchmark (480 prompts, ~6 h there)
+#   ONLY="ngram combine" TEMPS=0 sh experiments/specbench/run.sh   # a subset of the rows and temperatures
 #
 # Nothing else may run beside it (wall times). Steps:
 # 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
@@ -22,6 +23,8 @@ set -e
 B=build/dspark-bench
 O=${O:-out/specbench}
 LIMIT=${LIMIT:-10}
+TEMPS=${TEMPS:-0 1}
+ONLY=${ONLY:-}
 REF=${REF:-experiments/learned-heads/runs/vanilla/last}
 [ -x $B ] || make
 mkdir -p $O
@@ -39,8 +42,9 @@ configs() {
     if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))"; fi
 }
 [ -d "$REF" ] || echo "run.sh: no trained reference at $REF (sh experiments/learned-heads/run.sh trains it); its row is skipped"
-for T in 0 1; do
+for T in $TEMPS; do
     configs | while IFS='|' read name dj gamma lim; do
+        case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
         tag=$name-t$T
         [ -f $O/$tag.done ] && { echo "run.sh: $tag done (skipped)"; continue; }
         cat > $O/$tag.json <<JSON
