@@ -54,23 +54,16 @@ for T in $TEMPS; do
 JSON
         echo "run.sh: $tag ($(date +%H:%M:%S))"
         $B run --config $O/$tag.json > $O/$tag.txt
-        $B report $O/$tag.h5 --out $O/$tag.md > /dev/null
+        $B report $O/$tag.h5 --out $O/$tag.md --json $O/$tag.metrics.json > /dev/null
         touch $O/$tag.done
     done
 done
 # summary
 S=$O/summary.md
-row() { # $1 name, $2 report .md: tau and wall speedup per category (decode in brackets), macro wall, tau all
-    awk -v name="$1" -F'|' '
-        /^\| sb-/ { g = $2; gsub(/ /, "", g); tau[g] = $4; wall[g] = $9; dec[g] = $10; w = $9; gsub(/x| /, "", w); s += w; n++ }
-        /^\| \*\*all\*\*/ { ta = $4 }
-        /^Outputs identical/ { sub(/^Outputs identical to the baseline.s: /, ""); sub(/ \(.*/, ""); ident = $0 }
-        END {
-            split("sb-mt sb-trans sb-sum sb-qa sb-math sb-rag", c, " ")
-            r = "| " name
-            for (i = 1; i <= 6; i++) { t = tau[c[i]]; w = wall[c[i]]; d = dec[c[i]]; gsub(/ /, "", t); gsub(/ /, "", w); gsub(/ /, "", d); r = r " | " t " / " w " (" d ")" }
-            printf "%s | %.3fx | %s | %s |\n", r, n ? s / n : 0, ta, ident
-        }' "$2"
+# one table row per run, from report --json (made here for runs reported before it existed)
+row() { # $1 name, $2 run tag
+    [ -f $O/$2.metrics.json ] || $B report $O/$2.h5 --json $O/$2.metrics.json > /dev/null
+    python3 scripts/specbench_row.py "$1" $O/$2.metrics.json tau-wall
 }
 {
     echo "# Spec-Bench: training-free drafters, the combiner and a trained reference (greedy scheduler, 128 new tokens)"
@@ -87,7 +80,7 @@ row() { # $1 name, $2 report .md: tau and wall speedup per category (decode in b
         echo "| drafter | sb-mt | sb-trans | sb-sum | sb-qa | sb-math | sb-rag | macro wall | tau (all) | outputs identical |"
         echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         configs | while IFS='|' read name dj gamma lim; do
-            [ -f $O/$name-t$T.md ] && row "$name ($lim a category)" $O/$name-t$T.md
+            [ -f $O/$name-t$T.done ] && row "$name ($lim a category)" $name-t$T
         done
         echo
         echo "Conditional acceptance per position (accepted at k / verified at k with 1..k-1 accepted), all categories:"

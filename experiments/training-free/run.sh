@@ -37,7 +37,7 @@ echo "$CONFIGS" | while IFS=: read name drafter sched gamma; do
 JSON
     echo "run.sh: $name ($(date +%H:%M:%S))"
     $B run --config $O/$name.json > $O/$name.txt
-    $B report $O/$name.h5 --out $O/$name.md > /dev/null
+    $B report $O/$name.h5 --out $O/$name.md --json $O/$name.metrics.json > /dev/null
     touch $O/$name.done
 done
 # summary: one row per configuration, the decode speedup per category (wall speedup in brackets)
@@ -52,17 +52,9 @@ S=$O/summary.md
     echo "| configuration | sb-mt | sb-trans | sb-sum | sb-qa | sb-math | sb-rag | macro | tau (all) | outputs identical |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     echo "$CONFIGS" | while IFS=: read name drafter sched gamma; do
-        [ -f $O/$name.md ] || continue
-        awk -v name="$name" -F'|' '
-            /^\| sb-/ { gsub(/ /, "", $2); dec[$2] = $10; wall[$2] = $9; gsub(/x| /, "", $10); s += $10; n++ }
-            /^\| \*\*all\*\*/ { tau = $4 }
-            /^Outputs identical/ { sub(/^Outputs identical to the baseline.s: /, ""); sub(/ \(.*/, ""); ident = $0 }
-            END {
-                split("sb-mt sb-trans sb-sum sb-qa sb-math sb-rag", c, " ")
-                row = "| " name
-                for (i = 1; i <= 6; i++) { d = dec[c[i]]; w = wall[c[i]]; gsub(/ /, "", d); gsub(/ /, "", w); row = row " | " d " (" w ")" }
-                printf "%s | %.3fx | %s | %s |\n", row, n ? s / n : 0, tau, ident
-            }' $O/$name.md
+        [ -f $O/$name.done ] || continue
+        [ -f $O/$name.metrics.json ] || $B report $O/$name.h5 --json $O/$name.metrics.json > /dev/null
+        python3 scripts/specbench_row.py "$name" $O/$name.metrics.json dec-wall
     done
     echo
     echo "SPS(B) of this machine (what greedy prices a verification with):"
