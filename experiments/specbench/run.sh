@@ -27,6 +27,7 @@ TEMPS=${TEMPS:-0 1}
 ONLY=${ONLY:-}
 REF=${REF:-experiments/learned-heads/runs/vanilla/last}
 [ -x $B ] || make
+. scripts/specbench_lib.sh
 mkdir -p $O
 [ -f $O/sps.json ] || $B bench-target --max-B 16 --reps 9 --out $O/sps.json > $O/sps.txt
 CATS='["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'
@@ -60,11 +61,6 @@ JSON
 done
 # summary
 S=$O/summary.md
-# one table row per run, from report --json (made here for runs reported before it existed)
-row() { # $1 name, $2 run tag
-    [ -f $O/$2.metrics.json ] || $B report $O/$2.h5 --json $O/$2.metrics.json > /dev/null
-    python3 scripts/specbench_row.py "$1" $O/$2.metrics.json tau-wall
-}
 {
     echo "# Spec-Bench: training-free drafters, the combiner and a trained reference (greedy scheduler, 128 new tokens)"
     echo
@@ -80,7 +76,7 @@ row() { # $1 name, $2 run tag
         echo "| drafter | sb-mt | sb-trans | sb-sum | sb-qa | sb-math | sb-rag | macro wall | tau (all) | outputs identical |"
         echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         configs | while IFS='|' read name dj gamma lim; do
-            [ -f $O/$name-t$T.done ] && row "$name ($lim a category)" $name-t$T
+            [ -f $O/$name-t$T.done ] && spec_row "$name ($lim a category)" $name-t$T tau-wall
         done
         echo
         echo "Conditional acceptance per position (accepted at k / verified at k with 1..k-1 accepted), all categories:"
@@ -105,10 +101,6 @@ row() { # $1 name, $2 run tag
     echo "| PLD (prompt lookup), A100 | 1.64x | 1.04x | 2.43x | 1.14x | 1.61x | 1.71x | 1.73 | 1.59x |"
     echo "| Token Recycling (per ../shared/datasets/MANIFEST.md) | - | - | - | - | - | - | 2.73 | 1.40-2.22x |"
     echo
-    echo "SPS(B) of this machine (what greedy prices a verification with):"
-    echo
-    echo '```'
-    sed -n '/^SPS(B)/,$p' $O/sps.txt
-    echo '```'
+    sps_block
 } > $S
 cat $S

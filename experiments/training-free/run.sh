@@ -15,6 +15,7 @@ B=build/dspark-bench
 O=out/training-free
 LIMIT=${LIMIT:-5}
 [ -x $B ] || make
+. scripts/specbench_lib.sh
 mkdir -p $O
 [ -f $O/sps.json ] || $B bench-target --max-B 16 --reps 9 --out $O/sps.json > $O/sps.txt
 # name drafter scheduler gamma
@@ -53,14 +54,9 @@ S=$O/summary.md
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     echo "$CONFIGS" | while IFS=: read name drafter sched gamma; do
         [ -f $O/$name.done ] || continue
-        [ -f $O/$name.metrics.json ] || $B report $O/$name.h5 --json $O/$name.metrics.json > /dev/null
-        python3 scripts/specbench_row.py "$name" $O/$name.metrics.json dec-wall
+        spec_row "$name" $name dec-wall
     done
     echo
-    echo "SPS(B) of this machine (what greedy prices a verification with):"
-    echo
-    echo '```'
-    sed -n '/^SPS(B)/,$p' $O/sps.txt
-    echo '```'
+    sps_block
 } > $S
 cat $S
