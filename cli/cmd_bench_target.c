@@ -297,15 +297,7 @@ int cmd_bench_target(int argc, char **argv) {
     }
 write:
     if (out_path) {
-        char *txt = cJSON_Print(root);
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-        FILE *f = fopen(tmp, "w");
-        DS_CHECK(f != NULL, "%s: cannot create", tmp);
-        int ok = fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
-        ok &= fclose(f) == 0;
-        free(txt);
-        DS_CHECK(ok && rename(tmp, out_path) == 0, "%s: write failed", out_path);
+        DS_TRY(ds_write_json(root, out_path));
         fprintf(stderr, "wrote %s\n", out_path);
     }
     rc = 0;

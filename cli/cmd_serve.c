@@ -213,14 +213,12 @@ static int write_outputs(const char *dir, const arm *arms, int n_arms, const ser
             cJSON_AddStringToObject(p, "trace", arms[a].trace[i]);
             cJSON_AddItemToArray(pts, p);
         }
-    char *txt = cJSON_Print(j);
+    int wrc = ds_write_json(j, path);
     cJSON_Delete(j);
-    if (!txt || ds_write_file_atomic(path, txt, strlen(txt))) {
-        free(txt);
+    if (wrc) {
         ds_error_prefix("serve: writing %s", path);
         return -1;
     }
-    free(txt);
     snprintf(path, sizeof path, "%s/serve.md", dir);
     FILE *md = fopen(path, "w");
     if (!md) {
