@@ -232,7 +232,7 @@ static int dspark_begin(drafter *d, request *r, const float *prompt_hidden) {
     dstate *st = ds_calloc(1, sizeof *st, "draft state");
     if (!st) return -1;
     r->dstate = st;
-    if (!(st->kv = kv_cache_new_dims(s->be, c->n_layers, c->n_kv_heads * c->head_dim, r->n_prompt + bd_rows(c) + 64)))
+    if (!(st->kv = kv_cache_new_dims(s->be, c->n_layers, c->n_kv_heads, c->head_dim, r->n_prompt + bd_rows(c) + 64)))
         return -1;
     if (!prompt_hidden) {
         ds_error("%s needs the target's hidden states of the prompt", d->ops->name);

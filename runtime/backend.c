@@ -61,11 +61,14 @@ void rope_tables_fill(float *cos_t, float *sin_t, const int *pos, int T, int hea
 
 /* -------------------------------------------------------------------------------- KV caches */
 
-kv_cache *kv_cache_new_dims(backend *be, int n_layers, int kv_dim, int cap) {
+kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim, int cap) {
     kv_cache *kv = ds_calloc(1, sizeof *kv, "kv cache");
     if (!kv) return NULL;
     kv->n_layers = n_layers;
-    kv->kv_dim = kv_dim;
+    kv->n_heads = n_heads;
+    kv->head_dim = head_dim;
+    kv->kv_dim = n_heads * head_dim;
+    kv->head_major = be->kv_head_major;
     kv->k = ds_calloc((size_t)n_layers, sizeof(float *), "kv cache");
     kv->v = ds_calloc((size_t)n_layers, sizeof(float *), "kv cache");
     if (!kv->k || !kv->v || kv_cache_reserve(be, kv, cap > 0 ? cap : 64)) {
@@ -76,7 +79,7 @@ kv_cache *kv_cache_new_dims(backend *be, int n_layers, int kv_dim, int cap) {
 }
 
 kv_cache *kv_cache_new(backend *be, const model_config *c, int cap) {
-    return kv_cache_new_dims(be, c->n_layers, c->n_kv_heads * c->head_dim, cap);
+    return kv_cache_new_dims(be, c->n_layers, c->n_kv_heads, c->head_dim, cap);
 }
 
 int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
@@ -90,11 +93,16 @@ int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
             ds_error("out of memory growing a KV cache to %d positions", cap);
             return -1;
         }
-        if (kv->k[l]) {
-            if (be->copy(be, nk, kv->k[l], row * (size_t)kv->len) || be->copy(be, nv, kv->v[l], row * (size_t)kv->len)) {
-                be->release(be, nk);
-                be->release(be, nv);
-                return -1;
+        if (kv->k[l]) { /* the first len rows: one block, or one per head at the new capacity's offsets */
+            int nh = kv->head_major ? kv->n_heads : 1;
+            size_t n = kv->head_major ? sizeof(float) * (size_t)kv->head_dim * (size_t)kv->len : row * (size_t)kv->len;
+            for (int h = 0; h < nh; h++) {
+                size_t from = (size_t)h * (size_t)kv->head_dim * (size_t)kv->cap, to = (size_t)h * (size_t)kv->head_dim * (size_t)cap;
+                if (be->copy(be, nk + to, kv->k[l] + from, n) || be->copy(be, nv + to, kv->v[l] + from, n)) {
+                    be->release(be, nk);
+                    be->release(be, nv);
+                    return -1;
+                }
             }
             be->release(be, kv->k[l]);
             be->release(be, kv->v[l]);

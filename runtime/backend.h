@@ -16,12 +16,23 @@
 
 #include "model.h"
 
-/* Per-request KV cache: K and V for every layer at positions 0..len-1. Rollback is crop: set len. */
+/* Per-request KV cache: K and V for every layer at positions 0..len-1. Rollback is crop: set len.
+ * Two layouts, the backend's choice (be->kv_head_major): [cap][kv_dim] (a position's heads side by
+ * side, what a GPU kernel wants), or head-major [n_heads][cap][head_dim] (a head's positions one
+ * contiguous stream, what a CPU core's prefetchers want: a decode step reads them end to end).
+ * kv_head() and kv_ld() locate a head's rows in either. */
 typedef struct kv_cache {
-    int n_layers, kv_dim;
+    int n_layers, kv_dim, n_heads, head_dim;
+    int head_major;
     int len, cap;
-    float **k, **v; /* [n_layers] -> [cap][kv_dim], backend memory */
+    float **k, **v; /* [n_layers] -> [cap][kv_dim] or [n_heads][cap][head_dim], backend memory */
 } kv_cache;
+
+/* offset of KV head h's row 0 in a layer's buffer, and the floats between consecutive rows */
+static inline size_t kv_head(const kv_cache *kv, int h) {
+    return (size_t)h * (size_t)kv->head_dim * (kv->head_major ? (size_t)kv->cap : 1);
+}
+static inline size_t kv_ld(const kv_cache *kv) { return (size_t)(kv->head_major ? kv->head_dim : kv->kv_dim); }
 
 /* Where each token of a flattened varlen batch goes: its request, its absolute position (its K/V
  * slot) and what it sees: positions 0..pos of its own request's cache (causal), or, when n_vis is
@@ -59,6 +70,7 @@ struct backend {
     int n_threads;
     int exact;
     int gemm_min_T;      /* exact contract: batches of at least this many rows use BLAS GEMM on fp32 weights */
+    int kv_head_major;   /* the KV caches it makes are head-major (kv_cache) */
     const char *device;  /* the accelerator it runs on (its name), NULL on the CPU */
     void *ctx;
 
@@ -112,7 +124,7 @@ const char *backend_names(void);
 
 /* KV caches live in backend memory; reserve grows capacity (keeping contents). */
 kv_cache *kv_cache_new(backend *be, const model_config *c, int cap);
-kv_cache *kv_cache_new_dims(backend *be, int n_layers, int kv_dim, int cap);
+kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim, int cap);
 int kv_cache_reserve(backend *be, kv_cache *kv, int cap);
 void kv_cache_crop(kv_cache *kv, int len); /* rollback: positions >= len are forgotten */
 void kv_cache_free(backend *be, kv_cache *kv);

@@ -352,13 +352,16 @@ static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const floa
     DS_UNUSED(be);
     for (int t = 0; t < ab->T; t++) {
         kv_cache *kv = ab->kv[ab->seq[t]];
-        size_t d = (size_t)kv->kv_dim;
+        size_t d = (size_t)kv->kv_dim, hd = (size_t)kv->head_dim, ld = kv_ld(kv);
         if (ab->pos[t] < 0 || ab->pos[t] >= kv->cap) {
             ds_error("kv_write: position %d outside the cache (capacity %d)", ab->pos[t], kv->cap);
             return -1;
         }
-        memcpy(kv->k[layer] + (size_t)ab->pos[t] * d, k + (size_t)t * d, d * sizeof(float));
-        memcpy(kv->v[layer] + (size_t)ab->pos[t] * d, v + (size_t)t * d, d * sizeof(float));
+        for (int h = 0; h < kv->n_heads; h++) {
+            size_t at = kv_head(kv, h) + (size_t)ab->pos[t] * ld;
+            memcpy(kv->k[layer] + at, k + (size_t)t * d + h * hd, hd * sizeof(float));
+            memcpy(kv->v[layer] + at, v + (size_t)t * d + h * hd, hd * sizeof(float));
+        }
     }
     return 0;
 }
@@ -366,96 +369,105 @@ static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const floa
 static int n_visible(const attn_batch *ab, int t) { return ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1; }
 
 /* On the exact contract a request with many new tokens (prefill) runs each head as two GEMMs:
- * S = Q K^T over all its visible positions, mask per row, softmax, O = P V. Otherwise every row
- * takes the per-row path, whose result does not depend on the rest of the batch. */
+ * S = Q K^T over all its visible positions, mask per row, softmax, O = P V. Otherwise every query
+ * row takes attend_multi, whose result for a row does not depend on what else it is computed with:
+ * a task is one KV head of one request and a slice of that request's queries (its new tokens times
+ * the group's heads, token-major), so K and V are read once per slice, not once per token.
+ * Slices are cut so that the batch makes at least two tasks a thread (one decode token: 3 KV heads
+ * on 2 threads would leave one idle a third of the time), and at most ATT_QMAX queries each. */
+#define ATT_QMAX 48
+typedef struct {
+    int t0, kvh, q0, q1; /* request's first token, KV head, queries [q0, q1) of its run */
+} attn_task;
+
 static int cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
                          int n_kv_heads, int hd) {
     cpu_ctx *c = be->ctx;
-    int group = n_heads / n_kv_heads, T = ab->T;
+    int group = n_heads / n_kv_heads, T = ab->T, rc = -1;
     size_t qld = (size_t)n_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
     /* requests are contiguous runs of the batch: find each run and its widest context */
     int n_runs = 0, *run_start = ds_malloc(sizeof(int) * (size_t)(T + 1), "attention runs");
+    attn_task *tasks = NULL;
     if (!run_start) return -1;
     for (int t = 0; t < T; t++)
         if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
     run_start[n_runs] = T;
-    size_t need = 0;
+    int n_small = 0, n_tasks = 0;
+    for (int r = 0; r < n_runs; r++) n_small += run_start[r + 1] - run_start[r] < c->attn_gemm_min_T;
+    int parts = DS_MAX(1, (2 * be->n_threads + n_small * n_kv_heads - 1) / DS_MAX(1, n_small * n_kv_heads));
+    size_t need = 0, max_tasks = 0;
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxn = 0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
+        if (kv->n_heads != n_kv_heads || kv->head_dim != hd) {
+            ds_error("attention: a cache of %d KV heads of %d for %d KV heads of %d", kv->n_heads, kv->head_dim,
+                     n_kv_heads, hd);
+            goto done;
+        }
         for (int t = t0; t < t1; t++) {
             int nv = n_visible(ab, t);
             if (nv < 1 || nv > kv->cap) {
                 ds_error("attention: token %d would see %d positions of a cache of %d", t, nv, kv->cap);
-                free(run_start);
-                return -1;
+                goto done;
             }
             maxn = DS_MAX(maxn, nv);
         }
-        need = DS_MAX(need, len >= c->attn_gemm_min_T ? (size_t)len * (size_t)maxn : (size_t)DS_MIN(group, 8) * maxn);
+        int qn = len * group, qc = DS_MIN(ATT_QMAX, (qn + parts - 1) / parts);
+        if (len >= c->attn_gemm_min_T) need = DS_MAX(need, (size_t)len * (size_t)maxn);
+        else need = DS_MAX(need, (size_t)qc * (size_t)maxn), max_tasks += (size_t)n_kv_heads * (size_t)((qn + qc - 1) / qc);
     }
-    if (ensure_sbuf(be, need)) {
-        free(run_start);
-        return -1;
-    }
-    const qk_kernels *k = c->k;
+    if (ensure_sbuf(be, need)) goto done;
+    if (!(tasks = ds_malloc(sizeof *tasks * (max_tasks + 1), "attention tasks"))) goto done;
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
-        size_t ld = (size_t)kv->kv_dim;
-        if (len >= c->attn_gemm_min_T) {
-            int n_ctx = 0;
-            for (int t = t0; t < t1; t++) n_ctx = DS_MAX(n_ctx, n_visible(ab, t));
+        size_t ld = kv_ld(kv);
+        if (len < c->attn_gemm_min_T) { /* slices for the per-row kernel */
+            int qn = len * group, qc = DS_MIN(ATT_QMAX, (qn + parts - 1) / parts);
+            for (int h = 0; h < n_kv_heads; h++)
+                for (int q0 = 0; q0 < qn; q0 += qc) tasks[n_tasks++] = (attn_task){t0, h, q0, DS_MIN(qn, q0 + qc)};
+            continue;
+        }
+        int n_ctx = 0;
+        for (int t = t0; t < t1; t++) n_ctx = DS_MAX(n_ctx, n_visible(ab, t));
 #pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1)
-            for (int h = 0; h < n_heads; h++) {
-                float *S = c->sbuf[omp_get_thread_num()];
-                const float *K = kv->k[layer] + (size_t)(h / group) * hd, *V = kv->v[layer] + (size_t)(h / group) * hd;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, n_ctx, hd, scale, q + (size_t)t0 * qld + (size_t)h * hd,
-                            (int)qld, K, (int)ld, 0.0f, S, n_ctx);
-                for (int i = 0; i < len; i++) {
-                    float *row = S + (size_t)i * n_ctx;
-                    for (int j = n_visible(ab, t0 + i); j < n_ctx; j++) row[j] = -INFINITY;
-                    qk_softmax(row, n_ctx);
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
-                            out + (size_t)t0 * qld + (size_t)h * hd, (int)qld);
+        for (int h = 0; h < n_heads; h++) {
+            float *S = c->sbuf[omp_get_thread_num()];
+            const float *K = kv->k[layer] + kv_head(kv, h / group), *V = kv->v[layer] + kv_head(kv, h / group);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, n_ctx, hd, scale, q + (size_t)t0 * qld + (size_t)h * hd,
+                        (int)qld, K, (int)ld, 0.0f, S, n_ctx);
+            for (int i = 0; i < len; i++) {
+                float *row = S + (size_t)i * n_ctx;
+                for (int j = n_visible(ab, t0 + i); j < n_ctx; j++) row[j] = -INFINITY;
+                qk_softmax(row, n_ctx);
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
+                        out + (size_t)t0 * qld + (size_t)h * hd, (int)qld);
         }
     }
-    /* every other token: one task per (token, KV head), the group's query heads reading each K and V
-     * row once (attend_group), across all requests at once so that a batch of one-token requests
-     * still fills the threads; a lone decode token gets a task per head (3 KV heads on 2 threads
-     * would leave one idle a third of the time) */
-    int per_head = T == 1, units = per_head ? n_heads : n_kv_heads, gmax = per_head ? 1 : group;
-    int *rows = ds_malloc(sizeof(int) * (size_t)(T + 1), "attention rows");
-    if (!rows) {
-        free(run_start);
-        return -1;
-    }
-    int n_rows = 0;
-    for (int r = 0; r < n_runs; r++)
-        if (run_start[r + 1] - run_start[r] < c->attn_gemm_min_T)
-            for (int t = run_start[r]; t < run_start[r + 1]; t++) rows[n_rows++] = t;
-#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (n_rows * units >= 4)
-    for (int it = 0; it < n_rows * units; it++) {
-        int t = rows[it / units], u = it % units, kvh = per_head ? u / group : u, h0 = per_head ? u : u * group;
-        const kv_cache *kv = ab->kv[ab->seq[t]];
-        float *o[8];
-        const float *qq[8];
-        for (int g0 = 0; g0 < gmax; g0 += 8) { /* groups of more than 8 heads in slices */
-            int ng = DS_MIN(8, gmax - g0);
-            for (int g = 0; g < ng; g++) {
-                o[g] = out + (size_t)t * qld + (size_t)(h0 + g0 + g) * hd;
-                qq[g] = q + (size_t)t * qld + (size_t)(h0 + g0 + g) * hd;
-            }
-            k->attend_group(o, qq, ng, kv->k[layer] + (size_t)kvh * hd, kv->v[layer] + (size_t)kvh * hd,
-                            (size_t)kv->kv_dim, n_visible(ab, t), hd, scale, c->sbuf[omp_get_thread_num()]);
+    const qk_kernels *k = c->k;
+#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (n_tasks >= 2)
+    for (int it = 0; it < n_tasks; it++) {
+        const attn_task *a = &tasks[it];
+        const kv_cache *kv = ab->kv[ab->seq[a->t0]];
+        float *o[ATT_QMAX];
+        const float *qq[ATT_QMAX];
+        int nv[ATT_QMAX];
+        for (int m = a->q0; m < a->q1; m++) { /* query m: token t0 + m / group, head kvh * group + m % group */
+            int t = a->t0 + m / group, h = a->kvh * group + m % group;
+            o[m - a->q0] = out + (size_t)t * qld + (size_t)h * hd;
+            qq[m - a->q0] = q + (size_t)t * qld + (size_t)h * hd;
+            nv[m - a->q0] = n_visible(ab, t);
         }
+        k->attend_multi(o, qq, nv, a->q1 - a->q0, kv->k[layer] + kv_head(kv, a->kvh), kv->v[layer] + kv_head(kv, a->kvh),
+                        kv_ld(kv), hd, scale, c->sbuf[omp_get_thread_num()]);
     }
-    free(rows);
+    rc = 0;
+done:
+    free(tasks);
     free(run_start);
-    return 0;
+    return rc;
 }
 
 static int cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
@@ -516,6 +528,7 @@ backend *backend_cpu_new(const backend_opts *o) {
     be->n_threads = n_threads;
     be->exact = o->exact;
     be->gemm_min_T = 32;
+    be->kv_head_major = 1;
     /* the int8 contract is batch-invariant at every size: attention stays per row (a GEMM's other
      * summation order would move activations across int8 rounding boundaries) */
     c->attn_gemm_min_T = o->exact ? 32 : 1 << 30;

@@ -250,8 +250,8 @@ static void test_attention(void **state) {
         int nh = cfg[ci][0], nkv = cfg[ci][1], hd = cfg[ci][2], kvd = nkv * hd, cap = 96;
         kv_cache *kg[3], *kc[3];
         for (int s = 0; s < 3; s++) {
-            kg[s] = kv_cache_new_dims(gpu, 1, kvd, cap);
-            kc[s] = kv_cache_new_dims(cpu, 1, kvd, cap);
+            kg[s] = kv_cache_new_dims(gpu, 1, nkv, hd, cap);
+            kc[s] = kv_cache_new_dims(cpu, 1, nkv, hd, cap);
             /* fill every slot: one request of cap tokens */
             int *seq = calloc(cap, sizeof(int)), *pos = malloc(sizeof(int) * cap);
             for (int t = 0; t < cap; t++) pos[t] = t;

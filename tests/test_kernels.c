@@ -352,29 +352,37 @@ static void test_fp32_helpers(void **state) {
                 assert_memory_equal(og, oref, sizeof(float) * (size_t)hd);
             }
         }
-    /* attend_group: every query head of a group bit-identical to attend alone (1-5 heads; head
-     * sizes the grouped kernel takes and ones it hands back to attend) */
+    /* attend_multi: every query bit-identical to attend alone, 1-9 queries (groups of four and
+     * their rest), each with its own number of positions (a verify step's causal rows, up to 150:
+     * blocks of 64 and a tail, queries ending inside, at and past a block's end), head sizes the
+     * blocked kernel takes and ones it hands back to attend */
+    static float K2[150 * 3 * 64], V2[150 * 3 * 64];
+    for (size_t i = 0; i < sizeof K2 / sizeof *K2; i++) K2[i] = (float)(rng_uniform(&r) - 0.5), V2[i] = (float)(rng_uniform(&r) - 0.5);
     for (int hi = 0; hi < 3; hi++)
-        for (int ni = 0; ni < 3; ni++)
-            for (int ng = 1; ng <= 5; ng++) {
-                int hd = hds[hi], n = npos[ni];
+        for (int nq = 1; nq <= 9; nq++)
+            for (int shape = 0; shape < 3; shape++) {
+                int hd = hds[hi], nv[9];
                 size_t ld = 3 * (size_t)hd;
-                float K[33 * 3 * 64], Vv[33 * 3 * 64], qs[5][64], outs[5][64], sc[5 * 40], oref[64];
-                for (size_t i = 0; i < sizeof K / sizeof *K; i++) K[i] = (float)(rng_uniform(&r) - 0.5), Vv[i] = (float)(rng_uniform(&r) - 0.5);
-                float *o[5];
-                const float *qp[5];
-                for (int g = 0; g < ng; g++) {
-                    for (int i = 0; i < hd; i++) qs[g][i] = (float)(rng_uniform(&r) - 0.5) * 4;
-                    o[g] = outs[g], qp[g] = qs[g];
+                static float qs[9][64], outs[9][64], sc[9 * 150];
+                float oref[64];
+                float *o[9];
+                const float *qp[9];
+                for (int m = 0; m < nq; m++) {
+                    /* equal (a decode token's heads), rising by one (a verify step), scattered */
+                    nv[m] = shape == 0 ? 33 : shape == 1 ? 60 + m : 1 + (int)(rng_uniform(&r) * 150);
+                    if (nv[m] > 150) nv[m] = 150;
+                    for (int i = 0; i < hd; i++) qs[m][i] = (float)(rng_uniform(&r) - 0.5) * 4;
+                    o[m] = outs[m], qp[m] = qs[m];
                 }
                 for (int isa = 0; isa < ISA_COUNT; isa++) {
                     const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
                     if (!k) continue;
-                    k->attend_group(o, qp, ng, K, Vv, ld, n, hd, 0.125f, sc);
-                    for (int g = 0; g < ng; g++) {
-                        qk_scalar.attend(oref, qs[g], K, Vv, ld, n, hd, 0.125f, sc);
-                        if (memcmp(oref, outs[g], sizeof(float) * (size_t)hd))
-                            fail_msg("%s attend_group hd %d n %d ng %d: head %d differs from attend", k->name, hd, n, ng, g);
+                    k->attend_multi(o, qp, nv, nq, K2 + hd, V2 + hd, ld, hd, 0.125f, sc);
+                    for (int m = 0; m < nq; m++) {
+                        qk_scalar.attend(oref, qs[m], K2 + hd, V2 + hd, ld, nv[m], hd, 0.125f, sc);
+                        if (memcmp(oref, outs[m], sizeof(float) * (size_t)hd))
+                            fail_msg("%s attend_multi hd %d nq %d shape %d: query %d (n %d) differs from attend", k->name,
+                                     hd, nq, shape, m, nv[m]);
                     }
                 }
             }

@@ -76,10 +76,11 @@ typedef struct {
      * (the canonical dot), qk_softmax(s), o = sum_j s[j] V[j] (axpy in order of j); s has n floats */
     void (*attend)(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
                    float *s);
-    /* attend for ng query heads sharing one KV head (o[g], q[g]); s has ng * n floats; each o[g]
-     * is bit-identical to attend's */
-    void (*attend_group)(float *const *o, const float *const *q, int ng, const float *K, const float *V, size_t ld,
-                         int n, int hd, float scale, float *s);
+    /* attend for nq queries sharing one KV head (o[m], q[m]), query m over positions 0..n[m]-1 (the
+     * heads of a group, the tokens of a verify step); s has nq * max(n) floats; each o[m] is
+     * bit-identical to attend's */
+    void (*attend_multi)(float *const *o, const float *const *q, const int *n, int nq, const float *K, const float *V,
+                         size_t ld, int hd, float scale, float *s);
     /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */
     double (*exp_sum)(const float *x, float shift, float *out, int n);
     /* *bad = 1 when some x[i] is NaN or +inf; otherwise returns the largest x[i] (-inf for n = 0) */

@@ -110,9 +110,9 @@ static void attend(float *o, const float *q, const float *K, const float *V, siz
     for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
 }
 
-static void attend_group(float *const *o, const float *const *q, int ng, const float *K, const float *V, size_t ld,
-                         int n, int hd, float scale, float *s) {
-    for (int g = 0; g < ng; g++) attend(o[g], q[g], K, V, ld, n, hd, scale, s + (size_t)g * n);
+static void attend_multi(float *const *o, const float *const *q, const int *n, int nq, const float *K, const float *V,
+                         size_t ld, int hd, float scale, float *s) {
+    for (int m = 0; m < nq; m++) attend(o[m], q[m], K, V, ld, n[m], hd, scale, s);
 }
 
 static double exp_sum(const float *x, float shift, float *out, int n) {
@@ -158,5 +158,5 @@ static void swiglu(float *out, const float *g, const float *u, size_t n) {
 }
 
 const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
-                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_group = attend_group, .exp_sum = exp_sum, .max_scan = max_scan, .first_eq = first_eq, .swiglu = swiglu,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .exp_sum = exp_sum, .max_scan = max_scan, .first_eq = first_eq, .swiglu = swiglu,
                              .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};
