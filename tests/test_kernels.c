@@ -495,6 +495,43 @@ static void test_argmax_paths(void **state) {
     assert_int_equal(qk_argmax(x, 0), 0);
 }
 
+/* qk_softmax on every path equals its scalar definition bit for bit (the max by a compare scan, then
+ * exp_sum from it, times float(1 / sum)): random rows, ties of -0 and +0 at the max (a zero max's
+ * sign may differ by path; the shift's result may not), -inf (masked) entries, a NaN or +inf (the
+ * scalar scan itself) */
+static void test_softmax_paths(void **state) {
+    (void)state;
+    enum { N = 150 };
+    float x[N], got[N], want[N];
+    rng_t r;
+    rng_seed(&r, 11);
+    for (int trial = 0; trial < 1500; trial++) {
+        int n = 1 + trial % N, kind = trial / N % 6, at = (int)(rng_uniform(&r) * n);
+        for (int i = 0; i < n; i++) x[i] = (float)(rng_uniform(&r) * 20 - 10);
+        if (kind == 1)
+            for (int i = 0; i < n; i++) x[i] = i % 3 == 0 ? 0.0f : i % 3 == 1 ? -0.0f : -(float)i;
+        if (kind == 2)
+            for (int i = 0; i < n; i += 2) x[i] = -INFINITY;
+        if (kind == 3) x[at] = NAN;
+        if (kind == 4) x[at] = INFINITY;
+        if (kind == 5) x[at] = -0.0f, x[(at + 1) % n] = 0.0f, x[(at + 2) % n] = -1e-30f;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        memcpy(want, x, sizeof(float) * (size_t)n);
+        float inv = (float)(1.0 / qk_scalar.exp_sum(want, mx, want, n));
+        for (int i = 0; i < n; i++) want[i] *= inv;
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+            if (!k) continue;
+            qk_exp_use(k);
+            memcpy(got, x, sizeof(float) * (size_t)n);
+            qk_softmax(got, n);
+            if (memcmp(got, want, sizeof(float) * (size_t)n)) fail_msg("%s: softmax n %d kind %d differs from its definition", k->name, n, kind);
+        }
+    }
+    qk_exp_use(qk_kernels_for(cpu_isa_best()));
+}
+
 /* the OpenBLAS kernel check behind main's re-exec: never overrides a user's OPENBLAS_CORETYPE; asks
  * for wide kernels only on an AVX2 machine whose OpenBLAS fell back to narrow ones, and names them */
 char *openblas_get_corename(void);
@@ -539,7 +576,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
-        cmocka_unit_test(test_exp_sum), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_quantize_paths),
+        cmocka_unit_test(test_exp_sum), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
         cmocka_unit_test(test_swiglu_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -137,8 +137,15 @@ void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1) {
 }
 
 void qk_softmax(float *s, int n) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx; /* a compare, not a libm call */
+    /* the max on the process's path: the same value as the scalar scan whenever no entry is NaN or
+     * +inf (max does not depend on order; a zero's sign may, and x - 0 and x + 0 are the same for a
+     * shift); with one, the scalar scan itself, a compare, not a libm call */
+    int bad;
+    float mx = qk_max_scan(s, n, &bad);
+    if (bad) {
+        mx = -INFINITY;
+        for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    }
     float inv = (float)(1.0 / qk_exp_sum(s, mx, s, n));
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
