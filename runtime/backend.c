@@ -97,7 +97,7 @@ int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
             int nh = kv->head_major ? kv->n_heads : 1;
             size_t n = kv->head_major ? sizeof(float) * (size_t)kv->head_dim * (size_t)kv->len : row * (size_t)kv->len;
             for (int h = 0; h < nh; h++) {
-                size_t from = (size_t)h * (size_t)kv->head_dim * (size_t)kv->cap, to = (size_t)h * (size_t)kv->head_dim * (size_t)cap;
+                size_t from = kv_head(kv, h), to = (size_t)h * (size_t)kv->head_dim * (size_t)cap;
                 if (be->copy(be, nk + to, kv->k[l] + from, n) || be->copy(be, nv + to, kv->v[l] + from, n)) {
                     be->release(be, nk);
                     be->release(be, nv);

@@ -380,6 +380,9 @@ typedef struct {
     int t0, kvh, q0, q1; /* request's first token, KV head, queries [q0, q1) of its run */
 } attn_task;
 
+/* queries a slice of a run of len tokens takes: the run cut in `parts`, at most ATT_QMAX */
+static int attn_slice(int len, int group, int parts) { return DS_MIN(ATT_QMAX, (len * group + parts - 1) / parts); }
+
 static int cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
                          int n_kv_heads, int hd) {
     cpu_ctx *c = be->ctx;
@@ -413,7 +416,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
             }
             maxn = DS_MAX(maxn, nv);
         }
-        int qn = len * group, qc = DS_MIN(ATT_QMAX, (qn + parts - 1) / parts);
+        int qn = len * group, qc = attn_slice(len, group, parts);
         if (len >= c->attn_gemm_min_T) need = DS_MAX(need, (size_t)len * (size_t)maxn);
         else need = DS_MAX(need, (size_t)qc * (size_t)maxn), max_tasks += (size_t)n_kv_heads * (size_t)((qn + qc - 1) / qc);
     }
@@ -424,7 +427,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
         const kv_cache *kv = ab->kv[ab->seq[t0]];
         size_t ld = kv_ld(kv);
         if (len < c->attn_gemm_min_T) { /* slices for the per-row kernel */
-            int qn = len * group, qc = DS_MIN(ATT_QMAX, (qn + parts - 1) / parts);
+            int qn = len * group, qc = attn_slice(len, group, parts);
             for (int h = 0; h < n_kv_heads; h++)
                 for (int q0 = 0; q0 < qn; q0 += qc) tasks[n_tasks++] = (attn_task){t0, h, q0, DS_MIN(qn, q0 + qc)};
             continue;
