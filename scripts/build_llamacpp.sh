@@ -7,8 +7,11 @@
 #   scripts/build_llamacpp.sh [TARGET ...]     default targets: llama-bench llama-quantize llama-lookup
 #
 # LLAMACPP_DIR (default ~/.cache/dspark-bench/llamacpp) is where it lives; LLAMACPP_CMAKE adds cmake
-# flags (on a CPU whose AMX llama.cpp would use but the guest traps: -DCMAKE_C_FLAGS="-mno-amx-tile
-# -mno-amx-int8 -mno-amx-bf16", the same for CMAKE_CXX_FLAGS). About 10 minutes on two cores.
+# flags; on a CPU whose AMX llama.cpp would use but the guest traps, pass the compiler flags through the
+# environment instead (cmake reads them at configure time; a delete of build/ makes it configure again):
+# CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" CXXFLAGS="$CFLAGS" scripts/build_llamacpp.sh
+# (LLAMACPP_CMAKE is split at spaces, so a quoted flag list cannot go through it). 4-10 minutes on
+# two cores.
 # Prints the folder of the binaries on its last line.
 set -eu
 V=0.3.36
