@@ -47,7 +47,36 @@ typedef struct {
     qk_act act;                 /* int8 activations */
     size_t act_len;
     int attn_gemm_min_T;        /* requests adding this many tokens attend through two GEMMs */
+    int *attn_runs;             /* attention: first token of each request's run, then T */
+    struct attn_task *attn_tasks;
+    size_t runs_cap, tasks_cap;
 } cpu_ctx;
+
+/* ------------------------------------------------------------------------------- threads */
+
+/* Each op's parallel part is fn(arg, tid, nth), over its share of the work. A part that runs on one
+ * thread is called directly, never in an OpenMP region: libgomp builds (mallocs and frees) a team
+ * even for if(0) or num_threads(1), and in the gate's tiny worlds that free, next to the heap's top,
+ * trimmed and consolidated the heap on every op (a third of their time in malloc and brk). */
+typedef void (*team_fn)(void *arg, int tid, int nth);
+
+static void team_run(const backend *be, int split, team_fn fn, void *arg) {
+    if (!split || be->n_threads <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+#pragma omp parallel num_threads(be->n_threads)
+    fn(arg, omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* [i0, i1) of n for thread tid of nth */
+static void team_share(long n, int tid, int nth, long *i0, long *i1) {
+    *i0 = n * tid / nth;
+    *i1 = n * (tid + 1) / nth;
+}
+
+/* dynamic scheduling: the next unclaimed index of a shared counter */
+static int team_next(int *counter) { return __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
 
 /* ------------------------------------------------------------------------- packed weights */
 
@@ -223,11 +252,21 @@ static int cpu_embed(backend *be, float *out, const qmat *emb, const int *tok, i
     return 0;
 }
 
-static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
-#pragma omp parallel for num_threads(be->n_threads) if (n_rows >= 64)
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * C;
-        float *o = out + (size_t)r * C;
+typedef struct {
+    float *out;
+    const float *x, *w;
+    int n_rows, C;
+    float eps;
+} rmsnorm_args;
+
+static void rmsnorm_part(void *arg, int tid, int nth) {
+    const rmsnorm_args *a = arg;
+    const int C = a->C;
+    long r0, r1;
+    team_share(a->n_rows, tid, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        const float *xr = a->x + (size_t)r * C, *w = a->w;
+        float *o = a->out + (size_t)r * C;
         /* the squares (exact in double) summed in 8 lanes, lane[i mod 8] in order of i, then halved
          * pairwise: one chain of C dependent adds was ~0.8 us a row, serial at decode */
         double l[8] = {0};
@@ -238,10 +277,87 @@ static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, 
         for (int h = 4; h >= 1; h /= 2)
             for (int j = 0; j < h; j++) l[j] = l[j] + l[j + h];
         double ss = l[0];
-        float s = (float)(1.0 / sqrt(ss / C + eps));
+        float s = (float)(1.0 / sqrt(ss / C + a->eps));
         for (int i = 0; i < C; i++) o[i] = xr[i] * s * w[i];
     }
+}
+
+static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+    rmsnorm_args a = {out, x, w, n_rows, C, eps};
+    team_run(be, n_rows >= 64, rmsnorm_part, &a);
     return 0;
+}
+
+typedef struct {
+    cpu_ctx *c;
+    int n, T, cols, gemm, need_act, exact;
+    float *const *out;
+    const qmat *const *W;
+    const qk_mat *const *pk;
+    const float *x;
+} matmul_args;
+
+static void matmul_part(void *arg, int tid, int nth) {
+    const matmul_args *a = arg;
+    cpu_ctx *c = a->c;
+    const qk_kernels *k = c->k;
+    const int n = a->n, T = a->T, cols = a->cols, gemm = a->gemm;
+    const float *x = a->x;
+    float *const *out = a->out;
+    const qmat *const *W = a->W;
+    const qk_mat *const *pk = a->pk;
+    float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
+    if (a->need_act) { /* each thread quantizes its share of the tokens, then all read all */
+        k->quantize(x, (int)((long)T * tid / nth), (int)((long)T * (tid + 1) / nth), cols, &c->act);
+        if (nth > 1) {
+#pragma omp barrier
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const qmat *w = W[i];
+        int rows = w->rows;
+        to_float_fn deq = ggml_type_get(w->type)->to_float;
+        if (pk[i]) { /* fused kernel on this thread's slice of rows (whole panels) */
+            int r0, r1;
+            qk_split(pk[i], tid, nth, &r0, &r1);
+            if (a->exact) k->rows_f32(pk[i], r0, r1, x, c->xsum, T, out[i], (size_t)rows);
+            else k->rows_i8(pk[i], r0, r1, &c->act, out[i], (size_t)rows);
+        } else if (gemm) {
+            /* decode GEMM_ROWS rows of this thread's slice into L2 and run sgemm on them: the
+             * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
+            int r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
+            for (int r = r0; r < r1; r += GEMM_ROWS) {
+                int nr = DS_MIN(GEMM_ROWS, r1 - r);
+                const float *wr = (const float *)w->data + (size_t)r * cols;
+                if (w->type != GGML_F32) {
+                    for (int j = 0; j < nr; j++)
+                        deq((const uint8_t *)w->data + (size_t)(r + j) * w->row_bytes, buf + (size_t)j * cols, cols);
+                    wr = buf;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nr, cols, 1.0f, x, cols, wr, cols, 0.0f,
+                            out[i] + r, rows);
+            }
+        } else {
+            int groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
+            int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
+            for (int g = g0; g < g1; g++) {
+                int r0 = g * ROWS_PER_GROUP, nr = DS_MIN(ROWS_PER_GROUP, rows - r0);
+                const float *wr;
+                if (w->type == GGML_F32) {
+                    wr = (const float *)w->data + (size_t)r0 * cols;
+                } else {
+                    for (int j = 0; j < nr; j++)
+                        deq((const uint8_t *)w->data + (size_t)(r0 + j) * w->row_bytes, buf + (size_t)j * cols, cols);
+                    wr = buf;
+                }
+                for (int t = 0; t < T; t++) {
+                    k->dot_rows(wr, (size_t)cols, nr, x + (size_t)t * cols, cols, res);
+                    float *o = out[i] + (size_t)t * rows + r0;
+                    for (int j = 0; j < nr; j++) o[j] = res[j];
+                }
+            }
+        }
+    }
 }
 
 static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
@@ -278,73 +394,29 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         DS_TRY(ensure_act(c, T, cols));
         c->act.T = T, c->act.cols = cols, c->act.nb = cols / 32;
     }
-    const qk_kernels *k = c->k;
-#pragma omp parallel num_threads(be->n_threads)
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
-        if (need_act) { /* each thread quantizes its share of the tokens, then all read all */
-            k->quantize(x, (int)((long)T * tid / nth), (int)((long)T * (tid + 1) / nth), cols, &c->act);
-#pragma omp barrier
-        }
-        for (int i = 0; i < n; i++) {
-            const qmat *w = W[i];
-            int rows = w->rows;
-            to_float_fn deq = ggml_type_get(w->type)->to_float;
-            if (pk[i]) { /* fused kernel on this thread's slice of rows (whole panels) */
-                int r0, r1;
-                qk_split(pk[i], tid, nth, &r0, &r1);
-                if (be->exact) k->rows_f32(pk[i], r0, r1, x, c->xsum, T, out[i], (size_t)rows);
-                else k->rows_i8(pk[i], r0, r1, &c->act, out[i], (size_t)rows);
-            } else if (gemm) {
-                /* decode GEMM_ROWS rows of this thread's slice into L2 and run sgemm on them: the
-                 * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
-                int r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
-                for (int r = r0; r < r1; r += GEMM_ROWS) {
-                    int nr = DS_MIN(GEMM_ROWS, r1 - r);
-                    const float *wr = (const float *)w->data + (size_t)r * cols;
-                    if (w->type != GGML_F32) {
-                        for (int j = 0; j < nr; j++)
-                            deq((const uint8_t *)w->data + (size_t)(r + j) * w->row_bytes, buf + (size_t)j * cols, cols);
-                        wr = buf;
-                    }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, nr, cols, 1.0f, x, cols, wr, cols, 0.0f,
-                                out[i] + r, rows);
-                }
-            } else {
-                int groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
-                int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
-                for (int g = g0; g < g1; g++) {
-                    int r0 = g * ROWS_PER_GROUP, nr = DS_MIN(ROWS_PER_GROUP, rows - r0);
-                    const float *wr;
-                    if (w->type == GGML_F32) {
-                        wr = (const float *)w->data + (size_t)r0 * cols;
-                    } else {
-                        for (int j = 0; j < nr; j++)
-                            deq((const uint8_t *)w->data + (size_t)(r0 + j) * w->row_bytes, buf + (size_t)j * cols, cols);
-                        wr = buf;
-                    }
-                    for (int t = 0; t < T; t++) {
-                        k->dot_rows(wr, (size_t)cols, nr, x + (size_t)t * cols, cols, res);
-                        float *o = out[i] + (size_t)t * rows + r0;
-                        for (int j = 0; j < nr; j++) o[j] = res[j];
-                    }
-                }
-            }
-        }
-    }
+    matmul_args a = {c, n, T, cols, gemm, need_act, be->exact, out, W, pk, x};
+    team_run(be, 1, matmul_part, &a);
     return 0;
 fail:
     return -1;
 }
 
-static int cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
-    int hd = rt->head_dim, half = hd / 2;
-#pragma omp parallel for num_threads(be->n_threads) if (T >= 64)
-    for (int t = 0; t < T; t++) {
+typedef struct {
+    float *x;
+    int T, n_heads;
+    const rope_tables *rt;
+} rope_args;
+
+static void rope_part(void *arg, int tid, int nth) {
+    const rope_args *a = arg;
+    const rope_tables *rt = a->rt;
+    const int hd = rt->head_dim, half = hd / 2, n_heads = a->n_heads;
+    long t0, t1;
+    team_share(a->T, tid, nth, &t0, &t1);
+    for (long t = t0; t < t1; t++) {
         const float *cs = rt->cos + (size_t)t * half, *sn = rt->sin + (size_t)t * half;
         for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * hd;
+            float *v = a->x + ((size_t)t * n_heads + h) * hd;
             if (rt->neox) /* pairs (i, i + half): two loops the compiler vectorizes */
                 for (int i = 0; i < half; i++) {
                     float x0 = v[i], x1 = v[i + half];
@@ -359,6 +431,11 @@ static int cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables
                 }
         }
     }
+}
+
+static int cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
+    rope_args a = {x, T, n_heads, rt};
+    team_run(be, T >= 64, rope_part, &a);
     return 0;
 }
 
@@ -390,9 +467,74 @@ static int n_visible(const attn_batch *ab, int t) { return ab->n_vis ? ab->n_vis
  * Slices are cut so that the batch makes at least two tasks a thread (one decode token: 3 KV heads
  * on 2 threads would leave one idle a third of the time), and at most ATT_QMAX queries each. */
 #define ATT_QMAX 48
-typedef struct {
+typedef struct attn_task {
     int t0, kvh, q0, q1; /* request's first token, KV head, queries [q0, q1) of its run */
 } attn_task;
+
+/* p grown to at least n entries of elem bytes (the run and task lists are kept by the backend:
+ * they were two mallocs a layer); NULL on failure, with p and *cap as they were */
+static void *grow_list(void *p, size_t *cap, size_t n, size_t elem, const char *what) {
+    if (p && *cap >= n) return p;
+    size_t c2 = DS_MAX(n, 2 * *cap);
+    void *q = ds_realloc(p, elem * c2, what);
+    if (q) *cap = c2;
+    return q;
+}
+
+typedef struct {
+    cpu_ctx *c;
+    float *out;
+    const float *q;
+    const attn_batch *ab;
+    int layer, group, hd, n;       /* n: heads (the GEMM path) or tasks */
+    size_t qld;
+    float scale;
+    int t0, len, n_ctx;            /* the GEMM path's request */
+    int next;                      /* the next unclaimed head or task */
+} attn_args;
+
+/* the GEMM path: one request's heads, claimed one at a time */
+static void attn_gemm_part(void *arg, int tid, int nth) {
+    DS_UNUSED(nth);
+    attn_args *a = arg;
+    const kv_cache *kv = a->ab->kv[a->ab->seq[a->t0]];
+    const int len = a->len, n_ctx = a->n_ctx, hd = a->hd, ld = (int)kv_ld(kv);
+    float *S = a->c->sbuf[tid];
+    for (int h; (h = team_next(&a->next)) < a->n;) {
+        const float *K = kv->k[a->layer] + kv_head(kv, h / a->group), *V = kv->v[a->layer] + kv_head(kv, h / a->group);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, n_ctx, hd, a->scale,
+                    a->q + (size_t)a->t0 * a->qld + (size_t)h * hd, (int)a->qld, K, ld, 0.0f, S, n_ctx);
+        for (int i = 0; i < len; i++) {
+            float *row = S + (size_t)i * n_ctx;
+            for (int j = n_visible(a->ab, a->t0 + i); j < n_ctx; j++) row[j] = -INFINITY;
+            qk_softmax(row, n_ctx);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, ld, 0.0f,
+                    a->out + (size_t)a->t0 * a->qld + (size_t)h * hd, (int)a->qld);
+    }
+}
+
+/* the per-row kernel: the tasks, claimed one at a time */
+static void attn_task_part(void *arg, int tid, int nth) {
+    DS_UNUSED(nth);
+    attn_args *a = arg;
+    const int group = a->group, hd = a->hd;
+    float *o[ATT_QMAX];
+    const float *qq[ATT_QMAX];
+    int nv[ATT_QMAX];
+    for (int it; (it = team_next(&a->next)) < a->n;) {
+        const attn_task *t = &a->c->attn_tasks[it];
+        const kv_cache *kv = a->ab->kv[a->ab->seq[t->t0]];
+        for (int m = t->q0; m < t->q1; m++) { /* query m: token t0 + m / group, head kvh * group + m % group */
+            int tok = t->t0 + m / group, h = t->kvh * group + m % group;
+            o[m - t->q0] = a->out + (size_t)tok * a->qld + (size_t)h * hd;
+            qq[m - t->q0] = a->q + (size_t)tok * a->qld + (size_t)h * hd;
+            nv[m - t->q0] = n_visible(a->ab, tok);
+        }
+        a->c->k->attend_multi(o, qq, nv, t->q1 - t->q0, kv->k[a->layer] + kv_head(kv, t->kvh),
+                              kv->v[a->layer] + kv_head(kv, t->kvh), kv_ld(kv), hd, a->scale, a->c->sbuf[tid]);
+    }
+}
 
 /* queries a slice of a run of len tokens takes: the run cut in `parts`, at most ATT_QMAX */
 static int attn_slice(int len, int group, int parts) { return DS_MIN(ATT_QMAX, (len * group + parts - 1) / parts); }
@@ -404,9 +546,9 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     size_t qld = (size_t)n_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
     /* requests are contiguous runs of the batch: find each run and its widest context */
-    int n_runs = 0, *run_start = ds_malloc(sizeof(int) * (size_t)(T + 1), "attention runs");
-    attn_task *tasks = NULL;
+    int n_runs = 0, *run_start = grow_list(c->attn_runs, &c->runs_cap, (size_t)T + 1, sizeof(int), "attention runs");
     if (!run_start) return -1;
+    c->attn_runs = run_start;
     for (int t = 0; t < T; t++)
         if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
     run_start[n_runs] = T;
@@ -434,12 +576,14 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
         if (len >= c->attn_gemm_min_T) need = DS_MAX(need, (size_t)len * (size_t)maxn);
         else need = DS_MAX(need, (size_t)qc * (size_t)maxn), max_tasks += (size_t)n_kv_heads * (size_t)((qn + qc - 1) / qc);
     }
-    if (ensure_sbuf(be, need)) goto done;
-    if (!(tasks = ds_malloc(sizeof *tasks * (max_tasks + 1), "attention tasks"))) goto done;
+    attn_task *tasks;
+    if (ensure_sbuf(be, need) ||
+        !(tasks = grow_list(c->attn_tasks, &c->tasks_cap, max_tasks + 1, sizeof(attn_task), "attention tasks")))
+        goto done;
+    c->attn_tasks = tasks;
+    attn_args a = {c, out, q, ab, layer, group, hd, 0, qld, scale, 0, 0, 0, 0};
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
-        const kv_cache *kv = ab->kv[ab->seq[t0]];
-        size_t ld = kv_ld(kv);
         if (len < c->attn_gemm_min_T) { /* slices for the per-row kernel */
             int qn = len * group, qc = attn_slice(len, group, parts);
             for (int h = 0; h < n_kv_heads; h++)
@@ -448,60 +592,55 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
         }
         int n_ctx = 0;
         for (int t = t0; t < t1; t++) n_ctx = DS_MAX(n_ctx, n_visible(ab, t));
-#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1)
-        for (int h = 0; h < n_heads; h++) {
-            float *S = c->sbuf[omp_get_thread_num()];
-            const float *K = kv->k[layer] + kv_head(kv, h / group), *V = kv->v[layer] + kv_head(kv, h / group);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, n_ctx, hd, scale, q + (size_t)t0 * qld + (size_t)h * hd,
-                        (int)qld, K, (int)ld, 0.0f, S, n_ctx);
-            for (int i = 0; i < len; i++) {
-                float *row = S + (size_t)i * n_ctx;
-                for (int j = n_visible(ab, t0 + i); j < n_ctx; j++) row[j] = -INFINITY;
-                qk_softmax(row, n_ctx);
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, len, hd, n_ctx, 1.0f, S, n_ctx, V, (int)ld, 0.0f,
-                        out + (size_t)t0 * qld + (size_t)h * hd, (int)qld);
-        }
+        a.n = n_heads, a.t0 = t0, a.len = len, a.n_ctx = n_ctx, a.next = 0;
+        team_run(be, n_heads >= 2, attn_gemm_part, &a);
     }
-    const qk_kernels *k = c->k;
-#pragma omp parallel for num_threads(be->n_threads) schedule(dynamic, 1) if (n_tasks >= 2)
-    for (int it = 0; it < n_tasks; it++) {
-        const attn_task *a = &tasks[it];
-        const kv_cache *kv = ab->kv[ab->seq[a->t0]];
-        float *o[ATT_QMAX];
-        const float *qq[ATT_QMAX];
-        int nv[ATT_QMAX];
-        for (int m = a->q0; m < a->q1; m++) { /* query m: token t0 + m / group, head kvh * group + m % group */
-            int t = a->t0 + m / group, h = a->kvh * group + m % group;
-            o[m - a->q0] = out + (size_t)t * qld + (size_t)h * hd;
-            qq[m - a->q0] = q + (size_t)t * qld + (size_t)h * hd;
-            nv[m - a->q0] = n_visible(ab, t);
-        }
-        k->attend_multi(o, qq, nv, a->q1 - a->q0, kv->k[layer] + kv_head(kv, a->kvh), kv->v[layer] + kv_head(kv, a->kvh),
-                        kv_ld(kv), hd, scale, c->sbuf[omp_get_thread_num()]);
-    }
+    a.n = n_tasks, a.next = 0;
+    team_run(be, n_tasks >= 2, attn_task_part, &a);
     rc = 0;
 done:
-    free(tasks);
-    free(run_start);
     return rc;
 }
 
+/* elementwise ops: any split gives the same bits; shares are whole 8-float vectors */
+typedef struct {
+    const qk_kernels *k;
+    float *out;
+    const float *a, *b;
+    size_t n;
+} ew_args;
+
+static void ew_share(const ew_args *e, int tid, int nth, size_t *i0, size_t *i1) {
+    *i0 = e->n * (size_t)tid / (size_t)nth / 8 * 8;
+    *i1 = tid + 1 == nth ? e->n : e->n * (size_t)(tid + 1) / (size_t)nth / 8 * 8;
+}
+
+static void swiglu_part(void *arg, int tid, int nth) {
+    const ew_args *e = arg;
+    size_t i0, i1;
+    ew_share(e, tid, nth, &i0, &i1);
+    e->k->swiglu(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
+}
+
 static int cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
-    const qk_kernels *k = ((cpu_ctx *)be->ctx)->k;
-    /* elementwise, so any split gives the same bits; a verify step's 8 x 1536 is worth two threads */
-#pragma omp parallel num_threads(be->n_threads) if (n >= 4096)
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        size_t i0 = n * (size_t)tid / (size_t)nth / 8 * 8, i1 = tid + 1 == nth ? n : n * (size_t)(tid + 1) / (size_t)nth / 8 * 8;
-        k->swiglu(out + i0, gate + i0, up + i0, i1 - i0);
-    }
+    ew_args e = {((cpu_ctx *)be->ctx)->k, out, gate, up, n};
+    team_run(be, n >= 4096, swiglu_part, &e); /* a verify step's 8 x 1536 is worth two threads */
     return 0;
 }
 
+static void add_part(void *arg, int tid, int nth) {
+    const ew_args *e = arg;
+    size_t i0, i1;
+    ew_share(e, tid, nth, &i0, &i1);
+    float *o = e->out;
+    const float *y = e->b;
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) o[i] += y[i];
+}
+
 static int cpu_add(backend *be, float *x, const float *y, size_t n) {
-#pragma omp parallel for num_threads(be->n_threads) if (n >= 65536)
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    ew_args e = {NULL, x, x, y, n};
+    team_run(be, n >= 65536, add_part, &e);
     return 0;
 }
 
@@ -516,6 +655,7 @@ static void cpu_destroy(backend *be) {
             if (c->slots[i].key) qk_mat_free(&c->slots[i].m);
         free(c->slots);
         free(c->xsum);
+        free(c->attn_runs), free(c->attn_tasks);
         free(c->act.q), free(c->act.e), free(c->act.s), free(c->act.ps);
         free(c);
     }
