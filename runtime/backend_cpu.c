@@ -46,6 +46,8 @@ typedef struct {
     size_t xsum_len;
     qk_act act;                 /* int8 activations */
     size_t act_len;
+    qk_act own[MAX_THREADS];    /* a few tokens' int8 activations, each thread's own copy */
+    size_t own_len;
     int attn_gemm_min_T;        /* requests adding this many tokens attend through two GEMMs */
     int *attn_runs;             /* attention: first token of each request's run, then T */
     struct attn_task *attn_tasks;
@@ -244,6 +246,27 @@ static int ensure_act(cpu_ctx *c, int T, int cols) {
     return 0;
 }
 
+/* Up to OWN_T tokens every thread quantizes all of them into its own buffer instead of its share
+ * into the shared one: the same bytes, and the matmul needs no barrier (a decode step has ~120) */
+#define OWN_T 4
+static int ensure_own(backend *be, int cols) {
+    cpu_ctx *c = be->ctx;
+    size_t n = (size_t)OWN_T * (size_t)cols;
+    if (c->own_len >= n) return 0;
+    c->own_len = 0;
+    for (int t = 0; t < be->n_threads; t++) {
+        qk_act *a = &c->own[t];
+        free(a->q), free(a->e), free(a->s), free(a->ps);
+        a->q = ds_aligned_alloc(n, "int8 activations");
+        a->e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
+        a->s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
+        a->ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
+        if (!a->q || !a->e || !a->s || !a->ps) return -1;
+    }
+    c->own_len = n;
+    return 0;
+}
+
 /* ----------------------------------------------------------------------------------------- ops */
 
 static int cpu_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
@@ -290,7 +313,7 @@ static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, 
 
 typedef struct {
     cpu_ctx *c;
-    int n, T, cols, gemm, need_act, exact;
+    int n, T, cols, gemm, need_act, own, exact;
     float *const *out;
     const qmat *const *W;
     const qk_mat *const *pk;
@@ -307,7 +330,13 @@ static void matmul_part(void *arg, int tid, int nth) {
     const qmat *const *W = a->W;
     const qk_mat *const *pk = a->pk;
     float *buf = c->wbuf[tid], res[ROWS_PER_GROUP];
-    if (a->need_act) { /* each thread quantizes its share of the tokens, then all read all */
+    const qk_act *act = &c->act;
+    if (a->need_act && a->own) {
+        qk_act *m = &c->own[tid];
+        m->T = T, m->cols = cols, m->nb = cols / 32;
+        k->quantize(x, 0, T, cols, m);
+        act = m;
+    } else if (a->need_act) { /* each thread quantizes its share of the tokens, then all read all */
         k->quantize(x, (int)((long)T * tid / nth), (int)((long)T * (tid + 1) / nth), cols, &c->act);
         if (nth > 1) {
 #pragma omp barrier
@@ -321,7 +350,7 @@ static void matmul_part(void *arg, int tid, int nth) {
             int r0, r1;
             qk_split(pk[i], tid, nth, &r0, &r1);
             if (a->exact) k->rows_f32(pk[i], r0, r1, x, c->xsum, T, out[i], (size_t)rows);
-            else k->rows_i8(pk[i], r0, r1, &c->act, out[i], (size_t)rows);
+            else k->rows_i8(pk[i], r0, r1, act, out[i], (size_t)rows);
         } else if (gemm) {
             /* decode GEMM_ROWS rows of this thread's slice into L2 and run sgemm on them: the
              * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
@@ -390,11 +419,13 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         }
         qk_block_sums(x, T, cols, c->xsum);
     }
-    if (need_act) {
+    int own = need_act && T <= OWN_T && be->n_threads > 1;
+    if (own) DS_TRY(ensure_own(be, cols));
+    else if (need_act) {
         DS_TRY(ensure_act(c, T, cols));
         c->act.T = T, c->act.cols = cols, c->act.nb = cols / 32;
     }
-    matmul_args a = {c, n, T, cols, gemm, need_act, be->exact, out, W, pk, x};
+    matmul_args a = {c, n, T, cols, gemm, need_act, own, be->exact, out, W, pk, x};
     team_run(be, 1, matmul_part, &a);
     return 0;
 fail:
@@ -657,6 +688,7 @@ static void cpu_destroy(backend *be) {
         free(c->xsum);
         free(c->attn_runs), free(c->attn_tasks);
         free(c->act.q), free(c->act.e), free(c->act.s), free(c->act.ps);
+        for (int t = 0; t < MAX_THREADS; t++) free(c->own[t].q), free(c->own[t].e), free(c->own[t].s), free(c->own[t].ps);
         free(c);
     }
     free(be);
