@@ -232,16 +232,23 @@ static int ensure_sbuf(backend *be, size_t len) {
     return 0;
 }
 
+static void act_free(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps); }
+
+/* a's buffers for n activations (replacing the old ones) */
+static int act_alloc(qk_act *a, size_t n) {
+    act_free(a);
+    a->q = ds_aligned_alloc(n, "int8 activations");
+    a->e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
+    a->s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
+    a->ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
+    return a->q && a->e && a->s && a->ps ? 0 : -1;
+}
+
 static int ensure_act(cpu_ctx *c, int T, int cols) {
     size_t n = (size_t)T * (size_t)cols;
     if (c->act_len >= n) return 0;
-    free(c->act.q), free(c->act.e), free(c->act.s), free(c->act.ps);
     c->act_len = 0;
-    c->act.q = ds_aligned_alloc(n, "int8 activations");
-    c->act.e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
-    c->act.s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
-    c->act.ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
-    if (!c->act.q || !c->act.e || !c->act.s || !c->act.ps) return -1;
+    if (act_alloc(&c->act, n)) return -1;
     c->act_len = n;
     return 0;
 }
@@ -254,15 +261,8 @@ static int ensure_own(backend *be, int cols) {
     size_t n = (size_t)OWN_T * (size_t)cols;
     if (c->own_len >= n) return 0;
     c->own_len = 0;
-    for (int t = 0; t < be->n_threads; t++) {
-        qk_act *a = &c->own[t];
-        free(a->q), free(a->e), free(a->s), free(a->ps);
-        a->q = ds_aligned_alloc(n, "int8 activations");
-        a->e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
-        a->s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
-        a->ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
-        if (!a->q || !a->e || !a->s || !a->ps) return -1;
-    }
+    for (int t = 0; t < be->n_threads; t++)
+        if (act_alloc(&c->own[t], n)) return -1;
     c->own_len = n;
     return 0;
 }
@@ -337,7 +337,9 @@ static void matmul_part(void *arg, int tid, int nth) {
         k->quantize(x, 0, T, cols, m);
         act = m;
     } else if (a->need_act) { /* each thread quantizes its share of the tokens, then all read all */
-        k->quantize(x, (int)((long)T * tid / nth), (int)((long)T * (tid + 1) / nth), cols, &c->act);
+        long t0, t1;
+        team_share(T, tid, nth, &t0, &t1);
+        k->quantize(x, (int)t0, (int)t1, cols, &c->act);
         if (nth > 1) {
 #pragma omp barrier
         }
@@ -354,8 +356,9 @@ static void matmul_part(void *arg, int tid, int nth) {
         } else if (gemm) {
             /* decode GEMM_ROWS rows of this thread's slice into L2 and run sgemm on them: the
              * decode cost is shared by all T tokens, and no fp32 copy of the model is kept */
-            int r0 = (int)((long)rows * tid / nth), r1 = (int)((long)rows * (tid + 1) / nth);
-            for (int r = r0; r < r1; r += GEMM_ROWS) {
+            long r0, r1;
+            team_share(rows, tid, nth, &r0, &r1);
+            for (int r = (int)r0; r < r1; r += GEMM_ROWS) {
                 int nr = DS_MIN(GEMM_ROWS, r1 - r);
                 const float *wr = (const float *)w->data + (size_t)r * cols;
                 if (w->type != GGML_F32) {
@@ -368,8 +371,9 @@ static void matmul_part(void *arg, int tid, int nth) {
             }
         } else {
             int groups = (rows + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
-            int g0 = (int)((long)groups * tid / nth), g1 = (int)((long)groups * (tid + 1) / nth);
-            for (int g = g0; g < g1; g++) {
+            long g0, g1;
+            team_share(groups, tid, nth, &g0, &g1);
+            for (int g = (int)g0; g < g1; g++) {
                 int r0 = g * ROWS_PER_GROUP, nr = DS_MIN(ROWS_PER_GROUP, rows - r0);
                 const float *wr;
                 if (w->type == GGML_F32) {
@@ -687,8 +691,8 @@ static void cpu_destroy(backend *be) {
         free(c->slots);
         free(c->xsum);
         free(c->attn_runs), free(c->attn_tasks);
-        free(c->act.q), free(c->act.e), free(c->act.s), free(c->act.ps);
-        for (int t = 0; t < MAX_THREADS; t++) free(c->own[t].q), free(c->own[t].e), free(c->own[t].s), free(c->own[t].ps);
+        act_free(&c->act);
+        for (int t = 0; t < MAX_THREADS; t++) act_free(&c->own[t]);
         free(c);
     }
     free(be);
