@@ -112,6 +112,9 @@ struct backend {
     int (*fill_random)(backend *, const qmat *w, uint64_t seed);
     /* read bandwidth of the backend's own memory in GB/s (a GPU's HBM), 0 if it cannot tell */
     double (*bandwidth)(backend *);
+    /* run body(arg), which calls this backend's ops, with its threads held for all of them (one fork
+     * for a whole forward instead of one an op); returns body's result */
+    int (*session)(backend *, int (*body)(void *), void *arg);
 };
 
 /* The backend named in o (NULL: the CPU with all cores, int8 contract); NULL + message if unknown. */

@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,6 +53,7 @@ typedef struct {
     int *attn_runs;             /* attention: first token of each request's run, then T */
     struct attn_task *attn_tasks;
     size_t runs_cap, tasks_cap;
+    struct team_session *sess;  /* the held team while a forward holds the threads (cpu_session) */
 } cpu_ctx;
 
 /* ------------------------------------------------------------------------------- threads */
@@ -59,16 +61,120 @@ typedef struct {
 /* Each op's parallel part is fn(arg, tid, nth), over its share of the work. A part that runs on one
  * thread is called directly, never in an OpenMP region: libgomp builds (mallocs and frees) a team
  * even for if(0) or num_threads(1), and in the gate's tiny worlds that free, next to the heap's top,
- * trimmed and consolidated the heap on every op (a third of their time in malloc and brk). */
+ * trimmed and consolidated the heap on every op (a third of their time in malloc and brk).
+ *
+ * A whole forward can hold the threads (cpu_session): one OpenMP region for all its ~150 ops, in
+ * which thread 0 runs the forward and the others wait for parts, posted through a generation
+ * counter. A libgomp fork and join cost ~1 us an op here (measured); a post and its join cost a
+ * couple of cache-line transfers. The waiting threads are OpenMP's own, so there is no second pool
+ * spinning beside libgomp's between forwards. */
 typedef void (*team_fn)(void *arg, int tid, int nth);
+
+typedef struct team_session {
+    team_fn fn;
+    void *arg;
+    int nth, quit;
+    unsigned gen __attribute__((aligned(64))); /* bumped (release) when a part or the end is posted */
+    int done __attribute__((aligned(64)));     /* threads other than 0 done with the current part */
+    int bar_count __attribute__((aligned(64)));
+    unsigned bar_gen;
+} team_session;
+
+/* one step of a wait: spin a while, then yield (more threads than cores must not starve the one
+ * that is being waited for) */
+static void team_relax(long i) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (i < 20000) {
+        __builtin_ia32_pause();
+        return;
+    }
+#endif
+    sched_yield();
+}
+
+/* wait until *p != v */
+static unsigned team_wait_ne(const unsigned *p, unsigned v) {
+    unsigned x;
+    for (long i = 0; (x = __atomic_load_n(p, __ATOMIC_ACQUIRE)) == v; i++) team_relax(i);
+    return x;
+}
+
+/* all nth threads of the held team meet (a central barrier: the last one in bumps the generation) */
+static void session_barrier(team_session *s) {
+    unsigned g = __atomic_load_n(&s->bar_gen, __ATOMIC_ACQUIRE);
+    if (__atomic_add_fetch(&s->bar_count, 1, __ATOMIC_ACQ_REL) == s->nth) {
+        __atomic_store_n(&s->bar_count, 0, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&s->bar_gen, 1, __ATOMIC_RELEASE);
+    } else team_wait_ne(&s->bar_gen, g);
+}
+
+/* a thread other than 0 of a held team: run each posted part until the end is posted */
+static void session_worker(team_session *s, int tid) {
+    for (unsigned seen = 0;;) {
+        seen = team_wait_ne(&s->gen, seen);
+        if (s->quit) return;
+        s->fn(s->arg, tid, s->nth);
+        __atomic_add_fetch(&s->done, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static team_session *held(const backend *be) {
+    team_session *s = ((cpu_ctx *)be->ctx)->sess;
+    return s && s->nth > 1 ? s : NULL;
+}
 
 static void team_run(const backend *be, int split, team_fn fn, void *arg) {
     if (!split || be->n_threads <= 1) {
         fn(arg, 0, 1);
         return;
     }
+    team_session *s = held(be);
+    if (s) {
+        s->fn = fn, s->arg = arg;
+        __atomic_store_n(&s->done, 0, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&s->gen, 1, __ATOMIC_RELEASE);
+        fn(arg, 0, s->nth);
+        for (long i = 0; __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) < s->nth - 1; i++) team_relax(i);
+        return;
+    }
 #pragma omp parallel num_threads(be->n_threads)
     fn(arg, omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* whether n units are worth splitting: at least `forked` of them for an OpenMP fork, `held` when
+ * the forward holds the threads */
+static int team_worth(const backend *be, long n, long forked, long held_min) {
+    return n >= (held(be) ? held_min : forked);
+}
+
+/* inside a part: all threads of the part meet */
+static void team_sync(const backend *be, int nth) {
+    if (nth <= 1) return;
+    team_session *s = held(be);
+    if (s) session_barrier(s);
+    else {
+#pragma omp barrier
+    }
+}
+
+static int cpu_session(backend *be, int (*body)(void *), void *arg) {
+    cpu_ctx *c = be->ctx;
+    if (be->n_threads <= 1 || c->sess) return body(arg);
+    team_session s = {0};
+    int rc = 0;
+#pragma omp parallel num_threads(be->n_threads)
+    {
+        int tid = omp_get_thread_num();
+        if (tid == 0) {
+            s.nth = omp_get_num_threads();
+            c->sess = &s;
+            rc = body(arg);
+            c->sess = NULL;
+            s.quit = 1;
+            __atomic_add_fetch(&s.gen, 1, __ATOMIC_RELEASE);
+        } else session_worker(&s, tid);
+    }
+    return rc;
 }
 
 /* [i0, i1) of n for thread tid of nth */
@@ -307,11 +413,12 @@ static void rmsnorm_part(void *arg, int tid, int nth) {
 
 static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
     rmsnorm_args a = {out, x, w, n_rows, C, eps};
-    team_run(be, n_rows >= 64, rmsnorm_part, &a);
+    team_run(be, team_worth(be, n_rows, 64, 4), rmsnorm_part, &a);
     return 0;
 }
 
 typedef struct {
+    const backend *be;
     cpu_ctx *c;
     int n, T, cols, gemm, need_act, own, exact;
     float *const *out;
@@ -340,9 +447,7 @@ static void matmul_part(void *arg, int tid, int nth) {
         long t0, t1;
         team_share(T, tid, nth, &t0, &t1);
         k->quantize(x, (int)t0, (int)t1, cols, &c->act);
-        if (nth > 1) {
-#pragma omp barrier
-        }
+        team_sync(a->be, nth);
     }
     for (int i = 0; i < n; i++) {
         const qmat *w = W[i];
@@ -429,7 +534,7 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         DS_TRY(ensure_act(c, T, cols));
         c->act.T = T, c->act.cols = cols, c->act.nb = cols / 32;
     }
-    matmul_args a = {c, n, T, cols, gemm, need_act, own, be->exact, out, W, pk, x};
+    matmul_args a = {be, c, n, T, cols, gemm, need_act, own, be->exact, out, W, pk, x};
     team_run(be, 1, matmul_part, &a);
     return 0;
 fail:
@@ -470,7 +575,7 @@ static void rope_part(void *arg, int tid, int nth) {
 
 static int cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
     rope_args a = {x, T, n_heads, rt};
-    team_run(be, T >= 64, rope_part, &a);
+    team_run(be, team_worth(be, T, 64, 4), rope_part, &a);
     return 0;
 }
 
@@ -659,7 +764,7 @@ static void swiglu_part(void *arg, int tid, int nth) {
 
 static int cpu_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
     ew_args e = {((cpu_ctx *)be->ctx)->k, out, gate, up, n};
-    team_run(be, n >= 4096, swiglu_part, &e); /* a verify step's 8 x 1536 is worth two threads */
+    team_run(be, team_worth(be, (long)n, 4096, 1024), swiglu_part, &e); /* a verify step's 8 x 1536 is worth two threads */
     return 0;
 }
 
@@ -675,7 +780,7 @@ static void add_part(void *arg, int tid, int nth) {
 
 static int cpu_add(backend *be, float *x, const float *y, size_t n) {
     ew_args e = {NULL, x, x, y, n};
-    team_run(be, n >= 65536, add_part, &e);
+    team_run(be, team_worth(be, (long)n, 65536, 16384), add_part, &e);
     return 0;
 }
 
@@ -744,5 +849,6 @@ backend *backend_cpu_new(const backend_opts *o) {
     be->swiglu = cpu_swiglu;
     be->add = cpu_add;
     be->destroy = cpu_destroy;
+    be->session = cpu_session;
     return be;
 }

@@ -71,7 +71,17 @@ static int reserve_logits(fwd_state *st, const model_config *c, int rows) {
     return st->logits ? 0 : -1;
 }
 
-int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
+typedef struct {
+    const model *m;
+    fwd_state *st;
+    const fwd_batch *b;
+} fwd_call;
+
+static int forward_body(void *arg) {
+    const fwd_call *fc = arg;
+    const model *m = fc->m;
+    fwd_state *st = fc->st;
+    const fwd_batch *b = fc->b;
     const model_config *c = &m->cfg;
     backend *be = st->be;
     int T = 0;
@@ -189,6 +199,13 @@ int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
     return 0;
 fail:
     return -1;
+}
+
+int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
+    fwd_call fc = {m, st, b};
+    backend *be = st->be;
+    /* the whole forward holds the backend's threads where it can (one fork instead of ~150) */
+    return be->session ? be->session(be, forward_body, &fc) : forward_body(&fc);
 }
 
 int model_forward_one(const model *m, fwd_state *st, kv_cache *kv, const int *tokens, int n, int all_logits,
