@@ -70,10 +70,13 @@ typedef struct {
     void (*rows_i8)(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld);
     /* res[j] = w[j] . x for nr (1..4) fp32 rows of length n, stride ldw; res[j] does not depend on nr */
     void (*dot_rows)(const float *w, size_t ldw, int nr, const float *x, int n, float *res);
-    /* o[i] += a * v[i] */
+    /* o[i] = fma(a, v[i], o[i]) (attention's accumulation) */
     void (*axpy)(float *o, float a, const float *v, int n);
     /* one attention row over n positions of one KV head (rows ld floats apart): s[j] = scale * q.K[j]
-     * (the canonical dot), qk_softmax(s), o = sum_j s[j] V[j] (axpy in order of j); s has n floats */
+     * (the attention dot: the canonical dot's lanes, chunks and reduction with each product added by
+     * one fused multiply-add), qk_softmax(s), o = sum_j s[j] V[j] (axpy in order of j); s has n
+     * floats. Fused multiply-adds are correctly rounded on every path (fmaf in C), so the paths stay
+     * bit-identical; unfused, scores and P V were bound by the FP ports (mul then add) */
     void (*attend)(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
                    float *s);
     /* attend for nq queries sharing one KV head (o[m], q[m]), query m over positions 0..n[m]-1 (the

@@ -1,5 +1,7 @@
 /* kernels_scalar.c — the portable path: plain C loops, the reference the SIMD paths are tested
  * against (bit for bit on the int8 contract). */
+#include <math.h>
+
 #include "../base/common.h"
 #include "kernels_cpu.h"
 #include "../formats/quant.h"
@@ -95,16 +97,29 @@ static void dot_rows(const float *w, size_t ldw, int nr, const float *x, int n, 
 }
 
 static void axpy(float *o, float a, const float *v, int n) {
-    for (int i = 0; i < n; i++) o[i] += a * v[i];
+    for (int i = 0; i < n; i++) o[i] = fmaf(a, v[i], o[i]);
+}
+
+/* the attention dot of kernels_cpu.h: dot_rows's lanes, chunks and reduction, each product added
+ * by one fused multiply-add (fmaf is correctly rounded, so equal to the SIMD paths' vfmadd) */
+static float adot(const float *w, const float *x, int n) {
+    int n16 = n & ~15;
+    float a[8] = {0}, b[8] = {0}, v[8], q[4], t = 0;
+    for (int k = 0; k < n16; k += 16)
+        for (int l = 0; l < 8; l++) {
+            a[l] = fmaf(w[k + l], x[k + l], a[l]);
+            b[l] = fmaf(w[k + 8 + l], x[k + 8 + l], b[l]);
+        }
+    for (int l = 0; l < 8; l++) v[l] = a[l] + b[l];
+    for (int i = 0; i < 4; i++) q[i] = v[i] + v[i + 4];
+    float s = (q[0] + q[2]) + (q[1] + q[3]);
+    for (int k = n16; k < n; k++) t = fmaf(w[k], x[k], t);
+    return s + t;
 }
 
 static void attend(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
                    float *s) {
-    for (int j = 0; j < n; j++) {
-        float d;
-        dot_rows(K + (size_t)j * ld, 0, 1, q, hd, &d);
-        s[j] = d * scale;
-    }
+    for (int j = 0; j < n; j++) s[j] = adot(K + (size_t)j * ld, q, hd) * scale;
     qk_softmax(s, n);
     for (int i = 0; i < hd; i++) o[i] = 0;
     for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
