@@ -332,6 +332,11 @@ static void test_fp32_helpers(void **state) {
             qk_scalar.axpy(o_ref, 0.37f, w, n);
             k->axpy(o, 0.37f, w, n);
             assert_memory_equal(o, o_ref, sizeof(float) * (size_t)n);
+            for (int i = 0; i < n; i++) o_ref[i] = o[i] = x[i];
+            qk_scalar.scale(o_ref, 0.37f, n);
+            k->scale(o, 0.37f, n);
+            assert_memory_equal(o, o_ref, sizeof(float) * (size_t)n);
+            for (int i = 0; i < n; i++) assert_true(o[i] == x[i] * 0.37f); /* every element, the tail's too */
         }
     }
     /* one attention row (head sizes 64, 40 and 20; 1, 9 and 33 positions): bit-identical on every path

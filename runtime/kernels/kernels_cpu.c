@@ -147,7 +147,7 @@ void qk_softmax(float *s, int n) {
         for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
     }
     float inv = (float)(1.0 / qk_exp_sum(s, mx, s, n));
-    for (int j = 0; j < n; j++) s[j] *= inv;
+    process_path()->scale(s, inv, n);
 }
 
 void qk_mat_free(qk_mat *m) {

@@ -90,6 +90,8 @@ typedef struct {
     float (*max_scan)(const float *x, int n, int *bad);
     /* the first i with x[i] == v (n when none) */
     int (*first_eq)(const float *x, int n, float v);
+    /* x[i] *= a (softmax's normalization: a prefill's scores, a row of logits) */
+    void (*scale)(float *x, float a, int n);
     /* the roof: n rounds of 12 independent int8 multiply-adds of the kind rows_i8 issues, on
      * registers only (no memory traffic); returns the multiply-adds done. peak_what names them. */
     double (*peak_i8)(long n);

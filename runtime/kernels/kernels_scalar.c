@@ -130,6 +130,10 @@ static void attend_multi(float *const *o, const float *const *q, const int *n, i
     for (int m = 0; m < nq; m++) attend(o[m], q[m], K, V, ld, n[m], hd, scale, s);
 }
 
+static void scale(float *x, float a, int n) {
+    for (int i = 0; i < n; i++) x[i] *= a;
+}
+
 static double exp_sum(const float *x, float shift, float *out, int n) {
     double l[16] = {0};
     return qk_exp_sum_tail(x, shift, out, 0, n, l);
@@ -173,5 +177,5 @@ static void swiglu(float *out, const float *g, const float *u, size_t n) {
 }
 
 const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
-                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .exp_sum = exp_sum, .max_scan = max_scan, .first_eq = first_eq, .swiglu = swiglu,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .exp_sum = exp_sum, .max_scan = max_scan, .scale = scale, .first_eq = first_eq, .swiglu = swiglu,
                              .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};
