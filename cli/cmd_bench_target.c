@@ -102,15 +102,38 @@ static double decode_bytes(const model *m, int ctx) {
     return b;
 }
 
+/* tmb[i * reps + r]: repetition r of one forward of 2^i tokens after ctx positions, for i < nb. The
+ * points are measured interleaved: every repetition times each B once, in an order rotated from one
+ * repetition to the next. Timed one B after another, this machine's drift (minutes of 20-40 % swings
+ * on a shared 2-core guest) went into the ratios the scheduler prices drafts with: one table said
+ * cost(2)/cost(1) = 1.15 where the rounds of the run that used it cost 1.3-1.4x a one-token round. */
+static int sps_times(target *t, kv_cache *kv, const int *toks, float *logits, int ctx, int nb, int reps, double *tmb) {
+    kv_cache_crop(kv, 0);
+    DS_TRY(model_forward_one(&t->m, &t->fs, kv, toks, ctx, 0, logits));
+    for (int r = -3; r < reps; r++) /* three untimed rounds first: the first steps after the prefill run slow */
+        for (int j = 0; j < nb; j++) {
+            int i = (j + (r < 0 ? 0 : r)) % nb, B = 1 << i;
+            double t0 = ds_now();
+            DS_TRY(model_forward_one(&t->m, &t->fs, kv, toks + ctx, B, 1, logits));
+            if (r >= 0) tmb[(size_t)i * reps + r] = ds_now() - t0;
+            kv_cache_crop(kv, ctx);
+        }
+    return 0;
+fail:
+    return -1;
+}
+
 int cmd_bench_target(int argc, char **argv) {
     const char *model_path = target_default_path(), *out_path = NULL, *synth = NULL, *synth_type = "q4_1";
-    int threads = 0, reps = 5, ctx = 128, decode_n = 128, max_b = 64, roof_only = 0;
+    int threads = 0, reps = 5, ctx = 128, ctx2 = 1024, decode_n = 128, max_b = 64, roof_only = 0;
     backend_opts bo = {0};
     opt_def opts[] = {
         {"model", OPT_STR, &model_path, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores", 0, 256, 0},
         {"reps", OPT_INT, &reps, "N", "repetitions per measurement, median reported (default 5)", 1, 1000, 0},
         {"context", OPT_INT, &ctx, "N", "context length before decode and SPS(B) steps (default 128)", 1, 1 << 20, 0},
+        {"context2", OPT_INT, &ctx2, "N", "a second context for the SPS(B) points, to fit what attention adds per "
+         "position (default 1024; 0 or <= --context: none)", 0, 1 << 20, 0},
         {"decode-tokens", OPT_INT, &decode_n, "N", "tokens per decode measurement (default 128)", 1, 1 << 20, 0},
         {"max-B", OPT_INT, &max_b, "N", "largest batch in the SPS(B) curve (default 64)", 1, 4096, 0},
         {"out", OPT_STR, &out_path, "FILE", "write the results as JSON", 0, 0, 0},
@@ -144,11 +167,12 @@ int cmd_bench_target(int argc, char **argv) {
     } else if (target_open(&t, model_path, &bo)) return -1;
     const model *m = &t.m;
     int V = m->cfg.vocab_size, nt = t.be->n_threads;
-    int maxlen = DS_MAX(512, ctx + DS_MAX(max_b, decode_n)) + 8;
+    if (ctx2 > 0 && ctx2 + max_b + 8 > m->cfg.max_seq) ctx2 = 0; /* a model with a short context: no second point */
+    int maxlen = DS_MAX(DS_MAX(512, ctx + DS_MAX(max_b, decode_n)), ctx2 + max_b) + 8;
     kv_cache *kv = NULL;
     float *logits = NULL;
     int *toks = NULL;
-    double *tm = NULL, *tmb = NULL;
+    double *tm = NULL, *tmb = NULL, *med1 = NULL;
     cJSON *root = cJSON_CreateObject(), *sps = NULL;
     rng_t rng;
     rng_seed(&rng, 1234);
@@ -263,37 +287,44 @@ int cmd_bench_target(int argc, char **argv) {
     cJSON_AddNumberToObject(sps, "context", ctx);
     cJSON *jb = cJSON_AddArrayToObject(sps, "B"), *js = cJSON_AddArrayToObject(sps, "seconds"),
           *jr = cJSON_AddArrayToObject(sps, "steps_per_s");
-    kv_cache_crop(kv, 0);
-    DS_TRY(model_forward_one(m, &t.fs, kv, toks, ctx, 0, logits));
     printf("\nSPS(B): one forward of B tokens after %d of context (what verifying B-1 drafts + the bonus costs)\n", ctx);
     printf("%6s %10s %12s %12s %14s %10s %8s\n", "B", "ms", "steps/s", "tokens/s", "cost(B)/cost(1)", "G MAC/s",
            "of roof");
-    /* The points are measured interleaved: every repetition times each B once, in an order rotated
-     * from one repetition to the next, and each point is the median of its repetitions. Timed one B
-     * after another, this machine's drift (minutes of 20-40 % swings on a shared 2-core guest) went
-     * into the ratios the scheduler prices drafts with: one table said cost(2)/cost(1) = 1.15 where
-     * the rounds of the run that used it cost 1.3-1.4x a one-token round. */
+    /* each point the median of its repetitions (sps_times) */
     int nb = 0;
     for (int B = 1; B <= max_b; B *= 2) nb++;
     DS_TRYP(tmb = ds_malloc(sizeof(double) * (size_t)nb * (size_t)reps, "timings"));
-    for (int r = -3; r < reps; r++) /* three untimed rounds first: the first steps after the prefill run slow */
-        for (int j = 0; j < nb; j++) {
-            int i = (j + (r < 0 ? 0 : r)) % nb, B = 1 << i;
-            double t0 = ds_now();
-            DS_TRY(model_forward_one(m, &t.fs, kv, toks + ctx, B, 1, logits));
-            if (r >= 0) tmb[(size_t)i * reps + r] = ds_now() - t0;
-            kv_cache_crop(kv, ctx);
-        }
+    DS_TRYP(med1 = ds_malloc(sizeof(double) * (size_t)nb, "timings"));
+    DS_TRY(sps_times(&t, kv, toks, logits, ctx, nb, reps, tmb));
     double cost1 = 0;
     for (int i = 0; i < nb; i++) {
         int B = 1 << i;
-        double med = median(tmb + (size_t)i * reps, reps);
+        double med = med1[i] = median(tmb + (size_t)i * reps, reps);
         if (B == 1) cost1 = med;
         printf("%6d %10.2f %12.1f %12.1f %14.2f %10.1f %8s\n", B, 1e3 * med, 1 / med, B / med, med / cost1,
                B * macs / med / 1e9, roof_share(share, sizeof share, B * macs / med / 1e9, peak, on_cpu));
         cJSON_AddItemToArray(jb, cJSON_CreateNumber(B));
         cJSON_AddItemToArray(js, cJSON_CreateNumber(med));
         cJSON_AddItemToArray(jr, cJSON_CreateNumber(1 / med));
+    }
+    if (ctx2 > ctx) {
+        /* the same points after ctx2 positions: what attention over a longer context adds. Per B, the
+         * extra time per position is fitted as a + b B (least squares): a request's cache is read once
+         * a forward whatever its B (a), each token's scores and P V grow with it (b) */
+        DS_TRY(sps_times(&t, kv, toks, logits, ctx2, nb, reps, tmb));
+        cJSON *js2 = cJSON_AddArrayToObject(sps, "seconds2");
+        double sx = 0, sy = 0, sxx = 0, sxy = 0, med2 = 0;
+        printf("\nthe same after %d of context (cost(B)/cost(1)): ", ctx2);
+        for (int i = 0; i < nb; i++) {
+            double med = median(tmb + (size_t)i * reps, reps), x = 1 << i, y = (med - med1[i]) / (ctx2 - ctx);
+            if (i == 0) med2 = med;
+            printf("%sB=%d %.2f ms (%.2f)", i ? ", " : "", 1 << i, 1e3 * med, med / med2);
+            cJSON_AddItemToArray(js2, cJSON_CreateNumber(med));
+            sx += x, sy += y, sxx += x * x, sxy += x * y;
+        }
+        double b = nb > 1 ? (nb * sxy - sx * sy) / (nb * sxx - sx * sx) : 0, a = (sy - b * sx) / nb;
+        printf("\neach position of context past %d adds %.2f us a forward + %.2f us a token\n", ctx, 1e6 * a, 1e6 * b);
+        cJSON_AddNumberToObject(sps, "context2", ctx2);
     }
 write:
     if (out_path) {
@@ -308,6 +339,7 @@ done:
     cJSON_Delete(root);
     free(tm);
     free(tmb);
+    free(med1);
     free(toks);
     free(logits);
     if (kv) kv_cache_free(t.be, kv);
