@@ -103,21 +103,32 @@ static double decode_bytes(const model *m, int ctx) {
 }
 
 /* tmb[i * reps + r]: repetition r of one forward of 2^i tokens after ctx positions, for i < nb. The
- * points are measured interleaved: every repetition times each B once, in an order rotated from one
- * repetition to the next. Timed one B after another, this machine's drift (minutes of 20-40 % swings
- * on a shared 2-core guest) went into the ratios the scheduler prices drafts with: one table said
- * cost(2)/cost(1) = 1.15 where the rounds of the run that used it cost 1.3-1.4x a one-token round. */
-static int sps_times(target *t, kv_cache *kv, const int *toks, float *logits, int ctx, int nb, int reps, double *tmb) {
+ * points are measured interleaved: every repetition times each B once. Timed one B after another,
+ * this machine's drift (minutes of 20-40 % swings on a shared 2-core guest) went into the ratios the
+ * scheduler prices drafts with: one table said cost(2)/cost(1) = 1.15 where the rounds of the run
+ * that used it cost 1.3-1.4x a one-token round. Each repetition's order is a fresh (seeded) shuffle:
+ * a forward's cost depends on the one before it (on a VM whose weights sit in a shared L3, B = 1
+ * took 2.7 ms after another B = 1 and 3.7-4.2 after a B = 16), and a rotated order put B = 1 after
+ * the largest B every time, which inflated cost(1) and deflated every cost(B)/cost(1). */
+static int sps_times(target *t, kv_cache *kv, const int *toks, float *logits, int ctx, int nb, int reps, double *tmb,
+                     rng_t *rng) {
+    int order[32];
     kv_cache_crop(kv, 0);
     DS_TRY(model_forward_one(&t->m, &t->fs, kv, toks, ctx, 0, logits));
-    for (int r = -3; r < reps; r++) /* three untimed rounds first: the first steps after the prefill run slow */
+    for (int r = -3; r < reps; r++) { /* three untimed rounds first: the first steps after the prefill run slow */
+        for (int j = 0; j < nb; j++) order[j] = j;
+        for (int j = nb - 1; j > 0; j--) { /* Fisher-Yates */
+            int k = (int)(rng_u64(rng) % (uint64_t)(j + 1)), tmp = order[j];
+            order[j] = order[k], order[k] = tmp;
+        }
         for (int j = 0; j < nb; j++) {
-            int i = (j + (r < 0 ? 0 : r)) % nb, B = 1 << i;
+            int i = order[j], B = 1 << i;
             double t0 = ds_now();
             DS_TRY(model_forward_one(&t->m, &t->fs, kv, toks + ctx, B, 1, logits));
             if (r >= 0) tmb[(size_t)i * reps + r] = ds_now() - t0;
             kv_cache_crop(kv, ctx);
         }
+    }
     return 0;
 fail:
     return -1;
@@ -295,7 +306,7 @@ int cmd_bench_target(int argc, char **argv) {
     for (int B = 1; B <= max_b; B *= 2) nb++;
     DS_TRYP(tmb = ds_malloc(sizeof(double) * (size_t)nb * (size_t)reps, "timings"));
     DS_TRYP(med1 = ds_malloc(sizeof(double) * (size_t)nb, "timings"));
-    DS_TRY(sps_times(&t, kv, toks, logits, ctx, nb, reps, tmb));
+    DS_TRY(sps_times(&t, kv, toks, logits, ctx, nb, reps, tmb, &rng));
     double cost1 = 0;
     for (int i = 0; i < nb; i++) {
         int B = 1 << i;
@@ -311,7 +322,7 @@ int cmd_bench_target(int argc, char **argv) {
         /* the same points after ctx2 positions: what attention over a longer context adds. Per B, the
          * extra time per position is fitted as a + b B (least squares): a request's cache is read once
          * a forward whatever its B (a), each token's scores and P V grow with it (b) */
-        DS_TRY(sps_times(&t, kv, toks, logits, ctx2, nb, reps, tmb));
+        DS_TRY(sps_times(&t, kv, toks, logits, ctx2, nb, reps, tmb, &rng));
         cJSON *js2 = cJSON_AddArrayToObject(sps, "seconds2");
         double sx = 0, sy = 0, sxx = 0, sxy = 0, med2 = 0;
         printf("\nthe same after %d of context (cost(B)/cost(1)): ", ctx2);
