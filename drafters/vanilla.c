@@ -192,7 +192,13 @@ static int vanilla_begin(drafter *d, request *r, const float *prompt_hidden) {
     vanilla *v = d->impl;
     vstate *s = ds_calloc(1, sizeof *s, "draft state");
     if (!s) return -1;
-    s->kv = kv_cache_new(d->t->be, &v->m->cfg, DS_MIN(r->n_prompt + r->max_new + 64, v->m->cfg.max_seq));
+    /* the distilled LM's cache is fp32, what its training computed; the target's own layers and a
+     * separate model keep a target's cache (bf16 on the int8 contract): a full-depth self-draft
+     * must compute exactly the target's q */
+    const model_config *mc = &v->m->cfg;
+    int cap = DS_MIN(r->n_prompt + r->max_new + 64, mc->max_seq);
+    s->kv = v->lm_open ? kv_cache_new_dims(d->t->be, mc->n_layers, mc->n_kv_heads, mc->head_dim, cap)
+                       : kv_cache_new(d->t->be, mc, cap);
     if (!s->kv) {
         free(s);
         return -1;

@@ -61,7 +61,7 @@ void rope_tables_fill(float *cos_t, float *sin_t, const int *pos, int T, int hea
 
 /* -------------------------------------------------------------------------------- KV caches */
 
-kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim, int cap) {
+static kv_cache *kv_cache_make(backend *be, int n_layers, int n_heads, int head_dim, int cap, int elem) {
     kv_cache *kv = ds_calloc(1, sizeof *kv, "kv cache");
     if (!kv) return NULL;
     kv->n_layers = n_layers;
@@ -69,6 +69,7 @@ kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim
     kv->head_dim = head_dim;
     kv->kv_dim = n_heads * head_dim;
     kv->head_major = be->kv_head_major;
+    kv->elem = elem;
     kv->k = ds_calloc((size_t)n_layers, sizeof(float *), "kv cache");
     kv->v = ds_calloc((size_t)n_layers, sizeof(float *), "kv cache");
     if (!kv->k || !kv->v || kv_cache_reserve(be, kv, cap > 0 ? cap : 64)) {
@@ -79,12 +80,16 @@ kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim
 }
 
 kv_cache *kv_cache_new(backend *be, const model_config *c, int cap) {
-    return kv_cache_new_dims(be, c->n_layers, c->n_kv_heads, c->head_dim, cap);
+    return kv_cache_make(be, c->n_layers, c->n_kv_heads, c->head_dim, cap, be->kv_bf16 ? 2 : 4);
+}
+
+kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim, int cap) {
+    return kv_cache_make(be, n_layers, n_heads, head_dim, cap, 4);
 }
 
 int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
     if (cap <= kv->cap) return 0;
-    size_t row = sizeof(float) * (size_t)kv->kv_dim;
+    size_t row = (size_t)kv->elem * (size_t)kv->kv_dim;
     for (int l = 0; l < kv->n_layers; l++) {
         float *nk = be->alloc(be, row * (size_t)cap), *nv = be->alloc(be, row * (size_t)cap);
         if (!nk || !nv) {
@@ -95,10 +100,11 @@ int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
         }
         if (kv->k[l]) { /* the first len rows: one block, or one per head at the new capacity's offsets */
             int nh = kv->head_major ? kv->n_heads : 1;
-            size_t n = kv->head_major ? sizeof(float) * (size_t)kv->head_dim * (size_t)kv->len : row * (size_t)kv->len;
+            size_t n = kv->head_major ? (size_t)kv->elem * (size_t)kv->head_dim * (size_t)kv->len : row * (size_t)kv->len;
             for (int h = 0; h < nh; h++) {
                 size_t from = kv_head(kv, h), to = (size_t)h * (size_t)kv->head_dim * (size_t)cap;
-                if (be->copy(be, nk + to, kv->k[l] + from, n) || be->copy(be, nv + to, kv->v[l] + from, n)) {
+                if (be->copy(be, kv_row(kv, nk, to), kv_row(kv, kv->k[l], from), n) ||
+                    be->copy(be, kv_row(kv, nv, to), kv_row(kv, kv->v[l], from), n)) {
                     be->release(be, nk);
                     be->release(be, nv);
                     return -1;

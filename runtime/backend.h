@@ -24,8 +24,10 @@
 typedef struct kv_cache {
     int n_layers, kv_dim, n_heads, head_dim;
     int head_major;
+    int elem;       /* bytes an element: 4 (fp32), or 2 (bf16, the backend's be->kv_bf16) */
     int len, cap;
-    float **k, **v; /* [n_layers] -> [cap][kv_dim] or [n_heads][cap][head_dim], backend memory */
+    float **k, **v; /* [n_layers] -> [cap][kv_dim] or [n_heads][cap][head_dim] elements, backend memory
+                     * (bf16 caches hold uint16_t elements: index them through kv_row) */
 } kv_cache;
 
 /* offset of KV head h's row 0 in a layer's buffer, and the floats between consecutive rows */
@@ -33,6 +35,8 @@ static inline size_t kv_head(const kv_cache *kv, int h) {
     return (size_t)h * (size_t)kv->head_dim * (kv->head_major ? (size_t)kv->cap : 1);
 }
 static inline size_t kv_ld(const kv_cache *kv) { return (size_t)(kv->head_major ? kv->head_dim : kv->kv_dim); }
+/* the address of element `at` of a layer's K or V buffer, whatever the element size */
+static inline void *kv_row(const kv_cache *kv, float *buf, size_t at) { return (char *)buf + at * (size_t)kv->elem; }
 
 /* Where each token of a flattened varlen batch goes: its request, its absolute position (its K/V
  * slot) and what it sees: positions 0..pos of its own request's cache (causal), or, when n_vis is
@@ -71,6 +75,7 @@ struct backend {
     int exact;
     int gemm_min_T;      /* exact contract: batches of at least this many rows use BLAS GEMM on fp32 weights */
     int kv_head_major;   /* the KV caches it makes are head-major (kv_cache) */
+    int kv_bf16;         /* ... and hold bf16 (rounded to nearest even as written) instead of fp32 */
     const char *device;  /* the accelerator it runs on (its name), NULL on the CPU */
     void *ctx;
 
@@ -125,7 +130,9 @@ void backend_free(backend *be);
 /* the registered backend names, comma-separated, for messages and --help */
 const char *backend_names(void);
 
-/* KV caches live in backend memory; reserve grows capacity (keeping contents). */
+/* KV caches live in backend memory; reserve grows capacity (keeping contents). A target's cache
+ * (kv_cache_new) holds the backend's element (bf16 where be->kv_bf16); a drafter's (kv_cache_new_dims)
+ * stays fp32: small, and what its training computed. */
 kv_cache *kv_cache_new(backend *be, const model_config *c, int cap);
 kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim, int cap);
 int kv_cache_reserve(backend *be, kv_cache *kv, int cap);

@@ -580,7 +580,7 @@ static int cpu_rope(backend *be, float *x, int T, int n_heads, const rope_tables
 }
 
 static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
-    DS_UNUSED(be);
+    const qk_kernels *kk = ((cpu_ctx *)be->ctx)->k;
     for (int t = 0; t < ab->T; t++) {
         kv_cache *kv = ab->kv[ab->seq[t]];
         size_t d = (size_t)kv->kv_dim, hd = (size_t)kv->head_dim, ld = kv_ld(kv);
@@ -590,8 +590,14 @@ static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const floa
         }
         for (int h = 0; h < kv->n_heads; h++) {
             size_t at = kv_head(kv, h) + (size_t)ab->pos[t] * ld;
-            memcpy(kv->k[layer] + at, k + (size_t)t * d + h * hd, hd * sizeof(float));
-            memcpy(kv->v[layer] + at, v + (size_t)t * d + h * hd, hd * sizeof(float));
+            const float *kr = k + (size_t)t * d + h * hd, *vr = v + (size_t)t * d + h * hd;
+            if (kv->elem == 2) { /* a bf16 cache: rounded to nearest even as written */
+                kk->to_bf16(kr, kv_row(kv, kv->k[layer], at), (int)hd);
+                kk->to_bf16(vr, kv_row(kv, kv->v[layer], at), (int)hd);
+            } else {
+                memcpy(kv->k[layer] + at, kr, hd * sizeof(float));
+                memcpy(kv->v[layer] + at, vr, hd * sizeof(float));
+            }
         }
     }
     return 0;
@@ -630,6 +636,7 @@ typedef struct {
     size_t qld;
     float scale;
     int t0, len, n_ctx;            /* the GEMM path's request */
+    size_t blk_off;                /* where a bf16 cache's widened rows go in a thread's scratch */
     int next;                      /* the next unclaimed head or task */
 } attn_args;
 
@@ -671,8 +678,13 @@ static void attn_task_part(void *arg, int tid, int nth) {
             qq[m - t->q0] = a->q + (size_t)tok * a->qld + (size_t)h * hd;
             nv[m - t->q0] = n_visible(a->ab, tok);
         }
-        a->c->k->attend_multi(o, qq, nv, t->q1 - t->q0, kv->k[a->layer] + kv_head(kv, t->kvh),
-                              kv->v[a->layer] + kv_head(kv, t->kvh), kv_ld(kv), hd, a->scale, a->c->sbuf[tid]);
+        size_t at = kv_head(kv, t->kvh);
+        if (kv->elem == 2)
+            a->c->k->attend_multi_bf16(o, qq, nv, t->q1 - t->q0, kv_row(kv, kv->k[a->layer], at), kv_row(kv, kv->v[a->layer], at),
+                                       kv_ld(kv), hd, a->scale, a->c->sbuf[tid], a->c->sbuf[tid] + a->blk_off);
+        else
+            a->c->k->attend_multi(o, qq, nv, t->q1 - t->q0, kv->k[a->layer] + at, kv->v[a->layer] + at, kv_ld(kv), hd,
+                                  a->scale, a->c->sbuf[tid]);
     }
 }
 
@@ -699,6 +711,10 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxn = 0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
+        if (len >= c->attn_gemm_min_T && kv->elem != 4) {
+            ds_error("attention: the GEMM path needs an fp32 cache");
+            goto done;
+        }
         if (kv->n_heads != n_kv_heads || kv->head_dim != hd) {
             ds_error("attention: a cache of %d KV heads of %d for %d KV heads of %d", kv->n_heads, kv->head_dim,
                      n_kv_heads, hd);
@@ -716,12 +732,14 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
         if (len >= c->attn_gemm_min_T) need = DS_MAX(need, (size_t)len * (size_t)maxn);
         else need = DS_MAX(need, (size_t)qc * (size_t)maxn), max_tasks += (size_t)n_kv_heads * (size_t)((qn + qc - 1) / qc);
     }
+    size_t blk_off = need;
+    need += (size_t)QK_ATT_BLOCK * (size_t)hd; /* a bf16 cache's rows, widened a block at a time */
     attn_task *tasks;
     if (ensure_sbuf(be, need) ||
         !(tasks = grow_list(c->attn_tasks, &c->tasks_cap, max_tasks + 1, sizeof(attn_task), "attention tasks")))
         goto done;
     c->attn_tasks = tasks;
-    attn_args a = {c, out, q, ab, layer, group, hd, 0, qld, scale, 0, 0, 0, 0};
+    attn_args a = {c, out, q, ab, layer, group, hd, 0, qld, scale, 0, 0, 0, blk_off, 0};
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
         if (len < c->attn_gemm_min_T) { /* slices for the per-row kernel */
@@ -827,6 +845,9 @@ backend *backend_cpu_new(const backend_opts *o) {
     be->exact = o->exact;
     be->gemm_min_T = 32;
     be->kv_head_major = 1;
+    /* the int8 contract keeps its caches in bf16: at 1,000 positions the fp32 cache (46 KB a
+     * position for SmolLM2) was half of a decode step; the exact contract keeps fp32, the reference */
+    be->kv_bf16 = !o->exact;
     /* the int8 contract is batch-invariant at every size: attention stays per row (a GEMM's other
      * summation order would move activations across int8 rounding boundaries) */
     c->attn_gemm_min_T = o->exact ? 32 : 1 << 30;

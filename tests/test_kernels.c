@@ -393,6 +393,63 @@ static void test_fp32_helpers(void **state) {
             }
 }
 
+/* a bf16 KV cache: to_bf16 equals ds_f32_to_bf16 on every path (ties both ways, NaN, infinities,
+ * subnormals, lengths 1-40), and attend_multi_bf16 equals attend_multi on the cache widened to fp32,
+ * bit for bit, for 1-9 queries of up to 150 positions and head sizes 64, 40, 20 */
+static void test_bf16_cache(void **state) {
+    (void)state;
+    rng_t r;
+    rng_seed(&r, 21);
+    float x[40];
+    uint16_t want[40], got[40];
+    const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-42f, 3.4e38f, -3.4e38f,
+                             1.00390625f /* a tie to even, down */, 1.01171875f /* a tie, up */, 65504.0f};
+    for (int n = 1; n <= 40; n++) {
+        for (int i = 0; i < n; i++)
+            x[i] = i < 13 && n == 40 ? special[i] : (float)((rng_uniform(&r) - 0.5) * pow(10, (int)(rng_u64(&r) % 9) - 4));
+        qk_scalar.to_bf16(x, want, n);
+        for (int i = 0; i < n; i++) assert_int_equal(want[i], ds_f32_to_bf16(x[i]));
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+            if (!k) continue;
+            memset(got, 0xa5, sizeof got);
+            k->to_bf16(x, got, n);
+            assert_memory_equal(got, want, sizeof(uint16_t) * (size_t)n);
+        }
+    }
+    enum { NP = 150, LDX = 3 * 64 };
+    static uint16_t Kb[NP * LDX], Vb[NP * LDX];
+    static float Kf[NP * LDX], Vf[NP * LDX], blk[QK_ATT_BLOCK * 64], sc[9 * NP], qs[9][64], want_o[9][64], got_o[9][64];
+    for (int i = 0; i < NP * LDX; i++) {
+        Kb[i] = ds_f32_to_bf16((float)(rng_uniform(&r) - 0.5)), Vb[i] = ds_f32_to_bf16((float)(rng_uniform(&r) - 0.5));
+        Kf[i] = ds_bf16_to_f32(Kb[i]), Vf[i] = ds_bf16_to_f32(Vb[i]);
+    }
+    const int hds[3] = {64, 40, 20};
+    for (int hi = 0; hi < 3; hi++)
+        for (int nq = 1; nq <= 9; nq += 2) {
+            int hd = hds[hi], nv[9];
+            size_t ld = 3 * (size_t)hd;
+            float *ow[9], *og[9];
+            const float *qp[9];
+            for (int m = 0; m < nq; m++) {
+                nv[m] = 1 + (int)(rng_uniform(&r) * NP);
+                if (nv[m] > NP) nv[m] = NP;
+                for (int i = 0; i < hd; i++) qs[m][i] = (float)(rng_uniform(&r) - 0.5) * 4;
+                ow[m] = want_o[m], og[m] = got_o[m], qp[m] = qs[m];
+            }
+            for (int isa = 0; isa < ISA_COUNT; isa++) {
+                const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+                if (!k) continue;
+                qk_scalar.attend_multi(ow, qp, nv, nq, Kf + hd, Vf + hd, ld, hd, 0.125f, sc);
+                k->attend_multi_bf16(og, qp, nv, nq, Kb + hd, Vb + hd, ld, hd, 0.125f, sc, blk);
+                for (int m = 0; m < nq; m++)
+                    if (memcmp(want_o[m], got_o[m], sizeof(float) * (size_t)hd))
+                        fail_msg("%s attend_multi_bf16 hd %d nq %d: query %d (n %d) differs from the widened cache's",
+                                 k->name, hd, nq, m, nv[m]);
+            }
+        }
+}
+
 /* sampling's exp: within 2 ulp of the float64 exp over its whole range (every float in a sweep of
  * [QK_EXP_LO, 0]), 0 below it and at -inf, and exp_sum bit-identical on every path (values and
  * the defined 16-lane sum), in place too */
@@ -581,7 +638,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
-        cmocka_unit_test(test_exp_sum), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
+        cmocka_unit_test(test_exp_sum),
+        cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
         cmocka_unit_test(test_swiglu_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

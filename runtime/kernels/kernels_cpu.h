@@ -39,6 +39,7 @@
 #include "../formats/quant.h"
 
 #define QK_PANEL 16 /* rows per panel of the int8 layout */
+#define QK_ATT_BLOCK 64 /* cache rows attention reads at a time (kept in L1 for all its queries) */
 
 typedef enum { QK_ROWS, QK_PANELS } qk_layout;
 
@@ -84,6 +85,13 @@ typedef struct {
      * bit-identical to attend's */
     void (*attend_multi)(float *const *o, const float *const *q, const int *n, int nq, const float *K, const float *V,
                          size_t ld, int hd, float scale, float *s);
+    /* attend_multi over a bf16 cache (K, V: uint16_t elements, ld apart): each row widened to fp32
+     * exactly, then attend_multi's operations, so bit-identical to it on the widened cache; blk holds
+     * QK_ATT_BLOCK * hd floats */
+    void (*attend_multi_bf16)(float *const *o, const float *const *q, const int *n, int nq, const uint16_t *K,
+                              const uint16_t *V, size_t ld, int hd, float scale, float *s, float *blk);
+    /* out[i] = ds_f32_to_bf16(x[i]) (a KV cache's writes) */
+    void (*to_bf16)(const float *x, uint16_t *out, int n);
     /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */
     double (*exp_sum)(const float *x, float shift, float *out, int n);
     /* *bad = 1 when some x[i] is NaN or +inf; otherwise returns the largest x[i] (-inf for n = 0) */

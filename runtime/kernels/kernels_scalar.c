@@ -134,6 +134,27 @@ static void scale(float *x, float a, int n) {
     for (int i = 0; i < n; i++) x[i] *= a;
 }
 
+/* attend over a bf16 cache: each row widened (exactly) into blk, then attend's operations */
+static void attend_multi_bf16(float *const *o, const float *const *q, const int *n, int nq, const uint16_t *K,
+                              const uint16_t *V, size_t ld, int hd, float scale, float *s, float *blk) {
+    for (int m = 0; m < nq; m++) {
+        for (int j = 0; j < n[m]; j++) {
+            for (int i = 0; i < hd; i++) blk[i] = ds_bf16_to_f32(K[(size_t)j * ld + i]);
+            s[j] = adot(blk, q[m], hd) * scale;
+        }
+        qk_softmax(s, n[m]);
+        for (int i = 0; i < hd; i++) o[m][i] = 0;
+        for (int j = 0; j < n[m]; j++) {
+            for (int i = 0; i < hd; i++) blk[i] = ds_bf16_to_f32(V[(size_t)j * ld + i]);
+            axpy(o[m], s[j], blk, hd);
+        }
+    }
+}
+
+static void to_bf16(const float *x, uint16_t *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = ds_f32_to_bf16(x[i]);
+}
+
 static double exp_sum(const float *x, float shift, float *out, int n) {
     double l[16] = {0};
     return qk_exp_sum_tail(x, shift, out, 0, n, l);
@@ -177,5 +198,5 @@ static void swiglu(float *out, const float *g, const float *u, size_t n) {
 }
 
 const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
-                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .exp_sum = exp_sum, .max_scan = max_scan, .scale = scale, .first_eq = first_eq, .swiglu = swiglu,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .attend_multi_bf16 = attend_multi_bf16, .to_bf16 = to_bf16, .exp_sum = exp_sum, .max_scan = max_scan, .scale = scale, .first_eq = first_eq, .swiglu = swiglu,
                              .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};
