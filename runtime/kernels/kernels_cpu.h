@@ -28,7 +28,9 @@
  *    Every path performs exactly these float operations (i_b is an exact integer), so the scalar,
  *    AVX2 and AVX-512 results are bit-identical: a trace does not depend on the machine's SIMD.
  * In both, a block's codes are unpacked once per tile of 4 tokens and every (row, token) result is
- * computed in the same order whatever the batch, so a token's logits do not depend on its batch. */
+ * computed in the same order whatever the batch, so a token's logits do not depend on its batch.
+ * Attention (attend, attend_multi) is fp32 with fused multiply-adds; on the int8 contract a target's
+ * KV cache holds bf16 (to_bf16 as written, attend_multi_bf16 widens it exactly). */
 #ifndef DS_KERNELS_CPU_H
 #define DS_KERNELS_CPU_H
 
