@@ -300,6 +300,9 @@ static cJSON *provenance(const target *t, const traindata_opts *o, const prompt_
     cJSON_AddBoolToObject(j, "store_final", o->store_final);
     cJSON_AddNumberToObject(j, "shard_size", o->shard_size);
     cJSON_AddStringToObject(j, "target_fingerprint", t->m.fingerprint);
+    char contract[96];
+    backend_contract(t->be, contract, sizeof contract);
+    cJSON_AddStringToObject(j, "target_contract", contract); /* a resumed build adds the same numbers */
     cJSON_AddNumberToObject(j, "vocab", t->tk.n_vocab);
     cJSON_AddStringToObject(j, "chat_template", chat_family_name(&t->ct));
     cJSON_AddNumberToObject(j, "evaluation_prompts_checked", n_eval);

@@ -38,6 +38,11 @@ backend *backend_new(const backend_opts *o) {
     return NULL;
 }
 
+void backend_contract(const backend *be, char *out, size_t n) {
+    if (!be->device && !be->exact) snprintf(out, n, "%s int8 c%d", be->name, DS_CONTRACT_VERSION);
+    else snprintf(out, n, "%s %s c%d", be->name, be->kernels, DS_CONTRACT_VERSION);
+}
+
 void backend_free(backend *be) {
     if (be) be->destroy(be);
 }

@@ -122,6 +122,17 @@ struct backend {
     int (*session)(backend *, int (*body)(void *), void *arg);
 };
 
+/* The numbers a backend computes change when its kernels, attention or KV cache change (a contract
+ * change: e.g. fused multiply-adds in attention, a bf16 cache). Anything stored from a target's
+ * outputs and resumed later (the training cache) is keyed by backend_contract, so results of two
+ * contracts never mix. Bump this whenever any backend's results change; test_forward holds a
+ * digest of the int8 contract's logits on a tiny model and fails until it is bumped. */
+#define DS_CONTRACT_VERSION 1
+
+/* "cpu int8 c1" (the same bits on every kernel path), "cpu fp32 (exact) avx2 c1" (the exact
+ * contract's sums are each path's own), or a device backend's name and kernels */
+void backend_contract(const backend *be, char *out, size_t n);
+
 /* The backend named in o (NULL: the CPU with all cores, int8 contract); NULL + message if unknown. */
 backend *backend_new(const backend_opts *o);
 backend *backend_cpu_new(const backend_opts *o);

@@ -3,6 +3,8 @@
  * generation is reproducible from its seed. The binary is $DSPARK_BIN (set by `make test`). */
 #include "testutil.h"
 
+#include "../runtime/backend.h"
+
 #include <cJSON.h>
 
 #include <sys/wait.h>
@@ -244,6 +246,21 @@ static void test_train_errors(void **state) {
         snprintf(txt, sizeof txt, fmt, run1, "1.0", cache);
         put(cfg, txt);
         expect_error(args, 1, "the cache was built with data.temperature = 0.2");
+        /* a cache from another numerical contract (an older build's kernels) is refused too: resuming
+         * it would mix two contracts' states and log-probs in one training set */
+        char bf[600], *j;
+        size_t jn;
+        snprintf(bf, sizeof bf, "%s/built_from.json", cache);
+        assert_int_equal(ds_read_file(bf, &j, &jn), 0);
+        char want[64], *at;
+        snprintf(want, sizeof want, "\"cpu int8 c%d\"", DS_CONTRACT_VERSION);
+        if (!(at = strstr(j, want))) fail_msg("%s does not name the contract %s:\n%s", bf, want, j);
+        memcpy(at + strlen(want) - 2, "0", 1); /* cN -> c0 (a one-digit version) */
+        put(bf, j);
+        free(j);
+        snprintf(txt, sizeof txt, fmt, run1, "0.2", cache);
+        put(cfg, txt);
+        expect_error(args, 1, "the cache was built with data.target_contract");
         assert_int_equal(system(rm), 0);
     }
     remove(cfg);

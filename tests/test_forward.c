@@ -230,6 +230,16 @@ static void test_int8_same_on_every_path(void **state) {
         fwd_state_free(&fs);
         backend_free(be);
     }
+    /* the contract's numbers, pinned: a change of any kernel, attention or the KV cache moves them,
+     * and must come with a new DS_CONTRACT_VERSION (caches of a target's outputs are keyed by it) */
+    uint64_t h = 1469598103934665603ull;
+    const uint8_t *bytes = (const uint8_t *)ref;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n * V; i++) h = (h ^ bytes[i]) * 1099511628211ull;
+    const uint64_t pinned = 0xe3898f634a010c08ull; /* DS_CONTRACT_VERSION 1 */
+    if (h != pinned)
+        fail_msg("the int8 contract's logits changed (digest 0x%016llx, pinned 0x%016llx for contract c%d): if that is "
+                 "meant, bump DS_CONTRACT_VERSION in runtime/backend.h and pin the new digest here",
+                 (unsigned long long)h, (unsigned long long)pinned, DS_CONTRACT_VERSION);
     free(ref);
     free(got);
     close_tiny(f);
