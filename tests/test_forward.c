@@ -177,12 +177,14 @@ static void test_naive_reference_qwen3(void **state) { (void)state; check_agains
 /* ------------------------------------------------------------------------------- invariants */
 
 /* exact: bit-identical below the GEMM threshold, float rounding above; int8: bit-identical at
- * every size (the contract is batch-invariant) */
+ * every size (the contract is batch-invariant). 300 tokens one at a time: decode steps past 256
+ * positions, whose attention splits the cache's positions and columns across threads, against one
+ * call whose attention slices the queries */
 static void batch_equals_single(int exact) {
     fixture *f = open_tiny_c(&SPEC_Q41, 5, "batch.gguf", exact);
-    int V = f->m.cfg.vocab_size, sizes[2] = {20, 45}; /* below and above the GEMM threshold */
-    for (int k = 0; k < 2; k++) {
-        int n = sizes[k], tk[64];
+    int V = f->m.cfg.vocab_size, sizes[3] = {20, 45, 300}; /* below and above the GEMM threshold */
+    for (int k = 0; k < 3 - exact; k++) {
+        int n = sizes[k], tk[300];
         tokens(tk, n, V, 100 + (uint64_t)k);
         float *a = malloc(sizeof(float) * (size_t)n * V), *b = malloc(sizeof(float) * (size_t)n * V);
         kv_cache *kv = kv_cache_new(f->be, &f->m.cfg, 4);

@@ -395,7 +395,8 @@ static void test_fp32_helpers(void **state) {
 
 /* a bf16 KV cache: to_bf16 equals ds_f32_to_bf16 on every path (ties both ways, NaN, infinities,
  * subnormals, lengths 1-40), and attend_multi_bf16 equals attend_multi on the cache widened to fp32,
- * bit for bit, for 1-9 queries of up to 150 positions and head sizes 64, 40, 20 */
+ * bit for bit, for 1-9 queries of up to 150 positions and head sizes 64, 40, 20; so do att_scores
+ * and att_pv in parts (positions in blocks, columns in slices) on either cache */
 static void test_bf16_cache(void **state) {
     (void)state;
     rng_t r;
@@ -446,6 +447,24 @@ static void test_bf16_cache(void **state) {
                     if (memcmp(want_o[m], got_o[m], sizeof(float) * (size_t)hd))
                         fail_msg("%s attend_multi_bf16 hd %d nq %d: query %d (n %d) differs from the widened cache's",
                                  k->name, hd, nq, m, nv[m]);
+                /* the same in parts, as threads split it: scores by blocks of positions (the later
+                 * block first), softmax, P V by columns (a cache line of bf16 each where hd allows) */
+                for (int bf = 0; bf < 2; bf++) {
+                    const float *K = bf ? NULL : Kf + hd, *V = bf ? NULL : Vf + hd;
+                    const uint16_t *KB = bf ? Kb + hd : NULL, *VB = bf ? Vb + hd : NULL;
+                    k->att_scores(sc, NP, qp, nv, nq, K, KB, ld, hd, 0.125f, QK_ATT_BLOCK, NP, blk);
+                    k->att_scores(sc, NP, qp, nv, nq, K, KB, ld, hd, 0.125f, 0, QK_ATT_BLOCK, blk);
+                    for (int m = 0; m < nq; m++) {
+                        qk_softmax(sc + (size_t)m * NP, nv[m]);
+                        memset(got_o[m], 0, sizeof(float) * (size_t)hd);
+                    }
+                    int cut = hd % 32 == 0 ? 32 : hd % 8 == 0 ? 8 : hd;
+                    for (int d0 = 0; d0 < hd; d0 += cut) k->att_pv(og, sc, NP, nv, nq, V, VB, ld, d0, DS_MIN(hd, d0 + cut), blk);
+                    for (int m = 0; m < nq; m++)
+                        if (memcmp(want_o[m], got_o[m], sizeof(float) * (size_t)hd))
+                            fail_msg("%s att_scores + att_pv (%s) hd %d nq %d: query %d (n %d) differs from attend_multi",
+                                     k->name, bf ? "bf16" : "fp32", hd, nq, m, nv[m]);
+                }
             }
         }
 }

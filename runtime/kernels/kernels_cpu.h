@@ -42,6 +42,7 @@
 
 #define QK_PANEL 16 /* rows per panel of the int8 layout */
 #define QK_ATT_BLOCK 64 /* cache rows attention reads at a time (kept in L1 for all its queries) */
+#define QK_ATT_MAXQ 64  /* queries of one KV head in one attend_multi / att_pv call, at most */
 
 typedef enum { QK_ROWS, QK_PANELS } qk_layout;
 
@@ -92,6 +93,17 @@ typedef struct {
      * QK_ATT_BLOCK * hd floats */
     void (*attend_multi_bf16)(float *const *o, const float *const *q, const int *n, int nq, const uint16_t *K,
                               const uint16_t *V, size_t ld, int hd, float scale, float *s, float *blk);
+    /* attend_multi in parts, for threads that share one KV head: att_scores writes s[m*sld + j] =
+     * attend's score of query m at position j for j0 <= j < min(j1, n[m]) (j0 a multiple of
+     * QK_ATT_BLOCK); after qk_softmax of each row and o zeroed, att_pv adds sum_{j < n[m]} s[m*sld + j]
+     * V[j][d] into o[m][d] for d0 <= d < d1, in order of j. Split by positions and by dimensions
+     * (each reads its share of the cache once), the result is attend_multi's bit for bit. K, V are
+     * fp32 (Kb, Vb NULL) or bf16 (K, V NULL, widened exactly); blk holds QK_ATT_BLOCK * hd floats;
+     * nq <= QK_ATT_MAXQ. */
+    void (*att_scores)(float *s, size_t sld, const float *const *q, const int *n, int nq, const float *K,
+                       const uint16_t *Kb, size_t ld, int hd, float scale, int j0, int j1, float *blk);
+    void (*att_pv)(float *const *o, const float *s, size_t sld, const int *n, int nq, const float *V,
+                   const uint16_t *Vb, size_t ld, int d0, int d1, float *blk);
     /* out[i] = ds_f32_to_bf16(x[i]) (a KV cache's writes) */
     void (*to_bf16)(const float *x, uint16_t *out, int n);
     /* out[i] = qk_exp1(x[i] - shift) (out may be x); returns their sum in qk_exp_sum's order */

@@ -117,38 +117,55 @@ static float adot(const float *w, const float *x, int n) {
     return s + t;
 }
 
-static void attend(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
-                   float *s) {
-    for (int j = 0; j < n; j++) s[j] = adot(K + (size_t)j * ld, q, hd) * scale;
-    qk_softmax(s, n);
-    for (int i = 0; i < hd; i++) o[i] = 0;
-    for (int j = 0; j < n; j++) axpy(o, s[j], V + (size_t)j * ld, hd);
-}
-
-static void attend_multi(float *const *o, const float *const *q, const int *n, int nq, const float *K, const float *V,
-                         size_t ld, int hd, float scale, float *s) {
-    for (int m = 0; m < nq; m++) attend(o[m], q[m], K, V, ld, n[m], hd, scale, s);
-}
-
 static void scale(float *x, float a, int n) {
     for (int i = 0; i < n; i++) x[i] *= a;
 }
 
-/* attend over a bf16 cache: each row widened (exactly) into blk, then attend's operations */
+/* row j's columns d0..d0+w-1 of an fp32 cache, or of a bf16 one widened into blk */
+static const float *att_row(const float *F, const uint16_t *B, size_t ld, int j, int d0, int w, float *blk) {
+    if (F) return F + (size_t)j * ld + d0;
+    for (int i = 0; i < w; i++) blk[i] = ds_bf16_to_f32(B[(size_t)j * ld + d0 + i]);
+    return blk;
+}
+
+static void att_scores(float *s, size_t sld, const float *const *q, const int *n, int nq, const float *K,
+                       const uint16_t *Kb, size_t ld, int hd, float scale, int j0, int j1, float *blk) {
+    for (int m = 0; m < nq; m++)
+        for (int j = j0; j < DS_MIN(j1, n[m]); j++) s[(size_t)m * sld + j] = adot(att_row(K, Kb, ld, j, 0, hd, blk), q[m], hd) * scale;
+}
+
+static void att_pv(float *const *o, const float *s, size_t sld, const int *n, int nq, const float *V,
+                   const uint16_t *Vb, size_t ld, int d0, int d1, float *blk) {
+    for (int m = 0; m < nq; m++)
+        for (int j = 0; j < n[m]; j++) axpy(o[m] + d0, s[(size_t)m * sld + j], att_row(V, Vb, ld, j, d0, d1 - d0, blk), d1 - d0);
+}
+
+/* the scores, each row's softmax, then P V: attend, attend_multi and attend_multi_bf16 */
+static void attend_parts(float *const *o, const float *const *q, const int *n, int nq, const float *K, const float *V,
+                         const uint16_t *Kb, const uint16_t *Vb, size_t ld, int hd, float scale, float *s, float *blk) {
+    int nmax = 0;
+    for (int m = 0; m < nq; m++) nmax = DS_MAX(nmax, n[m]);
+    att_scores(s, (size_t)nmax, q, n, nq, K, Kb, ld, hd, scale, 0, nmax, blk);
+    for (int m = 0; m < nq; m++) {
+        qk_softmax(s + (size_t)m * nmax, n[m]);
+        for (int i = 0; i < hd; i++) o[m][i] = 0;
+    }
+    att_pv(o, s, (size_t)nmax, n, nq, V, Vb, ld, 0, hd, blk);
+}
+
+static void attend(float *o, const float *q, const float *K, const float *V, size_t ld, int n, int hd, float scale,
+                   float *s) {
+    attend_parts(&o, &q, &n, 1, K, V, NULL, NULL, ld, hd, scale, s, NULL);
+}
+
+static void attend_multi(float *const *o, const float *const *q, const int *n, int nq, const float *K, const float *V,
+                         size_t ld, int hd, float scale, float *s) {
+    attend_parts(o, q, n, nq, K, V, NULL, NULL, ld, hd, scale, s, NULL);
+}
+
 static void attend_multi_bf16(float *const *o, const float *const *q, const int *n, int nq, const uint16_t *K,
                               const uint16_t *V, size_t ld, int hd, float scale, float *s, float *blk) {
-    for (int m = 0; m < nq; m++) {
-        for (int j = 0; j < n[m]; j++) {
-            for (int i = 0; i < hd; i++) blk[i] = ds_bf16_to_f32(K[(size_t)j * ld + i]);
-            s[j] = adot(blk, q[m], hd) * scale;
-        }
-        qk_softmax(s, n[m]);
-        for (int i = 0; i < hd; i++) o[m][i] = 0;
-        for (int j = 0; j < n[m]; j++) {
-            for (int i = 0; i < hd; i++) blk[i] = ds_bf16_to_f32(V[(size_t)j * ld + i]);
-            axpy(o[m], s[j], blk, hd);
-        }
-    }
+    attend_parts(o, q, n, nq, NULL, NULL, K, V, ld, hd, scale, s, blk);
 }
 
 static void to_bf16(const float *x, uint16_t *out, int n) {
@@ -198,5 +215,5 @@ static void swiglu(float *out, const float *g, const float *u, size_t n) {
 }
 
 const qk_kernels qk_scalar = {.name = "scalar", .isa = ISA_SCALAR, .rows_f32 = rows_f32, .rows_i8 = rows_i8,
-                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .attend_multi_bf16 = attend_multi_bf16, .to_bf16 = to_bf16, .exp_sum = exp_sum, .max_scan = max_scan, .scale = scale, .first_eq = first_eq, .swiglu = swiglu,
+                             .dot_rows = dot_rows, .axpy = axpy, .attend = attend, .attend_multi = attend_multi, .attend_multi_bf16 = attend_multi_bf16, .att_scores = att_scores, .att_pv = att_pv, .to_bf16 = to_bf16, .exp_sum = exp_sum, .max_scan = max_scan, .scale = scale, .first_eq = first_eq, .swiglu = swiglu,
                              .peak_i8 = peak_i8, .peak_what = "imul (1 MAC)", .quantize = qk_quantize_rows};
