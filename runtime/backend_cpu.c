@@ -732,14 +732,20 @@ static const att_run *split_run(const att_split *sp, int p, int it, int *k) {
     return &sp->runs[r];
 }
 
-/* a run's queries of KV head h: output and query rows, visible positions */
+/* query m of a run's KV head h (token-major: token t0 + m / group, head h * group + m % group): the
+ * offset of its output and query rows; *nv its visible positions */
+static size_t split_query(const attn_args *a, const att_run *r, int h, int m, int *nv) {
+    int tok = r->t0 + m / a->group, head = h * a->group + m % a->group;
+    *nv = n_visible(a->ab, tok);
+    return (size_t)tok * a->qld + (size_t)head * a->hd;
+}
+
+/* all of them */
 static int split_queries(const attn_args *a, const att_run *r, int h, float **o, const float **qq, int *nv) {
     int qn = r->len * a->group;
     for (int m = 0; m < qn; m++) {
-        int tok = r->t0 + m / a->group, head = h * a->group + m % a->group;
-        o[m] = a->out + (size_t)tok * a->qld + (size_t)head * a->hd;
-        qq[m] = a->q + (size_t)tok * a->qld + (size_t)head * a->hd;
-        nv[m] = n_visible(a->ab, tok);
+        size_t at = split_query(a, r, h, m, &nv[m]);
+        o[m] = a->out + at, qq[m] = a->q + at;
     }
     return qn;
 }
@@ -767,10 +773,9 @@ static void attn_split_part(void *arg, int tid, int nth) {
     team_sync(sp->be, nth);
     for (int it; (it = team_next(&sp->next[1])) < sp->n[1];) { /* softmax: (run, head, query) */
         const att_run *r = split_run(sp, 1, it, &kk);
-        int qn = r->len * a->group, h = kk / qn, m = kk % qn;
-        split_queries(a, r, h, o, qq, nv);
-        memset(o[m], 0, sizeof(float) * (size_t)hd);
-        qk_softmax(a->c->att_s + r->s_off + ((size_t)h * qn + m) * r->nmax, nv[m]);
+        int qn = r->len * a->group, h = kk / qn, m = kk % qn, n;
+        memset(a->out + split_query(a, r, h, m, &n), 0, sizeof(float) * (size_t)hd);
+        qk_softmax(a->c->att_s + r->s_off + ((size_t)h * qn + m) * r->nmax, n);
     }
     team_sync(sp->be, nth);
     for (int it; (it = team_next(&sp->next[2])) < sp->n[2];) { /* P V: (run, head, columns) */
