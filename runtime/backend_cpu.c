@@ -607,13 +607,6 @@ static int cpu_kv_write(backend *be, const attn_batch *ab, int layer, const floa
 
 static int n_visible(const attn_batch *ab, int t) { return ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1; }
 
-/* the widest context of tokens t0..t1-1 */
-static int run_nmax(const attn_batch *ab, int t0, int t1) {
-    int n = 0;
-    for (int t = t0; t < t1; t++) n = DS_MAX(n, n_visible(ab, t));
-    return n;
-}
-
 /* On the exact contract a request with many new tokens (prefill) runs each head as two GEMMs:
  * S = Q K^T over all its visible positions, mask per row, softmax, O = P V. Otherwise every query
  * row takes attend_multi, whose result for a row does not depend on what else it is computed with:
@@ -750,6 +743,13 @@ static int split_queries(const attn_args *a, const att_run *r, int h, float **o,
     return qn;
 }
 
+/* KV head h of layer l's K or V buffer: as fp32 (*f) or bf16 (*b), the other NULL */
+static void kv_part(const kv_cache *kv, float *buf, int h, const float **f, const uint16_t **b) {
+    size_t at = kv_head(kv, h);
+    *f = kv->elem == 2 ? NULL : buf + at;
+    *b = kv->elem == 2 ? kv_row(kv, buf, at) : NULL;
+}
+
 static void attn_split_part(void *arg, int tid, int nth) {
     att_split *sp = arg;
     attn_args *a = sp->a;
@@ -762,13 +762,12 @@ static void attn_split_part(void *arg, int tid, int nth) {
         int h = kk / r->chunks, c = kk % r->chunks, nblk = (r->nmax + QK_ATT_BLOCK - 1) / QK_ATT_BLOCK;
         int qn = split_queries(a, r, h, o, qq, nv);
         const kv_cache *kv = a->ab->kv[a->ab->seq[r->t0]];
-        size_t at = kv_head(kv, h);
+        const float *K;
+        const uint16_t *Kb;
+        kv_part(kv, kv->k[a->layer], h, &K, &Kb);
         int j0 = QK_ATT_BLOCK * (nblk * c / r->chunks), j1 = QK_ATT_BLOCK * (nblk * (c + 1) / r->chunks);
         float *S = a->c->att_s + r->s_off + (size_t)h * qn * r->nmax;
-        if (kv->elem == 2)
-            k->att_scores(S, r->nmax, qq, nv, qn, NULL, kv_row(kv, kv->k[a->layer], at), kv_ld(kv), hd, a->scale, j0, j1, blk);
-        else
-            k->att_scores(S, r->nmax, qq, nv, qn, kv->k[a->layer] + at, NULL, kv_ld(kv), hd, a->scale, j0, j1, blk);
+        k->att_scores(S, r->nmax, qq, nv, qn, K, Kb, kv_ld(kv), hd, a->scale, j0, j1, blk);
     }
     team_sync(sp->be, nth);
     for (int it; (it = team_next(&sp->next[1])) < sp->n[1];) { /* softmax: (run, head, query) */
@@ -783,12 +782,11 @@ static void attn_split_part(void *arg, int tid, int nth) {
         int nds = hd / sp->dw, h = kk / nds, d0 = (kk % nds) * sp->dw;
         int qn = split_queries(a, r, h, o, qq, nv);
         const kv_cache *kv = a->ab->kv[a->ab->seq[r->t0]];
-        size_t at = kv_head(kv, h);
+        const float *V;
+        const uint16_t *Vb;
+        kv_part(kv, kv->v[a->layer], h, &V, &Vb);
         const float *S = a->c->att_s + r->s_off + (size_t)h * qn * r->nmax;
-        if (kv->elem == 2)
-            k->att_pv(o, S, r->nmax, nv, qn, NULL, kv_row(kv, kv->v[a->layer], at), kv_ld(kv), d0, d0 + sp->dw, blk);
-        else
-            k->att_pv(o, S, r->nmax, nv, qn, kv->v[a->layer] + at, NULL, kv_ld(kv), d0, d0 + sp->dw, blk);
+        k->att_pv(o, S, r->nmax, nv, qn, V, Vb, kv_ld(kv), d0, d0 + sp->dw, blk);
     }
 }
 
@@ -802,25 +800,13 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     size_t qld = (size_t)n_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
     /* requests are contiguous runs of the batch: find each run and its widest context */
-    int n_runs = 0, *run_start = grow_list(c->attn_runs, &c->runs_cap, (size_t)T + 1, sizeof(int), "attention runs");
+    int n_runs = 0, *run_start = grow_list(c->attn_runs, &c->runs_cap, 2 * (size_t)T + 1, sizeof(int), "attention runs");
     if (!run_start) return -1;
     c->attn_runs = run_start;
+    int *run_nmax = run_start + T + 1; /* each run's widest context */
     for (int t = 0; t < T; t++)
         if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
     run_start[n_runs] = T;
-    /* a run is split by positions and columns (few queries over a long context), sliced by
-     * queries, or two GEMMs */
-#define SPLIT(r) (run_start[(r) + 1] - run_start[r] < c->attn_gemm_min_T &&                   \
-                  (run_start[(r) + 1] - run_start[r]) * group <= ATT_SPLIT_MAXQ &&              \
-                  run_nmax(ab, run_start[r], run_start[(r) + 1]) >= ATT_SPLIT_MIN_POS)
-    int n_small = 0, n_split = 0, n_tasks = 0;
-    for (int r = 0; r < n_runs; r++) {
-        int len = run_start[r + 1] - run_start[r], split = SPLIT(r);
-        n_small += len < c->attn_gemm_min_T && !split;
-        n_split += split;
-    }
-    int parts = DS_MAX(1, (2 * be->n_threads + n_small * n_kv_heads - 1) / DS_MAX(1, n_small * n_kv_heads));
-    size_t need = 0, max_tasks = 0, split_s = 0;
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxn = 0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
@@ -841,6 +827,23 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
             }
             maxn = DS_MAX(maxn, nv);
         }
+        run_nmax[r] = maxn;
+    }
+    /* a run is split by positions and columns (few queries over a long context), sliced by
+     * queries, or two GEMMs */
+#define SPLIT(r) (run_start[(r) + 1] - run_start[r] < c->attn_gemm_min_T &&      \
+                  (run_start[(r) + 1] - run_start[r]) * group <= ATT_SPLIT_MAXQ && \
+                  run_nmax[r] >= ATT_SPLIT_MIN_POS)
+    int n_small = 0, n_split = 0, n_tasks = 0;
+    for (int r = 0; r < n_runs; r++) {
+        int len = run_start[r + 1] - run_start[r], split = SPLIT(r);
+        n_small += len < c->attn_gemm_min_T && !split;
+        n_split += split;
+    }
+    int parts = DS_MAX(1, (2 * be->n_threads + n_small * n_kv_heads - 1) / DS_MAX(1, n_small * n_kv_heads));
+    size_t need = 0, max_tasks = 0, split_s = 0;
+    for (int r = 0; r < n_runs; r++) {
+        int len = run_start[r + 1] - run_start[r], maxn = run_nmax[r];
         int qn = len * group, qc = attn_slice(len, group, parts);
         if (SPLIT(r)) split_s += (size_t)n_kv_heads * (size_t)qn * (size_t)maxn;
         else if (len >= c->attn_gemm_min_T) need = DS_MAX(need, (size_t)len * (size_t)maxn);
@@ -867,7 +870,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
         if (SPLIT(r)) {
-            int nmax = run_nmax(ab, t0, t1), qn = len * group;
+            int nmax = run_nmax[r], qn = len * group;
             int nblk = (nmax + QK_ATT_BLOCK - 1) / QK_ATT_BLOCK, chunks = DS_MIN(nblk, be->n_threads);
             sruns[sp.n_runs++] = (att_run){t0, len, nmax, chunks, s_off, {sp.n[0], sp.n[1], sp.n[2]}};
             sp.n[0] += n_kv_heads * chunks, sp.n[1] += n_kv_heads * qn, sp.n[2] += n_kv_heads * (hd / sp.dw);
@@ -880,9 +883,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
                 for (int q0 = 0; q0 < qn; q0 += qc) tasks[n_tasks++] = (attn_task){t0, h, q0, DS_MIN(qn, q0 + qc)};
             continue;
         }
-        int n_ctx = 0;
-        for (int t = t0; t < t1; t++) n_ctx = DS_MAX(n_ctx, n_visible(ab, t));
-        a.n = n_heads, a.t0 = t0, a.len = len, a.n_ctx = n_ctx, a.next = 0;
+        a.n = n_heads, a.t0 = t0, a.len = len, a.n_ctx = run_nmax[r], a.next = 0;
         team_run(be, n_heads >= 2, attn_gemm_part, &a);
     }
     a.n = n_tasks, a.next = 0;
