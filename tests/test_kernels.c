@@ -186,6 +186,21 @@ static void test_q8_0(void **state) {
     check_matrix(GGML_Q8_0, 8, 32, 4, 6);
 }
 
+/* every batch a verify step or a prefill chunk splits into passes: the AVX-512 path's one-pass
+ * kernel for 5 to 8 tokens (its classes of blocks b mod 4 taken in turn) and panel_i8's passes of up
+ * to 4 after it, on 1, 3, 5 and 18 blocks (classes with no block, one, several) and slices that cut
+ * panels; each equals the scalar path and each token alone */
+static void test_batch_passes(void **state) {
+    (void)state;
+    static const int Ts[] = {5, 6, 7, 8, 12, 13, 16, 19};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        check_matrix(GGML_Q4_1, 37, 576, Ts[i], 10 + i);
+        check_matrix(GGML_Q8_0, 21, 160, Ts[i], 20 + i);
+        check_matrix(GGML_Q4_1, 19, 96, Ts[i], 30 + i);
+        check_matrix(GGML_Q8_0, 17, 32, Ts[i], 40 + i);
+    }
+}
+
 /* codes at the extremes: Q8_0 -128 and 127 against activations at +-127 (the int16 pair sums of
  * the AVX2 path are at their largest, 2 * 128 * 127, and must not saturate) */
 static void test_q8_0_extremes(void **state) {
@@ -655,7 +670,7 @@ static void test_paths_present(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_batch_passes),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
