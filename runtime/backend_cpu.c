@@ -612,8 +612,10 @@ static int n_visible(const attn_batch *ab, int t) { return ab->n_vis ? ab->n_vis
  * row takes attend_multi, whose result for a row does not depend on what else it is computed with:
  * a task is one KV head of one request and a slice of that request's queries (its new tokens times
  * the group's heads, token-major), so K and V are read once per slice, not once per token.
- * Slices are cut so that the batch makes at least two tasks a thread (one decode token: 3 KV heads
- * on 2 threads would leave one idle a third of the time), and at most ATT_QMAX queries each. */
+ * A (request, KV head) pair is one task while the pairs share out evenly over the threads; the last
+ * (pairs mod threads) are cut in one slice a thread (one verify step: 3 KV heads on 2 threads would
+ * leave one idle a third of the time, and slicing all three read each head twice); at most ATT_QMAX
+ * queries a slice. */
 #define ATT_QMAX 48
 typedef struct attn_task {
     int t0, kvh, q0, q1; /* request's first token, KV head, queries [q0, q1) of its run */
@@ -790,8 +792,11 @@ static void attn_split_part(void *arg, int tid, int nth) {
     }
 }
 
-/* queries a slice of a run of len tokens takes: the run cut in `parts`, at most ATT_QMAX */
-static int attn_slice(int len, int group, int parts) { return DS_MIN(ATT_QMAX, (len * group + parts - 1) / parts); }
+/* queries a slice of pair p (of the per-row kernel's, whole ones first) takes, its run len tokens */
+static int attn_slice(int len, int group, int p, int whole, int nth) {
+    int parts = p < whole ? 1 : nth;
+    return DS_MIN(ATT_QMAX, (len * group + parts - 1) / parts);
+}
 
 static int cpu_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
                          int n_kv_heads, int hd) {
@@ -840,14 +845,17 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
         n_small += len < c->attn_gemm_min_T && !split;
         n_split += split;
     }
-    int parts = DS_MAX(1, (2 * be->n_threads + n_small * n_kv_heads - 1) / DS_MAX(1, n_small * n_kv_heads));
+    const int nth = be->n_threads, whole = n_small * n_kv_heads / nth * nth; /* pairs kept whole */
     size_t need = 0, max_tasks = 0, split_s = 0;
-    for (int r = 0; r < n_runs; r++) {
-        int len = run_start[r + 1] - run_start[r], maxn = run_nmax[r];
-        int qn = len * group, qc = attn_slice(len, group, parts);
+    for (int r = 0, p = 0; r < n_runs; r++) {
+        int len = run_start[r + 1] - run_start[r], maxn = run_nmax[r], qn = len * group;
         if (SPLIT(r)) split_s += (size_t)n_kv_heads * (size_t)qn * (size_t)maxn;
         else if (len >= c->attn_gemm_min_T) need = DS_MAX(need, (size_t)len * (size_t)maxn);
-        else need = DS_MAX(need, (size_t)qc * (size_t)maxn), max_tasks += (size_t)n_kv_heads * (size_t)((qn + qc - 1) / qc);
+        else
+            for (int h = 0; h < n_kv_heads; h++, p++) {
+                int qc = attn_slice(len, group, p, whole, nth);
+                need = DS_MAX(need, (size_t)qc * (size_t)maxn), max_tasks += (size_t)((qn + qc - 1) / qc);
+            }
     }
     size_t blk_off = need;
     need += (size_t)QK_ATT_BLOCK * (size_t)hd; /* a bf16 cache's rows, widened a block at a time */
@@ -867,7 +875,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     /* columns a P V item takes: a 64-byte line of a bf16 row where the head is whole lines of them */
     att_split sp = {be, &a, sruns, 0, hd % 32 == 0 && hd >= 64 ? 32 : hd, {0, 0, 0}, {0, 0, 0}};
     size_t s_off = 0;
-    for (int r = 0; r < n_runs; r++) {
+    for (int r = 0, p = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0;
         if (SPLIT(r)) {
             int nmax = run_nmax[r], qn = len * group;
@@ -878,9 +886,11 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
             continue;
         }
         if (len < c->attn_gemm_min_T) { /* slices for the per-row kernel */
-            int qn = len * group, qc = attn_slice(len, group, parts);
-            for (int h = 0; h < n_kv_heads; h++)
+            int qn = len * group;
+            for (int h = 0; h < n_kv_heads; h++, p++) {
+                int qc = attn_slice(len, group, p, whole, nth);
                 for (int q0 = 0; q0 < qn; q0 += qc) tasks[n_tasks++] = (attn_task){t0, h, q0, DS_MIN(qn, q0 + qc)};
+            }
             continue;
         }
         a.n = n_heads, a.t0 = t0, a.len = len, a.n_ctx = run_nmax[r], a.next = 0;

@@ -24,6 +24,8 @@ typedef struct {
 static const tiny_spec SPEC_Q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
 static const tiny_spec SPEC_F32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
 static const tiny_spec SPEC_QWEN = {64, 2, 4, 1, 96, 300, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
+/* three KV heads on two threads: two whole (request, head) pairs and one cut in slices */
+static const tiny_spec SPEC_KV3 = {96, 2, 6, 3, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
 
 static fixture *open_tiny_c(const tiny_spec *s, uint64_t seed, const char *name, int exact) {
     fixture *f = calloc(1, sizeof *f);
@@ -180,8 +182,8 @@ static void test_naive_reference_qwen3(void **state) { (void)state; check_agains
  * every size (the contract is batch-invariant). 300 tokens one at a time: decode steps past 256
  * positions, whose attention splits the cache's positions and columns across threads, against one
  * call whose attention slices the queries */
-static void batch_equals_single(int exact) {
-    fixture *f = open_tiny_c(&SPEC_Q41, 5, "batch.gguf", exact);
+static void batch_equals_single(const tiny_spec *spec, int exact) {
+    fixture *f = open_tiny_c(spec, 5, "batch.gguf", exact);
     int V = f->m.cfg.vocab_size, sizes[3] = {20, 45, 300}; /* below and above the GEMM threshold */
     for (int k = 0; k < 3 - exact; k++) {
         int n = sizes[k], tk[300];
@@ -206,8 +208,10 @@ static void batch_equals_single(int exact) {
 
 static void test_batch_equals_single(void **state) {
     (void)state;
-    batch_equals_single(1);
-    batch_equals_single(0);
+    batch_equals_single(&SPEC_Q41, 1);
+    batch_equals_single(&SPEC_Q41, 0);
+    batch_equals_single(&SPEC_KV3, 1);
+    batch_equals_single(&SPEC_KV3, 0);
 }
 
 /* the int8 contract gives the same logits, bit for bit, on every kernel path this CPU runs */
