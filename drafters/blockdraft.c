@@ -334,10 +334,8 @@ static int copy_target_layers(bd_model *m, const model *target) {
             bd_model_free(m);
             return -1;
         }
-        memcpy(d->attn_norm, s->attn_norm, sizeof(float) * c->dim);
-        memcpy(d->ffn_norm, s->ffn_norm, sizeof(float) * c->dim);
-        qmat_to_f32(&s->wq, d->wq), qmat_to_f32(&s->wk, d->wk), qmat_to_f32(&s->wv, d->wv), qmat_to_f32(&s->wo, d->wo);
-        qmat_to_f32(&s->w_gate, d->w_gate), qmat_to_f32(&s->w_up, d->w_up), qmat_to_f32(&s->w_down, d->w_down);
+        layer_to_f32(s, c->dim, (float *const[9]){d->attn_norm, d->wq, d->wk, d->wv, d->wo, d->ffn_norm, d->w_gate,
+                                                  d->w_up, d->w_down});
     }
     memcpy(m->pv.final_norm, target->out_norm, sizeof(float) * c->dim); /* the stack ends as the target's does */
     return 0;
@@ -370,10 +368,7 @@ int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, ui
         for (size_t k = 0; k < t->numel; k++) {
             if (is_norm) p[k] = 1.0f;
             else if (is_zero) p[k] = 0.0f; /* the head starts as no correction; the confidence at 1/2 */
-            else {
-                double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
-                p[k] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * std;
-            }
+            else p[k] = (float)rng_normal(&r) * std;
         }
     }
     return copy_target_layers(m, target);

@@ -128,11 +128,10 @@ int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t
         rng_t r;
         rng_seed(&r, seed);
         float sd = init_std / sqrtf((float)c->dim);
-        for (int k = 0; k < c->heads; k++)
-            for (size_t i = 0; i < m->tt[2 * k].numel; i++) {
-                double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
-                m->params[m->tt[2 * k].offset + i] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * sd;
-            }
+        for (int k = 0; k < c->heads; k++) {
+            float *w = m->params + m->tt[2 * k].offset;
+            for (size_t i = 0; i < m->tt[2 * k].numel; i++) w[i] = (float)rng_normal(&r) * sd;
+        }
     }
     return 0;
 fail:

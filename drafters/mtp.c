@@ -201,10 +201,7 @@ int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint6
         float sd = i == 7 || i == 11 ? out_scale : 0.02f; /* residual-output projections, GPT-2 style */
         for (size_t k = 0; k < m->tt[i].numel; k++) {
             if (!m->tt[i].decay) p[k] = 1.0f; /* norms */
-            else {
-                double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
-                p[k] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * sd;
-            }
+            else p[k] = (float)rng_normal(&r) * sd;
         }
     }
     memcpy(m->pv.final_norm, target->out_norm, sizeof(float) * c->dim); /* the module ends as the target does */
@@ -215,11 +212,9 @@ int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint6
     }
     if (c->init_layer >= 0) { /* the block starts as the target's layer: a transformer layer that works */
         const layer_weights *l = &target->layers[c->init_layer];
-        memcpy(m->pv.attn_norm, l->attn_norm, sizeof(float) * c->dim);
-        memcpy(m->pv.ffn_norm, l->ffn_norm, sizeof(float) * c->dim);
-        qmat_to_f32(&l->wq, m->pv.wq), qmat_to_f32(&l->wk, m->pv.wk), qmat_to_f32(&l->wv, m->pv.wv);
-        qmat_to_f32(&l->wo, m->pv.wo), qmat_to_f32(&l->w_gate, m->pv.w_gate), qmat_to_f32(&l->w_up, m->pv.w_up);
-        qmat_to_f32(&l->w_down, m->pv.w_down);
+        const mtp_pv_f *p = &m->pv;
+        layer_to_f32(l, c->dim, (float *const[9]){p->attn_norm, p->wq, p->wk, p->wv, p->wo, p->ffn_norm, p->w_gate,
+                                                  p->w_up, p->w_down});
     }
     return 0;
 fail:

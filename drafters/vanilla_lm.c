@@ -193,11 +193,8 @@ int vlm_model_init(vlm_model *m, const vlm_config *c, const model *target, uint6
         mtp_pv_f *p = &m->lay[l];
         if (c->init_layers) { /* the target's layer l: step 0 is the self-draft of those layers */
             const layer_weights *tl = &target->layers[l];
-            memcpy(p->attn_norm, tl->attn_norm, sizeof(float) * c->c.dim);
-            memcpy(p->ffn_norm, tl->ffn_norm, sizeof(float) * c->c.dim);
-            qmat_to_f32(&tl->wq, p->wq), qmat_to_f32(&tl->wk, p->wk), qmat_to_f32(&tl->wv, p->wv);
-            qmat_to_f32(&tl->wo, p->wo), qmat_to_f32(&tl->w_gate, p->w_gate), qmat_to_f32(&tl->w_up, p->w_up);
-            qmat_to_f32(&tl->w_down, p->w_down);
+            layer_to_f32(tl, c->c.dim, (float *const[9]){p->attn_norm, p->wq, p->wk, p->wv, p->wo, p->ffn_norm,
+                                                         p->w_gate, p->w_up, p->w_down});
             continue;
         }
         for (int i = 0; i < VLM_PER_LAYER; i++) { /* GPT-2 style: N(0, 0.02), residual outputs / sqrt(2 layers) */
@@ -205,10 +202,7 @@ int vlm_model_init(vlm_model *m, const vlm_config *c, const model *target, uint6
             float *x = m->params + t->offset, sd = i == 4 || i == 8 ? 0.02f / sqrtf(2.0f * c->n_layers) : 0.02f;
             for (size_t k = 0; k < t->numel; k++) {
                 if (!t->decay) x[k] = 1.0f;
-                else {
-                    double u1 = rng_uniform_pos(&r), u2 = rng_uniform(&r);
-                    x[k] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2)) * sd;
-                }
+                else x[k] = (float)rng_normal(&r) * sd;
             }
         }
     }

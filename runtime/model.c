@@ -35,6 +35,14 @@ void qmat_to_f32(const qmat *w, float *dst) {
     for (int r = 0; r < w->rows; r++) qmat_row_f32(w, r, dst + (size_t)r * w->cols);
 }
 
+void layer_to_f32(const layer_weights *l, int dim, float *const dst[9]) {
+    const qmat *mats[9] = {NULL, &l->wq, &l->wk, &l->wv, &l->wo, NULL, &l->w_gate, &l->w_up, &l->w_down};
+    memcpy(dst[0], l->attn_norm, sizeof(float) * (size_t)dim);
+    memcpy(dst[5], l->ffn_norm, sizeof(float) * (size_t)dim);
+    for (int i = 0; i < 9; i++)
+        if (mats[i]) qmat_to_f32(mats[i], dst[i]);
+}
+
 static uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h) {
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     return h;

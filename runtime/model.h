@@ -67,5 +67,8 @@ uint64_t model_n_params(const model *m);
 void qmat_row_f32(const qmat *w, int row, float *dst);
 /* The whole matrix into fp32, [rows][cols] (a trainable copy of a frozen or initial weight). */
 void qmat_to_f32(const qmat *w, float *dst);
+/* a layer as fp32 into dst[9], in the order attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down
+ * (a drafter's trainable layer that starts as a target layer; dim: the norms' length) */
+void layer_to_f32(const layer_weights *l, int dim, float *const dst[9]);
 
 #endif

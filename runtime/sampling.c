@@ -40,6 +40,11 @@ double rng_uniform_pos(rng_t *r) {
     return u;
 }
 
+double rng_normal(rng_t *r) {
+    double u1 = rng_uniform_pos(r), u2 = rng_uniform(r);
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
 int argmax_f32(const float *x, int n) { return qk_argmax(x, n); }
 
 /* inverse CDF over weights w (float or double), normalised by their positive total */

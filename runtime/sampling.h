@@ -22,6 +22,7 @@ void rng_seed(rng_t *r, uint64_t seed); /* also detaches any enumerator */
 uint64_t rng_u64(rng_t *r);
 double rng_uniform(rng_t *r);       /* [0, 1) with 53 random bits */
 double rng_uniform_pos(rng_t *r);   /* (0, 1) */
+double rng_normal(rng_t *r);        /* N(0, 1): Box-Muller's cosine branch, two uniforms a draw */
 
 /* Index of the largest value; ties go to the lowest index. */
 int argmax_f32(const float *x, int n);

@@ -88,10 +88,6 @@ static int bandit_open_kind(scheduler *s, const cJSON *cfg, int thompson) {
 static int ucb_open(scheduler *s, const cJSON *cfg) { return bandit_open_kind(s, cfg, 0); }
 static int thompson_open(scheduler *s, const cJSON *cfg) { return bandit_open_kind(s, cfg, 1); }
 
-static double gauss(rng_t *r) { /* Box-Muller */
-    double u = rng_uniform_pos(r), v = rng_uniform(r);
-    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
 
 static int bandit_choose(bandit_state *b) {
     for (int a = 0; a < b->n_arms; a++)
@@ -110,7 +106,7 @@ static int bandit_choose(bandit_state *b) {
     double best_v = -INFINITY;
     for (int a = 0; a < b->n_arms; a++) {
         double mean = b->sum[a] / b->n[a], v;
-        if (b->thompson) v = (mean + sqrt(var / b->n[a]) * gauss(&b->rng)) / scale;
+        if (b->thompson) v = (mean + sqrt(var / b->n[a]) * rng_normal(&b->rng)) / scale;
         else v = mean / scale + b->c * sqrt(log((double)b->t) / b->n[a]);
         if (v > best_v) best_v = v, best = a;
     }

@@ -35,10 +35,6 @@ static uint64_t prefix_hash(uint64_t seed, const int *p, int n) {
     return mix64(h ^ (uint64_t)n);
 }
 
-static double normal(rng_t *r) {
-    double u1 = rng_uniform_pos(r), u2 = rng_uniform(r);
-    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
-}
 
 /* target logits: N(0, 2^2), about 15 % masked (never fewer than 2 tokens left) */
 static void toy_target_logits(const toy_ctx *c, uint64_t h, float *z) {
@@ -46,7 +42,7 @@ static void toy_target_logits(const toy_ctx *c, uint64_t h, float *z) {
     rng_seed(&r, h);
     int alive = 0;
     for (int i = 0; i < c->s.V; i++) {
-        z[i] = (float)(2 * normal(&r));
+        z[i] = (float)(2 * rng_normal(&r));
         if (rng_uniform(&r) < 0.15) z[i] = -INFINITY;
         else alive++;
     }
@@ -62,7 +58,7 @@ static void toy_draft_logits(const toy_ctx *c, const int *prefix, int n, float *
     for (int i = 0; i < c->s.V; i++) {
         /* the draft may favour tokens the target forbids, and forbid tokens the target allows */
         float base = isfinite(zt[i]) ? zt[i] : -1.0f;
-        z[i] = c->s.mix * base + (1 - c->s.mix) * (float)(2 * normal(&r));
+        z[i] = c->s.mix * base + (1 - c->s.mix) * (float)(2 * rng_normal(&r));
         if (rng_uniform(&r) < 0.10) z[i] = -INFINITY;
     }
     if (!isfinite(z[0]) && !isfinite(z[1])) z[0] = 0;
