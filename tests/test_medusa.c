@@ -141,6 +141,13 @@ static void test_grad_vocab(void **state) {
     gradcheck(1, 1);
 }
 
+static int load_md(const char *dir, const model *t) {
+    md_model m;
+    if (md_load(&m, dir, t, 0)) return -1;
+    md_model_free(&m);
+    return 0;
+}
+
 /* checkpoints: a round trip through the registry, and every way a config.json can fail to belong */
 static void test_checkpoint(void **state) {
     (void)state;
@@ -151,7 +158,7 @@ static void test_checkpoint(void **state) {
     c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
     md_model m, m2;
     assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0, NULL), 0);
-    char dir[600], p[700];
+    char dir[600];
     snprintf(dir, sizeof dir, "%s", tmp_path("medusa-ck"));
     assert_int_equal(md_save(&m, dir), 0);
     assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), 0);
@@ -161,32 +168,19 @@ static void test_checkpoint(void **state) {
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     md_model_free(&m2);
     /* through the registry: the checkpoint opens as a drafter with its heads as max_gamma */
-    char dj[800];
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
-    cJSON *dc = cJSON_Parse(dj);
     drafter d;
-    if (drafter_open(&d, "medusa", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    checkpoint_serves(&tt->t, "medusa", dir, "\"heads\": 3", "heads", &d);
     assert_int_equal(d.max_gamma, 2);
     assert_int_equal(d.n_capture, 1);
     assert_int_equal(d.capture_layers[0], tt->t.m.cfg.n_layers - 1);
     drafter_close(&d);
-    /* a checkpoint may carry nothing beside its path */
-    cJSON_AddNumberToObject(dc, "heads", 3);
-    assert_int_equal(drafter_open(&d, "medusa", dc, &tt->t), -1);
-    assert_non_null(strstr(ds_errmsg(), "heads"));
-    cJSON_Delete(dc);
     /* a config that is not this target's, a foreign kind, an unknown key: refused by name */
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    const char *bad[][2] = {{"{\"kind\": \"medusa\", \"heads\": 2, \"dim\": 64}", "dim"},
+    const char *const bad[][2] = {{"{\"kind\": \"medusa\", \"heads\": 2, \"dim\": 64}", "dim"},
                             {"{\"kind\": \"medusa\", \"heads\": 2, \"target_fingerprint\": \"0123\"}", "trained against"},
                             {"{\"kind\": \"dflash\", \"heads\": 2}", "not a medusa checkpoint"},
                             {"{\"kind\": \"medusa\", \"heads\": 2, \"hedas\": 3}", "hedas"},
                             {"{\"kind\": \"medusa\", \"heads\": 40}", "heads"}};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        write_file(p, bad[i][0], strlen(bad[i][0]));
-        assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), -1);
-        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
-    }
+    checkpoint_refusals(dir, &tt->t.m, load_md, bad, sizeof bad / sizeof *bad);
     md_model_free(&m);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -200,25 +194,10 @@ static void test_checkpoint(void **state) {
  * tap, the final norm, which state a head reads (begin's or commit's row) and which token it
  * predicts. The decoding loop then runs the drafter at T = 0 and must emit the target's own output. */
 static void overfit_gate(int vocab) {
-    tiny_target *tt = tiny_open();
-    char cache[512], run[512], cmd[1200];
-    snprintf(cache, sizeof cache, "%s", tmp_path("medusa-overfit-cache"));
-    snprintf(run, sizeof run, "%s", tmp_path("medusa-overfit-run"));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
-    assert_int_equal(system(cmd), 0);
-    int n = 46, np = 6, seq[46];
-    rng_t r;
-    rng_seed(&r, 11);
-    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
-    int tap = tt->t.m.cfg.n_layers - 1;
-    traindata_layout lay = {.n_tap = 1, .taps = {tap}, .top_k = 8};
-    char shard[600];
-    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
-    if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
-    train_cache d;
-    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    overfit g;
+    overfit_open(&g, "medusa-overfit", 0, 46, 1, (int[]){-1});
     md_config c;
-    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    assert_int_equal(md_config_init(&c, &g.tt->t.m, NULL), 0);
     c.heads = HEADS;
     c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
     /* with a draft vocabulary: the 46 ids the sequence draws from, in a scrambled order (row j is
@@ -227,35 +206,20 @@ static void overfit_gate(int vocab) {
     for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
     c.draft_vocab = vocab ? 46 : 0;
     md_model m;
-    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 5, 0, 1, vocab ? ids : NULL), 0);
-    train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
-    train_point h[400];
-    int nh;
+    assert_int_equal(md_model_init(&m, &c, &g.tt->t.m, 5, 0, 1, vocab ? ids : NULL), 0);
     trainable tr;
     assert_int_equal(md_trainable(&m, &tr), 0);
-    if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
-    char dj[800];
+    overfit_train(&g, &tr);
     /* the vocabulary case serves its blocks in Q4_1, the other in the default Q8_0 */
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"%s}", run, vocab ? ", \"block_precision\": \"q4_1\"" : "");
-    cJSON *dc = cJSON_Parse(dj);
+    char what[100];
+    snprintf(what, sizeof what, "medusa (%d heads%s, blocks %s)", HEADS, vocab ? ", draft vocabulary 46 of 48" : "",
+             vocab ? "q4_1" : "q8_0");
     drafter dr;
-    if (drafter_open(&dr, "medusa", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    overfit_serve(&g, "medusa", vocab ? ", \"block_precision\": \"q4_1\"" : "", HEADS, what, &dr);
     assert_non_null(strstr(dr.describe, vocab ? "blocks q4_1" : "blocks q8_0"));
-    float *hid = target_states(&tt->t, seq, n, 1, &tap);
-    long hit, tried;
-    teacher_forced(&dr, &tt->t, seq, n, np, HEADS, hid, &hit, &tried);
-    printf("  overfit gate, medusa (%d heads%s, blocks %s): %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced "
-           "serving drafts %ld of %ld back\n",
-           HEADS, vocab ? ", draft vocabulary 46 of 48" : "", vocab ? "q4_1" : "q8_0", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
-    if (hit < 0.9 * tried) fail_msg("medusa: the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
-    decode_matches_ar(&tt->t, &dr, seq, np, 30, HEADS);
     drafter_close(&dr);
-    free(hid);
-    cJSON_Delete(dc);
     md_model_free(&m);
-    traindata_close(&d);
-    assert_int_equal(system(cmd), 0);
-    tiny_close(tt);
+    overfit_close(&g);
 }
 
 static void test_overfit_gate(void **state) {

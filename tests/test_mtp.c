@@ -307,6 +307,13 @@ static void test_cache_rollback(void **state) {
     cache_rollback("eagle3");
 }
 
+static int load_mtp(const char *dir, const model *t) {
+    mtp_model m;
+    if (mtp_load(&m, dir, t, "mtp", 0)) return -1;
+    mtp_model_free(&m);
+    return 0;
+}
+
 static void test_checkpoint(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -325,32 +332,21 @@ static void test_checkpoint(void **state) {
     assert_true(m2.cfg.calib[1] == 0.7f);
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     mtp_model_free(&m2);
-    char dj[800];
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
-    cJSON *dc = cJSON_Parse(dj);
     drafter d;
-    if (drafter_open(&d, "mtp", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    checkpoint_serves(&tt->t, "mtp", dir, "\"depth\": 3", "depth", &d);
     assert_int_equal(d.max_gamma, 2);
     assert_int_equal(d.n_capture, 1);
     assert_int_equal(d.capture_layers[0], tt->t.m.cfg.n_layers - 1);
     drafter_close(&d);
-    cJSON_AddNumberToObject(dc, "depth", 3);
-    assert_int_equal(drafter_open(&d, "mtp", dc, &tt->t), -1);
-    assert_non_null(strstr(ds_errmsg(), "depth"));
-    cJSON_Delete(dc);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    const char *bad[][2] = {{"{\"kind\": \"mtp\", \"depth\": 2, \"dim\": 64}", "dim"},
+    const char *const bad[][2] = {{"{\"kind\": \"mtp\", \"depth\": 2, \"dim\": 64}", "dim"},
                             {"{\"kind\": \"mtp\", \"depth\": 2, \"n_kv_heads\": 4}", "heads"},
                             {"{\"kind\": \"mtp\", \"target_fingerprint\": \"0123\"}", "trained against"},
                             {"{\"kind\": \"medusa\", \"depth\": 2}", "not a mtp checkpoint"},
                             {"{\"kind\": \"mtp\", \"dpeth\": 3}", "dpeth"},
                             {"{\"kind\": \"mtp\", \"depth\": 40}", "depth"},
                             {"{\"kind\": \"mtp\", \"hidden_dim\": 16}", "init_layer"}};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        write_file(p, bad[i][0], strlen(bad[i][0]));
-        assert_int_equal(mtp_load(&m2, dir, &tt->t.m, "mtp", 0), -1);
-        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
-    }
+    checkpoint_refusals(dir, &tt->t.m, load_mtp, bad, sizeof bad / sizeof *bad);
+    snprintf(p, sizeof p, "%s/config.json", dir);
     /* a checkpoint whose tensor has the wrong shape */
     c.hidden_dim = 16, c.init_layer = -1;
     assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0, NULL), 0);
@@ -389,37 +385,23 @@ static void test_checkpoint(void **state) {
  * tokens back at every cut, before and after a commit; then the decoding loop at T = 0 must emit the
  * target's own output. */
 static void overfit_gate(const char *kind, int vocab) {
-    tiny_target *tt = tiny_open();
-    char cache[512], run[512], cmd[1200];
-    snprintf(cache, sizeof cache, "%s", tmp_path("mtp-overfit-cache"));
-    snprintf(run, sizeof run, "%s", tmp_path("mtp-overfit-run"));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
-    assert_int_equal(system(cmd), 0);
-    int n = 46, np = 6, seq[46];
-    rng_t r;
-    rng_seed(&r, 11);
-    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
+    overfit g;
     /* the cache taps layer 0 too (one cache for several families): training must pick the module's
      * layer out of it, or serving (which reads the last layer) drafts nothing back */
-    int tap = tt->t.m.cfg.n_layers - 1;
-    traindata_layout lay = {.n_tap = 2, .taps = {0, tap}, .top_k = 8};
-    char shard[600];
-    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
-    if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
-    train_cache d;
-    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    overfit_open(&g, "mtp-overfit", 0, 46, 2, (int[]){0, -1});
+    int n = OVERFIT_N, tap = g.tt->t.m.cfg.n_layers - 1;
     { /* the picked layer's rows are the cache's second tap, row by row */
-        int D = tt->t.m.cfg.dim, sel[1];
+        int D = g.tt->t.m.cfg.dim, sel[1];
         float *all = malloc(sizeof(float) * (size_t)n * 2 * D), *one = malloc(sizeof(float) * (size_t)n * D);
-        assert_int_equal(traindata_select_taps(&d, &tap, 1, sel), 0);
+        assert_int_equal(traindata_select_taps(&g.d, &tap, 1, sel), 0);
         assert_int_equal(sel[0], 1);
-        traindata_seq(&d, 0, NULL, 0, all, NULL);
-        traindata_seq(&d, 0, sel, 1, one, NULL);
+        traindata_seq(&g.d, 0, NULL, 0, all, NULL);
+        traindata_seq(&g.d, 0, sel, 1, one, NULL);
         for (int i = 0; i < n; i++) assert_memory_equal(one + (size_t)i * D, all + ((size_t)i * 2 + 1) * D, sizeof(float) * D);
         free(all), free(one);
     }
     mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
+    assert_int_equal(mtp_config_init(&c, &g.tt->t.m, kind, NULL), 0);
     c.depth = DEPTH;
     c.w_ce = 1, c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
     /* with a draft vocabulary: the 46 ids the sequence draws from, scrambled (row j is not token j) */
@@ -427,40 +409,24 @@ static void overfit_gate(const char *kind, int vocab) {
     for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
     c.draft_vocab = vocab ? 46 : 0;
     mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 5, 1, vocab ? ids : NULL), 0);
-    train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
-    train_point h[400];
-    int nh;
+    assert_int_equal(mtp_model_init(&m, &c, &g.tt->t.m, 5, 1, vocab ? ids : NULL), 0);
     trainable tr;
     assert_int_equal(mtp_trainable(&m, &tr), 0);
     int wrong[2] = {1, 1}; /* a cache without the layer a drafter reads is refused by name */
     tr.taps = wrong;
-    assert_int_equal(train_run(&tr, &d, &o, h, 400, &nh), -1);
+    assert_int_equal(train_run(&tr, &g.d, &g.o, g.h, 400, &g.nh), -1);
     if (!strstr(ds_errmsg(), "taps layers 0,2; the drafter reads layer 1")) fail_msg("unexpected message: %s", ds_errmsg());
     tr.taps = m.cfg.taps;
-    if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
-    char dj[800];
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
-    cJSON *dc = cJSON_Parse(dj);
+    overfit_train(&g, &tr);
+    char what[100];
+    snprintf(what, sizeof what, "%s (depth %d, %d tap%s%s)", kind, DEPTH, c.n_tap, c.n_tap > 1 ? "s fused" : "",
+             vocab ? ", draft vocabulary 46 of 48" : "");
     drafter dr;
-    if (drafter_open(&dr, kind, dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    overfit_serve(&g, kind, "", DEPTH, what, &dr);
     assert_int_equal(dr.n_capture, c.n_tap);
-    float *hid = target_states(&tt->t, seq, n, dr.n_capture, dr.capture_layers);
-    long hit, tried;
-    teacher_forced(&dr, &tt->t, seq, n, np, DEPTH, hid, &hit, &tried);
-    printf("  overfit gate, %s (depth %d, %d tap%s%s): %d random tokens memorised (train loss %.3f -> %.4f); "
-           "teacher-forced serving drafts %ld of %ld back\n",
-           kind, DEPTH, c.n_tap, c.n_tap > 1 ? "s fused" : "", vocab ? ", draft vocabulary 46 of 48" : "", n - np,
-           h[0].loss, h[nh - 1].loss, hit, tried);
-    if (hit < 0.9 * tried) fail_msg("%s: the memorised sequence is not drafted back (%ld of %ld)", kind, hit, tried);
-    decode_matches_ar(&tt->t, &dr, seq, np, 30, DEPTH);
     drafter_close(&dr);
-    free(hid);
-    cJSON_Delete(dc);
     mtp_model_free(&m);
-    traindata_close(&d);
-    assert_int_equal(system(cmd), 0);
-    tiny_close(tt);
+    overfit_close(&g);
 }
 
 static void test_overfit_gate(void **state) {

@@ -291,6 +291,13 @@ static void test_cache_rollback(void **state) {
     tiny_close(tt);
 }
 
+static int load_vlm(const char *dir, const model *t) {
+    vlm_model m;
+    if (vlm_load(&m, dir, t, 0)) return -1;
+    vlm_model_free(&m);
+    return 0;
+}
+
 static void test_checkpoint(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -311,19 +318,11 @@ static void test_checkpoint(void **state) {
     assert_true(m2.cfg.c.calib[1] == 0.7f);
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     vlm_model_free(&m2);
-    char dj[800];
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
-    cJSON *dc = cJSON_Parse(dj);
     drafter d;
-    if (drafter_open(&d, "vanilla", dc, &tt->t)) fail_msg("%s", ds_errmsg());
+    checkpoint_serves(&tt->t, "vanilla", dir, "\"layers\": 3", "one of", &d); /* a self-draft and a checkpoint at once */
     assert_int_equal(d.n_capture, 0);
     drafter_close(&d);
-    cJSON_AddNumberToObject(dc, "layers", 3); /* a self-draft and a checkpoint at once */
-    assert_int_equal(drafter_open(&d, "vanilla", dc, &tt->t), -1);
-    assert_non_null(strstr(ds_errmsg(), "one of"));
-    cJSON_Delete(dc);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    const char *bad[][2] = {{"{\"kind\": \"vanilla\", \"n_layers\": 2, \"dim\": 64}", "dim"},
+    const char *const bad[][2] = {{"{\"kind\": \"vanilla\", \"n_layers\": 2, \"dim\": 64}", "dim"},
                             {"{\"kind\": \"vanilla\", \"n_layers\": 2, \"n_kv_heads\": 4}", "heads"},
                             {"{\"kind\": \"vanilla\", \"target_fingerprint\": \"0123\"}", "trained against"},
                             {"{\"kind\": \"mtp\", \"depth\": 2}", "not a vanilla checkpoint"},
@@ -331,11 +330,8 @@ static void test_checkpoint(void **state) {
                             {"{\"kind\": \"vanilla\", \"n_layers\": 40}", "n_layers"},
                             {"{\"kind\": \"vanilla\", \"n_layers\": 4}", "needs as many target layers"},
                             {"{\"kind\": \"vanilla\", \"hidden_dim\": 16}", "init_layers"}};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        write_file(p, bad[i][0], strlen(bad[i][0]));
-        assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), -1);
-        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
-    }
+    checkpoint_refusals(dir, &tt->t.m, load_vlm, bad, sizeof bad / sizeof *bad);
+    snprintf(p, sizeof p, "%s/config.json", dir);
     /* a checkpoint that says 3 layers over a file of 2: the missing tensor is named */
     const char *three = "{\"kind\": \"vanilla\", \"n_layers\": 3}";
     write_file(p, three, strlen(three));
@@ -378,53 +374,25 @@ static void test_checkpoint(void **state) {
  * registry, must draft the memorised tokens back at every cut, before and after a commit; then the
  * decoding loop at T = 0 must emit the target's own output. */
 static void overfit_gate(int vocab) {
-    tiny_target *tt = tiny_open();
-    char cache[512], run[512], cmd[1200];
-    snprintf(cache, sizeof cache, "%s", tmp_path("vanilla-overfit-cache"));
-    snprintf(run, sizeof run, "%s", tmp_path("vanilla-overfit-run"));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
-    assert_int_equal(system(cmd), 0);
-    int n = 46, np = 6, seq[46];
-    rng_t r;
-    rng_seed(&r, 11);
-    for (int i = 0; i < n; i++) seq[i] = (int)(rng_u64(&r) % 46);
-    traindata_layout lay = {.n_tap = 1, .taps = {0}, .top_k = 8};
-    char shard[600];
-    snprintf(shard, sizeof shard, "%s/shard-0000", cache);
-    if (traindata_append(&tt->t, shard, seq, n, np, 0, &lay)) fail_msg("%s", ds_errmsg());
-    train_cache d;
-    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    overfit g;
+    overfit_open(&g, "vanilla-overfit", 0, 46, 1, (int[]){0});
     vlm_config c;
     int ids[46];
     for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
-    lm_config(tt, &c, 1, vocab ? 46 : 0);
+    lm_config(g.tt, &c, 1, vocab ? 46 : 0);
     c.c.w_ce = 1, c.c.w_l1 = 0; /* memorise the data's tokens, not the random target's law */
     vlm_model m;
-    assert_int_equal(vlm_model_init(&m, &c, &tt->t.m, 5, 1, vocab ? ids : NULL), 0);
-    train_opts o = {400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, run, 1};
-    train_point h[400];
-    int nh;
+    assert_int_equal(vlm_model_init(&m, &c, &g.tt->t.m, 5, 1, vocab ? ids : NULL), 0);
     trainable tr;
     assert_int_equal(vlm_trainable(&m, &tr), 0);
-    if (train_run(&tr, &d, &o, h, 400, &nh)) fail_msg("%s", ds_errmsg());
-    char dj[800];
-    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"}", run);
-    cJSON *dc = cJSON_Parse(dj);
+    overfit_train(&g, &tr);
     drafter dr;
-    if (drafter_open(&dr, "vanilla", dc, &tt->t)) fail_msg("%s", ds_errmsg());
-    long hit, tried;
-    teacher_forced(&dr, &tt->t, seq, n, np, DEPTH, NULL, &hit, &tried);
-    printf("  overfit gate, vanilla LM (1 layer%s): %d random tokens memorised (train loss %.3f -> %.4f); "
-           "teacher-forced serving drafts %ld of %ld back\n",
-           vocab ? ", draft vocabulary 46 of 48" : "", n - np, h[0].loss, h[nh - 1].loss, hit, tried);
-    if (hit < 0.9 * tried) fail_msg("the memorised sequence is not drafted back (%ld of %ld)", hit, tried);
-    decode_matches_ar(&tt->t, &dr, seq, np, 30, DEPTH);
+    overfit_serve(&g, "vanilla", "", DEPTH, vocab ? "vanilla LM (1 layer, draft vocabulary 46 of 48)" : "vanilla LM (1 layer)",
+                  &dr);
+    assert_int_equal(dr.n_capture, 0); /* an LM of its own: no target states */
     drafter_close(&dr);
-    cJSON_Delete(dc);
     vlm_model_free(&m);
-    traindata_close(&d);
-    assert_int_equal(system(cmd), 0);
-    tiny_close(tt);
+    overfit_close(&g);
 }
 
 static void test_overfit_gate(void **state) {

@@ -1,5 +1,6 @@
-/* train_fixture.h — what the trainable drafters' tests share (test_train.c, test_medusa.c): a tiny
- * target, the target's states over a sequence, and the overfit gates' serving check.
+/* train_fixture.h — what the trainable drafters' tests share (test_train.c, test_mtp.c, test_medusa.c,
+ * test_vanilla.c): a tiny target, the target's states over a sequence, and the overfit gates' frame
+ * (the cached sequence, the serving check, the decoding loop against autoregression).
  *
  * The serving check: a drafter trained until it memorised one sequence is driven through its own ops on that
  * sequence: at every cut c, begin() on the prompt seq[0..c) (with the target's captured states of
@@ -10,8 +11,10 @@
 #ifndef DS_TRAIN_FIXTURE_H
 #define DS_TRAIN_FIXTURE_H
 
+#include "../datasets/traindata.h"
 #include "../drafters/drafter.h"
 #include "../engine/decode.h"
+#include "../engine/train.h"
 #include "../schedulers/scheduler.h"
 
 typedef struct {
@@ -141,6 +144,110 @@ static void decode_matches_ar(target *t, drafter *dr, const int *prompt, int np,
     request_free(&req, t);
     scheduler_close(&sc);
     free(out);
+}
+
+/* dir, a checkpoint, opens through the registry as kind into d (the caller checks and closes it);
+ * with `extra` beside its path (a JSON field of the untrained form: a checkpoint carries its
+ * architecture) it is refused, naming `says` */
+static void checkpoint_serves(target *t, const char *kind, const char *dir, const char *extra, const char *says,
+                              drafter *d) {
+    char dj[900];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\"}", dir);
+    cJSON *dc = cJSON_Parse(dj);
+    assert_non_null(dc);
+    if (drafter_open(d, kind, dc, t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(dc);
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s\", %s}", dir, extra);
+    assert_non_null(dc = cJSON_Parse(dj));
+    drafter d2;
+    assert_int_equal(drafter_open(&d2, kind, dc, t), -1);
+    if (!strstr(ds_errmsg(), says)) fail_msg("%s: '%s' does not name '%s'", extra, ds_errmsg(), says);
+    cJSON_Delete(dc);
+}
+
+/* a drafter family's checkpoint loader: 0 when dir loads (the model freed again), -1 with a message */
+typedef int (*checkpoint_load_fn)(const char *dir, const model *t);
+
+/* each bad[i][0] written as dir's config.json is refused by load with a message naming bad[i][1] */
+static void checkpoint_refusals(const char *dir, const model *t, checkpoint_load_fn load, const char *const (*bad)[2],
+                                size_t n) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    for (size_t i = 0; i < n; i++) {
+        write_file(p, bad[i][0], strlen(bad[i][0]));
+        assert_int_equal(load(dir, t), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("case %zu: '%s' does not name '%s'", i, ds_errmsg(), bad[i][1]);
+    }
+}
+
+/* The overfit gate's frame: one sequence of OVERFIT_N tokens (a prompt of OVERFIT_NP, then random
+ * ones) cached for training until a drafter memorises it; overfit_serve then serves the run's last
+ * checkpoint through the registry. */
+#define OVERFIT_N 46
+#define OVERFIT_NP 6
+typedef struct {
+    tiny_target *tt;
+    char cache[512], run[520], cmd[1200];
+    int seq[OVERFIT_N];
+    train_cache d;
+    train_opts o;           /* 400 steps at lr 1e-2 into run/ (a gate may change them) */
+    train_point h[400];
+    int nh;
+} overfit;
+
+/* the tiny target and the cache (folders named by tag), tokens lo + (a draw mod span), the cache's
+ * layers taps[0..n_tap) (a negative one counts from the end: -1 is the last) */
+static void overfit_open(overfit *g, const char *tag, int lo, int span, int n_tap, const int *taps) {
+    memset(g, 0, sizeof *g);
+    g->tt = tiny_open();
+    snprintf(g->cache, sizeof g->cache, "%s", tmp_path(tag));
+    snprintf(g->run, sizeof g->run, "%s-run", g->cache);
+    snprintf(g->cmd, sizeof g->cmd, "rm -rf '%s' '%s'", g->cache, g->run);
+    assert_int_equal(system(g->cmd), 0);
+    rng_t r;
+    rng_seed(&r, 11);
+    for (int i = 0; i < OVERFIT_N; i++) g->seq[i] = lo + (int)(rng_u64(&r) % (uint64_t)span);
+    traindata_layout lay = {.n_tap = n_tap, .top_k = 8};
+    for (int i = 0; i < n_tap; i++) lay.taps[i] = taps[i] < 0 ? g->tt->t.m.cfg.n_layers + taps[i] : taps[i];
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-0000", g->cache);
+    if (traindata_append(&g->tt->t, shard, g->seq, OVERFIT_N, OVERFIT_NP, 0, &lay)) fail_msg("%s", ds_errmsg());
+    if (traindata_open(&g->d, g->cache, &g->tt->t, 0)) fail_msg("%s", ds_errmsg());
+    g->o = (train_opts){400, 1, 64, 1e-2f, 0.1f, 0.05f, 0.0f, 1.0f, 0.9f, 0.95f, 3, 0, 0, 1, 0.0f, 1, 0, g->run, 1};
+}
+
+/* tr trained on the cache (a failure fails the test) */
+static void overfit_train(overfit *g, trainable *tr) {
+    if (train_run(tr, &g->d, &g->o, g->h, 400, &g->nh)) fail_msg("%s", ds_errmsg());
+}
+
+/* run/last served as `kind` ({"checkpoint": ...extra}) into dr: teacher-forced serving must draft at
+ * least 90 % of the memorised tokens back, and the decoding loop at T = 0 (gamma a round) must emit
+ * the target's own output; what: the drafter, for the printed line. The caller closes dr. */
+static void overfit_serve(overfit *g, const char *kind, const char *extra, int gamma, const char *what, drafter *dr) {
+    char dj[800];
+    snprintf(dj, sizeof dj, "{\"checkpoint\": \"%s/last\"%s}", g->run, extra);
+    cJSON *dc = cJSON_Parse(dj);
+    assert_non_null(dc);
+    if (drafter_open(dr, kind, dc, &g->tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(dc);
+    target *t = &g->tt->t;
+    float *hid = dr->n_capture ? target_states(t, g->seq, OVERFIT_N, dr->n_capture, dr->capture_layers) : NULL;
+    long hit, tried;
+    teacher_forced(dr, t, g->seq, OVERFIT_N, OVERFIT_NP, gamma, hid, &hit, &tried);
+    free(hid);
+    const train_point *h0 = &g->h[0], *hn = &g->h[g->nh - 1];
+    printf("  overfit gate, %s: %d random tokens memorised (train loss %.3f -> %.4f); teacher-forced serving drafts "
+           "%ld of %ld back\n",
+           what, OVERFIT_N - OVERFIT_NP, h0->loss, hn->loss, hit, tried);
+    if (hit < 0.9 * tried) fail_msg("%s: the memorised sequence is not drafted back (%ld of %ld)", what, hit, tried);
+    decode_matches_ar(t, dr, g->seq, OVERFIT_NP, 30, gamma);
+}
+
+static void overfit_close(overfit *g) {
+    traindata_close(&g->d);
+    assert_int_equal(system(g->cmd), 0);
+    tiny_close(g->tt);
 }
 
 #endif
