@@ -520,6 +520,9 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         if (be->exact) need_sums |= W[i]->type == GGML_Q4_1;
         else need_act = 1;
     }
+    /* packing a later matrix may have grown (moved) the table: where the earlier ones live now */
+    for (int i = 0; i < n; i++)
+        if (pk[i]) pk[i] = packed_find(c, W[i]);
     if (need_sums) {
         size_t len = (size_t)T * (size_t)(cols / 32);
         if (c->xsum_len < len) {

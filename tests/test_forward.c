@@ -477,6 +477,43 @@ static void test_nonfinite_weights(void **state) {
     lp_scratch_free(&scr);
 }
 
+/* The CPU backend packs a matrix on first sight into a table that grows (and moves) as it fills. A
+ * matmul of two matrices that were both new, the second packed just past the growth threshold, must
+ * still read the first's packed copy from where it lives now, not from the old table (under
+ * AddressSanitizer a stale pointer is a use after free; without it the old bytes often still match,
+ * so every output is also checked against a matmul of each matrix alone). */
+static void test_matmul_table_growth(void **state) {
+    (void)state;
+    backend *be = backend_new(&(backend_opts){.name = "cpu", .n_threads = 2});
+    assert_non_null(be);
+    enum { N = 140, R = 32, C = 64 };
+    block_q8_0 *blk = malloc(sizeof(block_q8_0) * (size_t)N * R * (C / 32));
+    qmat w[N];
+    float x[2 * C], row[R * C], a[2 * R], b[2 * R];
+    rng_t r;
+    rng_seed(&r, 5);
+    for (int i = 0; i < N; i++) {
+        randn_fill(&r, row, R * C, 1.0f);
+        quantize_q8_0(row, blk + (size_t)i * R * (C / 32), R * C);
+        w[i] = (qmat){GGML_Q8_0, R, C, sizeof(block_q8_0) * (C / 32), blk + (size_t)i * R * (C / 32)};
+    }
+    randn_fill(&r, x, 2 * C, 1.0f);
+    int i = 0; /* the table starts with 256 slots and grows when the 129th matrix comes */
+    for (; i < 127; i++) {
+        const qmat *one[1] = {&w[i]};
+        assert_int_equal(be->matmul(be, 1, (float *const[]){a}, one, x, 2), 0);
+    }
+    const qmat *two[2] = {&w[i], &w[i + 1]};
+    assert_int_equal(be->matmul(be, 2, (float *const[]){a, b}, two, x, 2), 0);
+    float a1[2 * R], b1[2 * R];
+    assert_int_equal(be->matmul(be, 1, (float *const[]){a1}, &two[0], x, 2), 0);
+    assert_int_equal(be->matmul(be, 1, (float *const[]){b1}, &two[1], x, 2), 0);
+    assert_memory_equal(a, a1, sizeof a);
+    assert_memory_equal(b, b1, sizeof b);
+    backend_free(be);
+    free(blk);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_naive_reference_f32),
@@ -490,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_weights),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_model_errors),
+        cmocka_unit_test(test_matmul_table_growth),
     };
     return cmocka_run_group_tests_name("forward", tests, NULL, NULL);
 }
