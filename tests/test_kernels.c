@@ -90,13 +90,16 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
     qk_quantize(x, T, cols, &a);
     float *ref_i8 = malloc(sizeof(float) * (size_t)T * rows), *out = malloc(sizeof(float) * (size_t)T * rows);
     float *one = malloc(sizeof(float) * (size_t)rows);
-    qk_scalar.rows_i8(&m.pp, 0, rows, &a, ref_i8, (size_t)rows);
+    qk_scalar.rows_i8(&m.pp, 0, rows, &a, ref_i8, (size_t)rows, NULL);
     for (int isa = 0; isa < ISA_COUNT; isa++) {
         const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
         if (!k) continue;
-        /* int8: bit-identical to the scalar path, in two row slices (as two threads would) */
-        k->rows_i8(&m.pp, 0, rows / 3, &a, out, (size_t)rows);
-        k->rows_i8(&m.pp, rows / 3, rows, &a, out, (size_t)rows);
+        /* int8: bit-identical to the scalar path, in two row slices (as two threads would; the first
+         * fetching, past its end, the first panels of a thread's next work: prefetches only) */
+        qk_next nx;
+        qk_next_of(&m.pp, 1, 2, &nx);
+        k->rows_i8(&m.pp, 0, rows / 3, &a, out, (size_t)rows, &nx);
+        k->rows_i8(&m.pp, rows / 3, rows, &a, out, (size_t)rows, NULL);
         for (int i = 0; i < T * rows; i++)
             if (memcmp(&out[i], &ref_i8[i], 4) != 0)
                 fail_msg("%s int8 %s %dx%d T=%d: out[%d] = %.9g, scalar %.9g", k->name, ggml_type_name(type), rows, cols, T,
@@ -105,7 +108,7 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
         for (int t = 0; t < T; t++) {
             qk_act a1 = {1, cols, nb, a.q + (size_t)t * cols, a.e + (size_t)t * nb, a.s + (size_t)t * nb,
                          a.ps + (size_t)t * nb};
-            k->rows_i8(&m.pp, 0, rows, &a1, one, 1);
+            k->rows_i8(&m.pp, 0, rows, &a1, one, 1, NULL);
             assert_memory_equal(one, out + (size_t)t * rows, sizeof(float) * (size_t)rows);
         }
         /* exact contract against the float64 product */
@@ -220,7 +223,7 @@ static void test_q8_0_extremes(void **state) {
     alloc_act(&a, 1, COLS);
     qk_quantize(x, 1, COLS, &a);
     for (int j = 0; j < COLS; j++) assert_int_equal(abs(a.q[j]), 127);
-    qk_scalar.rows_i8(&pk, 0, ROWS, &a, ref, ROWS);
+    qk_scalar.rows_i8(&pk, 0, ROWS, &a, ref, ROWS, NULL);
     for (int r = 0; r < ROWS; r++) { /* exact here: every product and sum is representable */
         double y = 0;
         for (int j = 0; j < COLS; j++) y += 0.5 * bl[r * 2 + j / 32].qs[j % 32] * x[j];
@@ -229,7 +232,7 @@ static void test_q8_0_extremes(void **state) {
     for (int isa = 1; isa < ISA_COUNT; isa++) {
         const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
         if (!k) continue;
-        k->rows_i8(&pk, 0, ROWS, &a, out, ROWS);
+        k->rows_i8(&pk, 0, ROWS, &a, out, ROWS, NULL);
         assert_memory_equal(out, ref, sizeof ref);
     }
     free_act(&a);
@@ -309,7 +312,7 @@ static void test_nan_propagates(void **state) {
     for (int isa = 0; isa < ISA_COUNT; isa++) {
         const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
         if (!k) continue;
-        k->rows_i8(&m.pp, 0, 4, &a, out, 4);
+        k->rows_i8(&m.pp, 0, 4, &a, out, 4, NULL);
         for (int i = 0; i < 4; i++) assert_true(isnan(out[i]));
     }
     free_act(&a);

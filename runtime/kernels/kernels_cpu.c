@@ -136,6 +136,15 @@ void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1) {
     *r1 = (int)DS_MIN((long)m->rows, n * (tid + 1) / nth * unit);
 }
 
+void qk_next_of(const qk_mat *m, int tid, int nth, qk_next *nx) {
+    nx->p[0] = nx->p[1] = NULL;
+    if (!m || m->layout != QK_PANELS) return;
+    int r0, r1;
+    qk_split(m, tid, nth, &r0, &r1);
+    if (r1 > r0) nx->p[0] = m->data + (size_t)(r0 / QK_PANEL) * m->rb;
+    if (r1 > r0 + QK_PANEL) nx->p[1] = nx->p[0] + m->rb;
+}
+
 void qk_softmax(float *s, int n) {
     /* the max on the process's path: the same value as the scalar scan whenever no entry is NaN or
      * +inf (max does not depend on order; a zero's sign may, and x - 0 and x + 0 are the same for a

@@ -65,13 +65,21 @@ typedef struct {
     int32_t *ps;        /* [T][nb] sum(p), the integer (a Q8_0 kernel with biased codes subtracts 128 of it) */
 } qk_act;
 
+/* The first two panels of the rows a thread computes next (NULL where there are none, or unknown):
+ * rows_i8 fetches them while its own last panels compute, so the next matrix's stream does not
+ * start cold (qk_next_of fills it). */
+typedef struct {
+    const uint8_t *p[2];
+} qk_next;
+
 typedef struct {
     const char *name;
     cpu_isa isa;
     /* out[t*ld + r] = W[r] . x[t] for r0 <= r < r1, t < T; xsum = qk_block_sums(x) (Q4_1) */
     void (*rows_f32)(const qk_mat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld);
-    /* the int8 contract on the panel layout; r0, r1 need not be panel-aligned (qk_split aligns them) */
-    void (*rows_i8)(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld);
+    /* the int8 contract on the panel layout; r0, r1 need not be panel-aligned (qk_split aligns them);
+     * nx: what this thread computes next, or NULL */
+    void (*rows_i8)(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld, const qk_next *nx);
     /* res[j] = w[j] . x for nr (1..4) fp32 rows of length n, stride ldw; res[j] does not depend on nr */
     void (*dot_rows)(const float *w, size_t ldw, int nr, const float *x, int n, float *res);
     /* o[i] = fma(a, v[i], o[i]) (attention's accumulation) */
@@ -188,6 +196,8 @@ int qk_supported(const qmat *w);
 int qk_pack(const qmat *w, qk_layout layout, qk_mat *out);
 /* thread tid of nth takes rows [r0, r1) of m: whole panels on the panel layout */
 void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1);
+/* the first two panels of thread tid's share of m (qk_split), for rows_i8's nx; m may be NULL */
+void qk_next_of(const qk_mat *m, int tid, int nth, qk_next *nx);
 void qk_mat_free(qk_mat *m);
 /* Per-token block sums of x[T][cols] into xsum[T][cols/32] (the exact Q4_1 kernel needs them). */
 void qk_block_sums(const float *x, int T, int cols, float *xsum);

@@ -52,7 +52,8 @@ static float panel_scale(const qk_mat *w, int r, int b, int k) {
 }
 
 /* the int8 contract of kernels_cpu.h, operation for operation */
-static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld) {
+static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld, const qk_next *nx) {
+    (void)nx; /* a reference: nothing fetched ahead */
     int nb = w->nb, q4 = w->type == GGML_Q4_1;
     for (int r = r0; r < r1; r++) {
         for (int t = 0; t < a->T; t++) {
