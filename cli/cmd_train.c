@@ -115,7 +115,7 @@ int cmd_train(int argc, char **argv) {
     trainable tr;
     if (vanilla) {
         int *ids;
-        DS_TRY(train_config_vocab(&data, &t, vc.c.draft_vocab, &ids));
+        DS_TRY(train_config_vocab(&data, &t, vc.c.contract.draft_vocab, &ids));
         int e = vlm_model_init(&vm, &vc, &t.m, o.seed, 1, ids);
         free(ids);
         DS_TRY(e);
@@ -126,7 +126,7 @@ int cmd_train(int argc, char **argv) {
                 d.dir, data.n_seq, data.n_tok);
     } else if (medusa) { /* a resumed run reads its parameters from OUT/last in train_run */
         int *ids;
-        DS_TRY(train_config_vocab(&data, &t, mc.draft_vocab, &ids));
+        DS_TRY(train_config_vocab(&data, &t, mc.contract.draft_vocab, &ids));
         int e = md_model_init(&mm, &mc, &t.m, o.seed, 0, 1, ids);
         free(ids);
         DS_TRY(e);
@@ -135,7 +135,7 @@ int cmd_train(int argc, char **argv) {
                 mm.n_params, mc.heads, mc.tap, d.dir, data.n_seq, data.n_tok);
     } else if (is_mtp) {
         int *ids;
-        DS_TRY(train_config_vocab(&data, &t, pc.draft_vocab, &ids));
+        DS_TRY(train_config_vocab(&data, &t, pc.contract.draft_vocab, &ids));
         int e = mtp_model_init(&pm, &pc, &t.m, o.seed, 1, ids);
         free(ids);
         DS_TRY(e);

@@ -92,18 +92,11 @@ static cJSON *arch_of(const train_config *tc) {
     return arch;
 }
 
-/* the train/serve contract: what the data was rendered with */
-static void stamp_contract(const target *t, char *chat_template, size_t n, char *tokenizer) {
-    if (!t->has_tokenizer) return;
-    snprintf(chat_template, n, "%s", chat_family_name(&t->ct));
-    tokenizer_fingerprint(&t->tk, tokenizer);
-}
-
 int train_config_drafter(const train_config *tc, const target *t, bd_config *c) {
     cJSON *arch = arch_of(tc);
     int rc = bd_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
     cJSON_Delete(arch);
-    if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
+    if (rc == 0) contract_stamp(&c->contract, t);
     return rc;
 }
 
@@ -111,7 +104,7 @@ int train_config_medusa(const train_config *tc, const target *t, md_config *c) {
     cJSON *arch = arch_of(tc);
     int rc = md_config_init(c, &t->m, arch);
     cJSON_Delete(arch);
-    if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
+    if (rc == 0) contract_stamp(&c->contract, t);
     return rc;
 }
 
@@ -119,7 +112,7 @@ int train_config_mtp(const train_config *tc, const target *t, mtp_config *c) {
     cJSON *arch = arch_of(tc);
     int rc = mtp_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
     cJSON_Delete(arch);
-    if (rc == 0) stamp_contract(t, c->chat_template, sizeof c->chat_template, c->tokenizer);
+    if (rc == 0) contract_stamp(&c->contract, t);
     return rc;
 }
 
@@ -127,7 +120,7 @@ int train_config_vanilla(const train_config *tc, const target *t, vlm_config *c)
     cJSON *arch = arch_of(tc);
     int rc = vlm_config_init(c, &t->m, arch);
     cJSON_Delete(arch);
-    if (rc == 0) stamp_contract(t, c->c.chat_template, sizeof c->c.chat_template, c->c.tokenizer);
+    if (rc == 0) contract_stamp(&c->c.contract, t);
     return rc;
 }
 
@@ -153,12 +146,12 @@ int train_drafter_new(const bd_config *c0, const target *t, const train_cache *d
     bd_config c = *c0;
     char p[4200];
     struct stat st;
-    if (full_vocab) c.draft_vocab = 0;
+    if (full_vocab) c.contract.draft_vocab = 0;
     snprintf(p, sizeof p, "%s/config.json", resume_dir ? resume_dir : "");
-    if (c.draft_vocab && resume_dir && stat(p, &st) == 0) /* resuming: the checkpoint's own vocabulary */
+    if (c.contract.draft_vocab && resume_dir && stat(p, &st) == 0) /* resuming: the checkpoint's own vocabulary */
         return bd_load(m, resume_dir, &t->m);
     int *ids;
-    if (train_config_vocab(d, t, c.draft_vocab, &ids)) return -1;
+    if (train_config_vocab(d, t, c.contract.draft_vocab, &ids)) return -1;
     int e = bd_model_init_vocab(m, &c, &t->m, seed, 0, ids);
     free(ids);
     return e;

@@ -48,7 +48,6 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
     if (!j) return 0;
     jcfg r;
     int af = c->anchor_first, hk = (int)c->head;
-    const char *fp = NULL, *vh = NULL;
     if (jcfg_open(&r, j, what)) return -1;
     jcfg_skip(&r, "kind"); /* read by bd_load */
     if (jcfg_int(&r, "dim", 8, 65536, &c->dim) || jcfg_int(&r, "layers", 1, 64, &c->n_layers) ||
@@ -60,19 +59,13 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
         jcfg_int(&r, "mask_token", 0, 1 << 22, &c->mask_token) || jcfg_float(&r, "eps", 1e-12, 1, &c->eps) ||
         jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta) || jcfg_float(&r, "w_ce", 0, 100, &c->w_ce) ||
         jcfg_float(&r, "w_l1", 0, 100, &c->w_l1) || jcfg_float(&r, "w_bce", 0, 100, &c->w_bce) ||
-        jcfg_float(&r, "lambda", 1e-3, 1e6, &c->lambda) || jcfg_str(&r, "target_fingerprint", &fp) ||
-        jcfg_int(&r, "draft_vocab", 0, 1 << 22, &c->draft_vocab) || jcfg_str(&r, "vocab_hash", &vh) ||
-        jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template) ||
-        jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer))
+        jcfg_float(&r, "lambda", 1e-3, 1e6, &c->lambda) || contract_read(&r, &c->contract))
         return -1;
     c->anchor_first = af;
     c->head = (bd_head)hk;
     if (layer_ids(jcfg_get(&r, "taps"), "taps", 1, 8, c->tap, &c->n_tap, what) ||
         layer_ids(jcfg_get(&r, "init_layers"), "init_layers", 0, 16, c->init_layer, &c->n_init, what))
         return -1;
-    if (jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib)) return -1; /* temperatures */
-    if (fp) snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", fp);
-    if (vh) snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", vh);
     if (jcfg_close(&r)) return -1;
     if (c->n_heads % c->n_kv_heads) {
         ds_error("%s: heads %d must be a multiple of kv_heads %d", what, c->n_heads, c->n_kv_heads);
@@ -89,6 +82,7 @@ int bd_config_init(bd_config *c, const model *target, const char *kind, const cJ
     memset(c, 0, sizeof *c);
     const model_config *t = &target->cfg;
     snprintf(c->kind, sizeof c->kind, "%s", kind);
+    contract_init(&c->contract, target);
     /* the draft layers copy the target's geometry; depth is chosen for a 2-core CPU (README) */
     c->dim = t->dim;
     c->n_heads = t->n_heads;
@@ -139,13 +133,12 @@ int bd_config_init(bd_config *c, const model *target, const char *kind, const cJ
             return -1;
         }
     if (c->lambda <= 0) c->lambda = (float)c->gamma; /* the paper's choice; DeepSpec's code uses 4 */
-    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
     for (int i = 0; i < c->n_tap; i++)
         if (c->tap[i] < -1 || c->tap[i] >= t->n_layers) {
             ds_error("tap layer %d outside -1..%d", c->tap[i], t->n_layers - 1);
             return -1;
         }
-    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
+    if (contract_check_target(&c->contract, target, c->vocab, "drafter")) return -1;
     if (c->dim != t->dim || c->vocab != t->vocab_size) {
         ds_error("a block drafter shares the target's embedding: dim %d / vocab %d must equal the target's %d / %d",
                  c->dim, c->vocab, t->dim, t->vocab_size);
@@ -178,17 +171,11 @@ cJSON *bd_config_json(const bd_config *c) {
     cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
     cJSON_AddNumberToObject(j, "w_bce", c->w_bce);
     cJSON_AddNumberToObject(j, "lambda", c->lambda);
-    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
-    cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
-    cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
-    cJSON_AddStringToObject(j, "chat_template", c->chat_template);
-    cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
     if (c->n_init) { /* provenance: what the layers started from */
         cJSON *il = cJSON_AddArrayToObject(j, "init_layers");
         for (int i = 0; i < c->n_init; i++) cJSON_AddItemToArray(il, cJSON_CreateNumber(c->init_layer[i]));
     }
-    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
-    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    contract_json(j, &c->contract);
     return j;
 }
 
@@ -235,7 +222,7 @@ static void build_table(bd_model *m) {
     add_tensor(m, "final_norm.weight", D, 0);
     if (c->head != HEAD_NONE) {
         add_tensor(m, "head.W1", c->vocab, r);
-        add_tensor(m, "head.W2", c->draft_vocab ? c->draft_vocab : c->vocab, r); /* output side: draft rows */
+        add_tensor(m, "head.W2", c->contract.draft_vocab ? c->contract.draft_vocab : c->vocab, r); /* output side: draft rows */
     }
     if (c->head == HEAD_RNN) {
         add_tensor(m, "head.Wr", 3 * (int64_t)r, 2 * (int64_t)r + D);
@@ -272,7 +259,7 @@ static int finish_vocab(bd_model *m) {
     m->Vd = m->sv.Vd;
     m->Eh = m->E;
     if (!m->sv.vid) return 0;
-    snprintf(c->vocab_hash, sizeof c->vocab_hash, "%s", m->sv.hash);
+    snprintf(c->contract.vocab_hash, sizeof c->contract.vocab_hash, "%s", m->sv.hash);
     DS_TRYP(m->Eh_owned = ds_malloc(sizeof(float) * (size_t)m->Vd * c->dim, "draft head"));
     subvocab_gather_f32(&m->sv, m->E, c->dim, m->Eh_owned);
     m->Eh = m->Eh_owned;
@@ -284,9 +271,7 @@ fail:
 /* the draft vocabulary from its ids: checked (distinct, in range, the recorded hash), rows gathered */
 static int set_vocab(bd_model *m, const int *ids) {
     const bd_config *c = &m->cfg;
-    DS_CHECK(!c->draft_vocab || ids != NULL, "a draft vocabulary of %d needs its ids (a checkpoint's vocab.ids)",
-             c->draft_vocab);
-    DS_TRY(subvocab_set(&m->sv, c->vocab, ids, c->draft_vocab ? c->draft_vocab : c->vocab, c->vocab_hash));
+    DS_TRY(contract_vocab_set(&c->contract, &m->sv, c->vocab, ids, c->kind));
     return finish_vocab(m);
 fail:
     return -1;
@@ -441,13 +426,11 @@ int bd_load(bd_model *m, const char *dir, const model *target) {
     bd_config c;
     DS_TRY(bd_config_init(&c, target, kind->valuestring, NULL));
     DS_TRY(bd_config_from_json(&c, j, p));
-    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "target_fingerprint");
-    DS_CHECK(!cJSON_IsString(fp) || strcmp(fp->valuestring, target->fingerprint) == 0,
-             "%s: trained against target %s, but the target is %s", p, fp->valuestring, target->fingerprint);
+    DS_TRY(contract_check_target(&c.contract, target, c.vocab, p));
     DS_TRY(alloc_model(m, &c, target));
     DS_TRY(bd_read_params(m, dir));
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    DS_TRY(subvocab_read(&m->sv, p, c.vocab, c.draft_vocab ? c.draft_vocab : c.vocab, c.vocab_hash));
+    DS_TRY(contract_vocab_read(&c.contract, &m->sv, c.vocab, p));
     DS_TRY(finish_vocab(m));
     cJSON_Delete(j);
     return 0;

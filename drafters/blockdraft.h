@@ -17,6 +17,7 @@
 #include <cJSON.h>
 
 #include "../runtime/model.h"
+#include "contract.h"
 #include "subvocab.h"
 #include "trainable.h"
 
@@ -34,13 +35,7 @@ typedef struct {
     int mask_token;        /* a vocabulary slot the data never uses; its embedding is frozen */
     float eps, rope_theta;
     float w_ce, w_l1, w_bce, lambda; /* loss weights; position decay exp(-(k-1)/lambda) */
-    char target_fingerprint[64];
-    int draft_vocab;       /* rows of the draft head (FR-Spec style subset of the vocabulary); 0 = all */
-    char vocab_hash[20];   /* FNV-1a of the subset's ids (checkpoint contract), "" when full */
-    char chat_template[16];/* what the training data was rendered with ("" = not recorded) */
-    char tokenizer[20];    /* tokenizer_fingerprint of the target it was trained with ("" = not recorded) */
-    int n_calib;           /* calibration temperatures per position (0 = none) */
-    float calib[16];
+    draft_contract contract; /* target, tokenizer, template, draft vocabulary (FR-Spec style), calibration */
     int n_init;            /* draft layer l starts as a copy of target layer init_layer[l] (0 = random) */
     int init_layer[16];
 } bd_config;
@@ -125,7 +120,7 @@ typedef struct {
  * and matrices then become target layer init_layer[l]'s (dequantized) and the final norm the
  * target's output norm (the draft layers share the target's geometry). */
 int bd_model_init(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise);
-/* the same with a draft vocabulary: ids[0..c->draft_vocab) (distinct vocabulary ids), or NULL */
+/* the same with a draft vocabulary: ids[0..c->contract.draft_vocab) (distinct vocabulary ids), or NULL */
 int bd_model_init_vocab(bd_model *m, const bd_config *c, const model *target, uint64_t seed, float zero_noise,
                         const int *ids);
 /* multiply every weight but the norms and the zero-initialised head/confidence tensors by f (the

@@ -19,6 +19,7 @@
 #include "../runtime/jcfg.h"
 #include "../runtime/target.h"
 #include "../verify/logits.h"
+#include "contract.h"
 #include "subvocab.h"
 
 typedef struct {
@@ -86,20 +87,15 @@ const drafter_ops *drafter_nth(int i);
 int drafter_open(drafter *d, const char *name, const cJSON *cfg, target *t);
 void drafter_close(drafter *d);
 
-/* Vocabulary compatibility of a draft model with the target: same size, and where both carry a
- * tokenizer the same token texts (llama.cpp's rule from id 5 on) and special ids. */
-/* The train/serve contract of a trained drafter: the tokenizer fingerprint and chat template its data
- * was rendered with ("" = not recorded) must be the target's; -1 with a message naming `what`. */
-int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what);
-
 /* Draft position k (0-based) of a chain from a head's logits z over the draft vocabulary sv (z has
  * sv->Vd entries; the whole vocabulary when sv is NULL or has no ids): q_k = the processed softmax
  * over those entries, 0 outside them (out->q row k, what verification reads), x_k drawn from it
  * (from the law without top-p under the FAULT_DRAFT_NO_TOP_P control), c_k = the top probability
  * of softmax(z) at temperature 1 (a function of the state, never of the drawn x_k), temperature-
- * scaled by calib[k] when k < n_calib (conf_raw keeps it unscaled). tmp [out->V] is scratch. */
+ * scaled by the checkpoint's calibration ck->calib[k] (ck: NULL for none; conf_raw keeps it
+ * unscaled). tmp [out->V] is scratch. */
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
-                      const float *calib, int n_calib, int k, draft_block *out, lp_scratch *scr, float *tmp);
+                      const draft_contract *ck, int k, draft_block *out, lp_scratch *scr, float *tmp);
 
 /* A drafter's serving precision for matrices it may hold quantized on the backend (dspark's
  * head_precision, Medusa's and MTP's block_precision): read `key` from r ("auto" when absent;
@@ -113,6 +109,8 @@ const char *drafter_type_key(uint32_t type); /* the precision's name: "f32", "q8
  * caller (free(q->data) after the backend forgot them) */
 int drafter_quantize(const float *w, int rows, int cols, uint32_t type, qmat *q, const char *what);
 
+/* Vocabulary compatibility of a draft model with the target: same size, and where both carry a
+ * tokenizer the same token texts (llama.cpp's rule from id 5 on) and special ids. */
 int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const char *what);
 
 #endif

@@ -88,7 +88,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
         int rc = bd_config_init(&c, &t->m, d->ops->name, arch); /* the rest, strictly */
         cJSON_Delete(arch);
         DS_TRY(rc);
-        if (nv) c.draft_vocab = nv < c.vocab ? nv : 0;
+        if (nv) c.contract.draft_vocab = nv < c.vocab ? nv : 0;
         DS_TRY(bd_model_init_vocab(&s->m, &c, &t->m, seed, noise, nv ? vids : NULL));
         /* weights drawn at std 0.02 scaled to init_std: an untrained drafter whose layers matter */
         if (istd > 0) bd_model_rescale(&s->m, istd / 0.02f);
@@ -97,7 +97,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     const bd_config *c = &s->m.cfg;
     d->has_conf = c->conf;
     d->max_gamma = c->gamma;
-    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : d->ops->name));
+    DS_TRY(contract_check_serving(&c->contract, t, ck ? ck : d->ops->name));
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
@@ -350,7 +350,7 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
         if (e) memcpy(s->cin + D, e, sizeof(float) * (size_t)r_);
         linear_forward_f(&lg, s->cin, m->wc, m->bc, 1, D + (e ? r_ : 0), 1);
         if (conf_raw) *conf_raw = 1.0f / (1.0f + expf(-lg));
-        if (k < c->n_calib && c->calib[k] > 0) lg /= c->calib[k]; /* sequential temperature scaling */
+        if (k < c->contract.n_calib && c->contract.calib[k] > 0) lg /= c->contract.calib[k]; /* sequential temperature scaling */
         *conf = 1.0f / (1.0f + expf(-lg));
     }
     return 0;

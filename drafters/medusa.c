@@ -23,35 +23,26 @@ int md_config_init(md_config *c, const model *target, const cJSON *j) {
     const model_config *t = &target->cfg;
     c->dim = t->dim, c->vocab = t->vocab_size, c->heads = 4, c->tap = t->n_layers - 1, c->eps = t->norm_eps;
     c->w_ce = 0.1f, c->w_l1 = 0.9f; /* the block drafters' split: the target's law matters most */
-    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
+    contract_init(&c->contract, target);
     if (!j) return 0;
     jcfg r;
-    const char *fp = NULL;
     DS_TRY(jcfg_open(&r, j, "medusa"));
     jcfg_skip(&r, "kind");
     DS_TRY(jcfg_int(&r, "heads", 1, MD_MAX_HEADS, &c->heads));
-    DS_TRY(jcfg_int(&r, "draft_vocab", 0, 1 << 24, &c->draft_vocab));
-    DS_TRY(jcfg_strcpy(&r, "vocab_hash", c->vocab_hash, sizeof c->vocab_hash));
     DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
     DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
-    DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
+    DS_TRY(contract_read(&r, &c->contract));
     int dim = c->dim, vocab = c->vocab, tap = c->tap;
     DS_TRY(jcfg_int(&r, "dim", 1, 1 << 20, &dim));
     DS_TRY(jcfg_int(&r, "vocab", 1, 1 << 24, &vocab));
     DS_TRY(jcfg_int(&r, "tap", 0, 1 << 10, &tap));
     DS_TRY(jcfg_float(&r, "eps", 0, 1, &c->eps));
-    DS_TRY(jcfg_str(&r, "target_fingerprint", &fp));
-    DS_TRY(jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template));
-    DS_TRY(jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer));
     DS_TRY(jcfg_close(&r));
     /* a checkpoint records the geometry: it must be this target's */
     DS_CHECK(dim == c->dim && vocab == c->vocab && tap == c->tap,
              "medusa: dim %d, vocab %d, tap %d do not match the target's %d, %d, %d", dim, vocab, tap, c->dim, c->vocab,
              c->tap);
-    DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "medusa: trained against target %s, but the target is %s", fp,
-             target->fingerprint);
-    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
-    return 0;
+    return contract_check_target(&c->contract, target, c->vocab, "medusa");
 fail:
     return -1;
 }
@@ -60,21 +51,13 @@ cJSON *md_config_json(const md_config *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "medusa");
     cJSON_AddNumberToObject(j, "heads", c->heads);
-    if (c->draft_vocab) { /* absent: the whole vocabulary (as checkpoints before draft vocabularies have it) */
-        cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
-        cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
-    }
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "tap", c->tap);
     cJSON_AddNumberToObject(j, "eps", c->eps);
     cJSON_AddNumberToObject(j, "w_ce", c->w_ce);
     cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
-    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
-    if (c->chat_template[0]) cJSON_AddStringToObject(j, "chat_template", c->chat_template);
-    if (c->tokenizer[0]) cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
-    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
-    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    contract_json(j, &c->contract);
     return j;
 }
 
@@ -97,7 +80,7 @@ static int md_alloc(md_model *m, const md_config *c, const model *target, int wi
     memset(m, 0, sizeof *m);
     m->sv = sv;
     m->cfg = *c;
-    snprintf(m->cfg.vocab_hash, sizeof m->cfg.vocab_hash, "%s", sv.hash);
+    snprintf(m->cfg.contract.vocab_hash, sizeof m->cfg.contract.vocab_hash, "%s", sv.hash);
     int D = c->dim;
     m->n_t = 2 * c->heads;
     for (int k = 0; k < c->heads; k++) {
@@ -121,8 +104,7 @@ fail:
 int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head,
                   const int *ids) {
     memset(m, 0, sizeof *m);
-    DS_CHECK(!c->draft_vocab || ids, "medusa: a draft vocabulary of %d needs its ids", c->draft_vocab);
-    DS_TRY(subvocab_set(&m->sv, c->vocab, ids, c->draft_vocab ? c->draft_vocab : c->vocab, c->vocab_hash));
+    DS_TRY(contract_vocab_set(&c->contract, &m->sv, c->vocab, ids, "medusa"));
     DS_TRY(md_alloc(m, c, target, with_head));
     if (init_std > 0) {
         rng_t r;
@@ -170,7 +152,7 @@ int md_load(md_model *m, const char *dir, const model *target, int with_head) {
         goto fail;
     }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    DS_TRY(subvocab_read(&m->sv, p, c.vocab, c.draft_vocab ? c.draft_vocab : c.vocab, c.vocab_hash));
+    DS_TRY(contract_vocab_read(&c.contract, &m->sv, c.vocab, p));
     DS_TRY(md_alloc(m, &c, target, with_head));
     DS_TRY(md_read_params(m, dir));
     cJSON_Delete(j);
@@ -304,12 +286,12 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
         DS_TRY(jcfg_close(&r));
         DS_TRY(md_config_init(&c, &t->m, NULL));
         c.heads = heads;
-        c.draft_vocab = nv < c.vocab ? nv : 0;
+        c.contract.draft_vocab = nv < c.vocab ? nv : 0;
         DS_TRY(md_model_init(&s->m, &c, &t->m, seed, istd, 0, nv ? vids : NULL));
         snprintf(d->describe, sizeof d->describe, "medusa: untrained (%d heads%s)", heads, istd > 0 ? ", random blocks" : "");
     }
     const md_config *c = &s->m.cfg;
-    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : "medusa"));
+    DS_TRY(contract_check_serving(&c->contract, t, ck ? ck : "medusa"));
     d->has_conf = 1;
     d->max_gamma = c->heads;
     d->n_capture = 1;
@@ -383,7 +365,7 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     DS_TRY(be->matmul(be, 1, o, w, s->Rd, g));
     DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * Vd));
     for (int k = 0; k < g; k++)
-        DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * Vd, &s->m.sv, sp, c->calib, c->n_calib, k, out, &s->scr,
+        DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * Vd, &s->m.sv, sp, &c->contract, k, out, &s->scr,
                                  s->qalt));
     out->n = g;
     return 0;

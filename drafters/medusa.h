@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "../runtime/model.h"
+#include "contract.h"
 #include "subvocab.h"
 #include "trainable.h"
 
@@ -28,16 +29,10 @@
 
 typedef struct {
     int dim, vocab, heads;
-    int draft_vocab;       /* rows of the head the drafts come from (0: the whole vocabulary) */
-    char vocab_hash[20];   /* FNV-1a of their ids (checkpoint contract), "" when whole */
     int tap;               /* the target layer read: its last (the residual stream before the final norm) */
     float eps;             /* the target's RMSNorm eps */
     float w_ce, w_l1;
-    char target_fingerprint[64];
-    char chat_template[16];
-    char tokenizer[20];
-    int n_calib;
-    float calib[16];
+    draft_contract contract; /* target, tokenizer, template, draft vocabulary, calibration */
 } md_config;
 
 /* the training step's buffers, for float (training) and double (the finite-difference check) */
@@ -70,7 +65,7 @@ int md_config_init(md_config *c, const model *target, const cJSON *j);
 cJSON *md_config_json(const md_config *c);
 /* W_k = 0 and b_k = 0 (Medusa's init); init_std > 0 draws W_k from N(0, init_std^2 / dim) instead
  * (an untrained head whose blocks matter, for tests and the gate). with_head: keep the fp32 head
- * copy the training step needs. ids: the draft vocabulary's c->draft_vocab ids (NULL: the whole). */
+ * copy the training step needs. ids: the draft vocabulary's c->contract.draft_vocab ids (NULL: the whole). */
 int md_model_init(md_model *m, const md_config *c, const model *target, uint64_t seed, float init_std, int with_head,
                   const int *ids);
 int md_load(md_model *m, const char *dir, const model *target, int with_head);

@@ -61,21 +61,19 @@ int mtp_config_init(mtp_config *c, const model *target, const char *kind, const 
     c->init_layer = can_copy_layer(target) ? t->n_layers - 1 : -1;
     c->eps = t->norm_eps, c->rope_theta = t->rope_theta;
     c->w_ce = 0.1f, c->w_l1 = 0.9f;
-    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
+    contract_init(&c->contract, target);
     if (!j) return 0;
     jcfg r;
-    const char *fp = NULL, *jk = kind;
+    const char *jk = kind;
     DS_TRY(jcfg_open(&r, j, kind));
     DS_TRY(jcfg_str(&r, "kind", &jk));
     DS_CHECK(!strcmp(jk, kind), "%s: a checkpoint of kind '%s'", kind, jk);
     DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c->depth));
-    DS_TRY(jcfg_int(&r, "draft_vocab", 0, 1 << 24, &c->draft_vocab));
-    DS_TRY(jcfg_strcpy(&r, "vocab_hash", c->vocab_hash, sizeof c->vocab_hash));
     DS_TRY(jcfg_int(&r, "hidden_dim", 1, 1 << 20, &c->hidden_dim));
     DS_TRY(jcfg_int(&r, "init_layer", -1, t->n_layers - 1, &c->init_layer));
     DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
     DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
-    DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
+    DS_TRY(contract_read(&r, &c->contract));
     int g[7] = {c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim, c->taps[0], 0};
     DS_TRY(jcfg_int(&r, "dim", 1, 1 << 20, &g[0]));
     DS_TRY(jcfg_int(&r, "vocab", 1, 1 << 24, &g[1]));
@@ -87,9 +85,6 @@ int mtp_config_init(mtp_config *c, const model *target, const char *kind, const 
     g[5] = eagle ? c->taps[0] : g[5];
     DS_TRY(jcfg_float(&r, "eps", 0, 1, &c->eps));
     DS_TRY(jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta));
-    DS_TRY(jcfg_str(&r, "target_fingerprint", &fp));
-    DS_TRY(jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template));
-    DS_TRY(jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer));
     DS_TRY(jcfg_close(&r));
     /* the module shares the target's embedding, head and attention geometry: a checkpoint records it */
     DS_CHECK(g[0] == c->dim && g[1] == c->vocab && g[2] == c->n_heads && g[3] == c->n_kv_heads && g[4] == c->head_dim &&
@@ -97,12 +92,9 @@ int mtp_config_init(mtp_config *c, const model *target, const char *kind, const 
              "%s: dim %d, vocab %d, heads %d/%d, head_dim %d, tap %d do not match the target's %d, %d, %d/%d, %d, %d",
              kind, g[0], g[1], g[2], g[3], g[4], g[5], c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim,
              c->taps[0]);
-    DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "%s: trained against target %s, but the target is %s", kind,
-             fp, target->fingerprint);
     DS_CHECK(c->init_layer < 0 || (can_copy_layer(target) && c->hidden_dim == t->hidden_dim),
              "mtp: 'init_layer' needs the target's FFN width and interleaved RoPE without q/k norms (use -1)");
-    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
-    return 0;
+    return contract_check_target(&c->contract, target, c->vocab, kind);
 fail:
     return -1;
 }
@@ -111,10 +103,6 @@ cJSON *mtp_config_json(const mtp_config *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", c->kind);
     cJSON_AddNumberToObject(j, "depth", c->depth);
-    if (c->draft_vocab) { /* absent: the whole vocabulary (as checkpoints before draft vocabularies have it) */
-        cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
-        cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
-    }
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "n_heads", c->n_heads);
@@ -131,11 +119,7 @@ cJSON *mtp_config_json(const mtp_config *c) {
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "w_ce", c->w_ce);
     cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
-    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
-    if (c->chat_template[0]) cJSON_AddStringToObject(j, "chat_template", c->chat_template);
-    if (c->tokenizer[0]) cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
-    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
-    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    contract_json(j, &c->contract);
     return j;
 }
 
@@ -168,7 +152,7 @@ static int mtp_alloc(mtp_model *m, const mtp_config *c, const model *target, int
     memset(m, 0, sizeof *m);
     m->sv = sv;
     m->cfg = *c;
-    snprintf(m->cfg.vocab_hash, sizeof m->cfg.vocab_hash, "%s", sv.hash);
+    snprintf(m->cfg.contract.vocab_hash, sizeof m->cfg.contract.vocab_hash, "%s", sv.hash);
     size_t off = 0;
     for (int i = 0; i < MTP_N_TENSORS; i++) {
         int rows, cols;
@@ -190,8 +174,7 @@ fail:
 int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed,
                    const int *ids) {
     memset(m, 0, sizeof *m);
-    DS_CHECK(!c->draft_vocab || ids, "mtp: a draft vocabulary of %d needs its ids", c->draft_vocab);
-    DS_TRY(subvocab_set(&m->sv, c->vocab, ids, c->draft_vocab ? c->draft_vocab : c->vocab, c->vocab_hash));
+    DS_TRY(contract_vocab_set(&c->contract, &m->sv, c->vocab, ids, c->kind));
     DS_TRY(mtp_alloc(m, c, target, with_embed));
     rng_t r;
     rng_seed(&r, seed);
@@ -257,7 +240,7 @@ int mtp_load(mtp_model *m, const char *dir, const model *target, const char *kin
         goto fail;
     }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    DS_TRY(subvocab_read(&m->sv, p, c.vocab, c.draft_vocab ? c.draft_vocab : c.vocab, c.vocab_hash));
+    DS_TRY(contract_vocab_read(&c.contract, &m->sv, c.vocab, p));
     DS_TRY(mtp_alloc(m, &c, target, with_embed));
     DS_TRY(mtp_read_params(m, dir));
     cJSON_Delete(j);
@@ -471,12 +454,12 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
         const cJSON *vj = jcfg_get(&r, "vocab_ids");
         if (vj) DS_TRY(subvocab_json_ids(vj, vids, 256, &nv));
         DS_TRY(jcfg_close(&r));
-        c.draft_vocab = nv < c.vocab ? nv : 0;
+        c.contract.draft_vocab = nv < c.vocab ? nv : 0;
         DS_TRY(mtp_model_init(&s->m, &c, &t->m, seed, 0, nv ? vids : NULL));
         snprintf(d->describe, sizeof d->describe, "%s: untrained (depth %d)", kind, c.depth);
     }
     const mtp_config *c = &s->m.cfg;
-    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : kind));
+    DS_TRY(contract_check_serving(&c->contract, t, ck ? ck : kind));
     d->has_conf = 1;
     d->max_gamma = c->depth;
     d->n_capture = c->n_tap;
@@ -556,7 +539,7 @@ int mtp_drafter_propose(drafter *d, request *r, int gamma, const sampling_params
             y = s->ych;
         }
         DS_TRY(head_logits(s, y));
-        DS_TRY(draft_from_logits(d, r, s->z, &s->m.sv, sp, c->calib, c->n_calib, k - 1, out, &s->scr, s->qalt));
+        DS_TRY(draft_from_logits(d, r, s->z, &s->m.sv, sp, &c->contract, k - 1, out, &s->scr, s->qalt));
         out->n = k;
     }
     return 0;

@@ -33,6 +33,7 @@
 
 #include "../runtime/model.h"
 #include "drafter.h"
+#include "contract.h"
 #include "subvocab.h"
 #include "trainable.h"
 
@@ -44,18 +45,12 @@ typedef struct {
     char kind[8];          /* "mtp", or "eagle3" (fused taps) */
     int dim, vocab, n_heads, n_kv_heads, head_dim, hidden_dim;
     int depth;             /* chained positions trained and drafted */
-    int draft_vocab;       /* rows of the head the drafts come from (0: the whole vocabulary) */
-    char vocab_hash[20];   /* FNV-1a of their ids (checkpoint contract), "" when whole */
     int n_tap;             /* the target layers read: mtp its last (1); eagle3 low, mid, high, fused by F */
     int taps[MTP_MAX_TAPS];
     int init_layer;        /* the target layer the block started from (-1: random) */
     float eps, rope_theta;
     float w_ce, w_l1;
-    char target_fingerprint[64];
-    char chat_template[16];
-    char tokenizer[20];
-    int n_calib;
-    float calib[16];
+    draft_contract contract; /* target, tokenizer, template, draft vocabulary, calibration */
 } mtp_config;
 
 /* named views of the flat parameters (or of a gradient laid out like them) */
@@ -121,7 +116,7 @@ int mtp_config_init(mtp_config *c, const model *target, const char *kind, const 
 static inline int mtp_fused(const mtp_config *c) { return c->kind[0] == 'e' ? c->n_tap : 0; }
 cJSON *mtp_config_json(const mtp_config *c);
 /* the initial module (see the header comment); with_embed: keep the fp32 embedding and head copies
- * the training step needs; ids: the draft vocabulary's c->draft_vocab ids (NULL: the whole) */
+ * the training step needs; ids: the draft vocabulary's c->contract.draft_vocab ids (NULL: the whole) */
 int mtp_model_init(mtp_model *m, const mtp_config *c, const model *target, uint64_t seed, int with_embed,
                    const int *ids);
 int mtp_load(mtp_model *m, const char *dir, const model *target, const char *kind, int with_embed);

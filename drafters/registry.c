@@ -82,7 +82,7 @@ void draft_block_free(draft_block *b) {
 }
 
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
-                      const float *calib, int n_calib, int k, draft_block *out, lp_scratch *scr, float *tmp) {
+                      const draft_contract *ck, int k, draft_block *out, lp_scratch *scr, float *tmp) {
     int V = out->V, sub = sv && sv->vid, n = sub ? sv->Vd : V;
     float *qk = out->q + (size_t)k * V;
     /* the law over the head's own entries (into tmp with a draft vocabulary, then onto its ids) */
@@ -107,7 +107,7 @@ int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv
     /* the kernels' SIMD exponential: a libm exp per entry took ~1 ms a position over 49,152 */
     double p = 1 / qk_exp_sum(z, mx, tmp, n), lg = log(p + 1e-12) - log1p(-p + 1e-12);
     if (out->conf_raw) out->conf_raw[k] = (float)p;
-    if (k < n_calib && calib[k] > 0) lg /= calib[k];
+    if (ck && k < ck->n_calib && ck->calib[k] > 0) lg /= ck->calib[k];
     if (out->conf) out->conf[k] = (float)(1 / (1 + exp(-lg)));
     return 0;
 fail:
@@ -145,19 +145,6 @@ int drafter_quantize(const float *w, int rows, int cols, uint32_t type, qmat *q,
     if (type == GGML_Q4_1) quantize_q4_1(w, data, (int64_t)rows * cols);
     else quantize_q8_0(w, data, (int64_t)rows * cols);
     *q = (qmat){type, rows, cols, rb, data};
-    return 0;
-fail:
-    return -1;
-}
-
-int drafter_check_contract(const target *t, const char *chat_template, const char *tokenizer, const char *what) {
-    if (!t->has_tokenizer || (!chat_template[0] && !tokenizer[0])) return 0;
-    char tf[20];
-    tokenizer_fingerprint(&t->tk, tf);
-    DS_CHECK(!tokenizer[0] || strcmp(tf, tokenizer) == 0, "%s: trained with tokenizer %s, but the target's tokenizer is %s",
-             what, tokenizer, tf);
-    DS_CHECK(!chat_template[0] || strcmp(chat_family_name(&t->ct), chat_template) == 0,
-             "%s: trained with chat_template '%s', but the target's is '%s'", what, chat_template, chat_family_name(&t->ct));
     return 0;
 fail:
     return -1;

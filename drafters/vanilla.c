@@ -105,14 +105,14 @@ static int open_lm(vanilla *v, drafter *d, jcfg *r, const char *ck, target *t) {
         const cJSON *vj = jcfg_get(r, "vocab_ids");
         if (vj) DS_TRY(subvocab_json_ids(vj, vids, 256, &nv));
         DS_TRY(jcfg_close(r));
-        c.c.draft_vocab = nv < c.c.vocab ? nv : 0;
+        c.c.contract.draft_vocab = nv < c.c.vocab ? nv : 0;
         DS_TRY(vlm_config_check(&c, &t->m));
         DS_TRY(vlm_model_init(&v->lm, &c, &t->m, seed, 0, nv ? vids : NULL));
         v->lm_open = 1;
         snprintf(d->describe, sizeof d->describe, "vanilla: untrained distilled LM (%d layers)", c.n_layers);
     }
     const mtp_config *c = &v->lm.cfg.c;
-    DS_TRY(drafter_check_contract(t, c->chat_template, c->tokenizer, ck ? ck : "vanilla"));
+    DS_TRY(contract_check_serving(&c->contract, t, ck ? ck : "vanilla"));
     DS_TRY(lm_view(v, &t->m, bp));
     snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", %s, draft vocabulary %d",
              drafter_type_key(v->bt), v->lm.sv.Vd);
@@ -243,7 +243,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     s->n_cached = 0;
     gamma = DS_MIN(DS_MIN(gamma, (int)(sizeof s->tok / sizeof *s->tok)), v->m->cfg.max_seq - s->kv->len);
     for (int k = 0; k < gamma; k++) {
-        DS_TRY(draft_from_logits(d, r, v->z, v->svp, sp, c ? c->calib : NULL, c ? c->n_calib : 0, k, out, &v->scr, v->qalt));
+        DS_TRY(draft_from_logits(d, r, v->z, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr, v->qalt));
         out->n = k + 1;
         if (k + 1 < gamma) {
             DS_TRY(step(v, s, &out->tok[k], 1));

@@ -41,22 +41,20 @@ int vlm_config_init(vlm_config *vc, const model *target, const cJSON *j) {
     c->eps = t->norm_eps, c->rope_theta = t->rope_theta;
     c->w_ce = 0.1f, c->w_l1 = 0.9f;
     vc->n_layers = DS_MIN(2, t->n_layers), vc->init_layers = 1;
-    snprintf(c->target_fingerprint, sizeof c->target_fingerprint, "%s", target->fingerprint);
+    contract_init(&c->contract, target);
     if (j) {
         jcfg r;
-        const char *fp = NULL, *jk = "vanilla";
+        const char *jk = "vanilla";
         DS_TRY(jcfg_open(&r, j, "vanilla"));
         DS_TRY(jcfg_str(&r, "kind", &jk));
         DS_CHECK(!strcmp(jk, "vanilla"), "vanilla: a checkpoint of kind '%s'", jk);
         DS_TRY(jcfg_int(&r, "n_layers", 1, VLM_MAX_LAYERS, &vc->n_layers));
         DS_TRY(jcfg_bool(&r, "init_layers", &vc->init_layers));
         DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c->depth));
-        DS_TRY(jcfg_int(&r, "draft_vocab", 0, 1 << 24, &c->draft_vocab));
-        DS_TRY(jcfg_strcpy(&r, "vocab_hash", c->vocab_hash, sizeof c->vocab_hash));
         DS_TRY(jcfg_int(&r, "hidden_dim", 1, 1 << 20, &c->hidden_dim));
         DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
         DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));
-        DS_TRY(jcfg_floats(&r, "calibration", 16, 0, 1e6, c->calib, &c->n_calib));
+        DS_TRY(contract_read(&r, &c->contract));
         int g[5] = {c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim};
         DS_TRY(jcfg_int(&r, "dim", 1, 1 << 20, &g[0]));
         DS_TRY(jcfg_int(&r, "vocab", 1, 1 << 24, &g[1]));
@@ -65,16 +63,11 @@ int vlm_config_init(vlm_config *vc, const model *target, const cJSON *j) {
         DS_TRY(jcfg_int(&r, "head_dim", 1, 1 << 12, &g[4]));
         DS_TRY(jcfg_float(&r, "eps", 0, 1, &c->eps));
         DS_TRY(jcfg_float(&r, "rope_theta", 1, 1e9, &c->rope_theta));
-        DS_TRY(jcfg_str(&r, "target_fingerprint", &fp));
-        DS_TRY(jcfg_strcpy(&r, "chat_template", c->chat_template, sizeof c->chat_template));
-        DS_TRY(jcfg_strcpy(&r, "tokenizer", c->tokenizer, sizeof c->tokenizer));
         DS_TRY(jcfg_close(&r));
         /* the LM shares the target's embedding, head and attention geometry: a checkpoint records it */
         DS_CHECK(g[0] == c->dim && g[1] == c->vocab && g[2] == c->n_heads && g[3] == c->n_kv_heads && g[4] == c->head_dim,
                  "vanilla: dim %d, vocab %d, heads %d/%d, head_dim %d do not match the target's %d, %d, %d/%d, %d", g[0],
                  g[1], g[2], g[3], g[4], c->dim, c->vocab, c->n_heads, c->n_kv_heads, c->head_dim);
-        DS_CHECK(!fp || strcmp(fp, target->fingerprint) == 0, "vanilla: trained against target %s, but the target is %s",
-                 fp, target->fingerprint);
     }
     return vlm_config_check(vc, target);
 fail:
@@ -89,8 +82,7 @@ int vlm_config_check(vlm_config *vc, const model *target) {
     DS_CHECK(!vc->init_layers || c->hidden_dim == t->hidden_dim,
              "vanilla: 'init_layers' copies the target's layers and needs its FFN width %d (hidden_dim %d; use false)",
              t->hidden_dim, c->hidden_dim);
-    if (c->draft_vocab >= c->vocab) c->draft_vocab = 0; /* the whole vocabulary */
-    return 0;
+    return contract_check_target(&c->contract, target, c->vocab, "vanilla");
 fail:
     return -1;
 }
@@ -102,10 +94,6 @@ cJSON *vlm_config_json(const vlm_config *vc) {
     cJSON_AddNumberToObject(j, "n_layers", vc->n_layers);
     cJSON_AddBoolToObject(j, "init_layers", vc->init_layers);
     cJSON_AddNumberToObject(j, "depth", c->depth);
-    if (c->draft_vocab) {
-        cJSON_AddNumberToObject(j, "draft_vocab", c->draft_vocab);
-        cJSON_AddStringToObject(j, "vocab_hash", c->vocab_hash);
-    }
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
     cJSON_AddNumberToObject(j, "n_heads", c->n_heads);
@@ -116,11 +104,7 @@ cJSON *vlm_config_json(const vlm_config *vc) {
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "w_ce", c->w_ce);
     cJSON_AddNumberToObject(j, "w_l1", c->w_l1);
-    cJSON_AddStringToObject(j, "target_fingerprint", c->target_fingerprint);
-    if (c->chat_template[0]) cJSON_AddStringToObject(j, "chat_template", c->chat_template);
-    if (c->tokenizer[0]) cJSON_AddStringToObject(j, "tokenizer", c->tokenizer);
-    cJSON *cal = cJSON_AddArrayToObject(j, "calibration");
-    for (int i = 0; i < c->n_calib; i++) cJSON_AddItemToArray(cal, cJSON_CreateNumber(c->calib[i]));
+    contract_json(j, &c->contract);
     return j;
 }
 
@@ -156,7 +140,7 @@ static int vlm_alloc(vlm_model *m, const vlm_config *c, const model *target, int
     memset(m, 0, sizeof *m);
     m->sv = sv;
     m->cfg = *c;
-    snprintf(m->cfg.c.vocab_hash, sizeof m->cfg.c.vocab_hash, "%s", sv.hash);
+    snprintf(m->cfg.c.contract.vocab_hash, sizeof m->cfg.c.contract.vocab_hash, "%s", sv.hash);
     size_t off = 0;
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < VLM_PER_LAYER; i++) {
@@ -184,8 +168,7 @@ int vlm_model_init(vlm_model *m, const vlm_config *c, const model *target, uint6
                    const int *ids) {
     memset(m, 0, sizeof *m);
     int V = c->c.vocab;
-    DS_CHECK(!c->c.draft_vocab || ids, "vanilla: a draft vocabulary of %d needs its ids", c->c.draft_vocab);
-    DS_TRY(subvocab_set(&m->sv, V, ids, c->c.draft_vocab ? c->c.draft_vocab : V, c->c.vocab_hash));
+    DS_TRY(contract_vocab_set(&c->c.contract, &m->sv, V, ids, "vanilla"));
     DS_TRY(vlm_alloc(m, c, target, with_embed));
     rng_t r;
     rng_seed(&r, seed);
@@ -247,7 +230,7 @@ int vlm_load(vlm_model *m, const char *dir, const model *target, int with_embed)
     }
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     int V = c.c.vocab;
-    DS_TRY(subvocab_read(&m->sv, p, V, c.c.draft_vocab ? c.c.draft_vocab : V, c.c.vocab_hash));
+    DS_TRY(contract_vocab_read(&c.c.contract, &m->sv, V, p));
     DS_TRY(vlm_alloc(m, &c, target, with_embed));
     DS_TRY(vlm_read_params(m, dir));
     cJSON_Delete(j);

@@ -75,7 +75,7 @@ static void gradcheck(int target, int vocab) {
     c.heads = HEADS;
     int ids[40];
     for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
-    c.draft_vocab = vocab ? 40 : 0;
+    c.contract.draft_vocab = vocab ? 40 : 0;
     md_model m;
     assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
     rng_t r;
@@ -155,7 +155,7 @@ static void test_checkpoint(void **state) {
     md_config c;
     assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
     c.heads = 2;
-    c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
+    c.contract.n_calib = 2, c.contract.calib[0] = 1.5f, c.contract.calib[1] = 0.7f;
     md_model m, m2;
     assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0, NULL), 0);
     char dir[600];
@@ -163,8 +163,8 @@ static void test_checkpoint(void **state) {
     assert_int_equal(md_save(&m, dir), 0);
     assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), 0);
     assert_int_equal(m2.cfg.heads, 2);
-    assert_int_equal(m2.cfg.n_calib, 2);
-    assert_true(m2.cfg.calib[1] == 0.7f);
+    assert_int_equal(m2.cfg.contract.n_calib, 2);
+    assert_true(m2.cfg.contract.calib[1] == 0.7f);
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     md_model_free(&m2);
     /* through the registry: the checkpoint opens as a drafter with its heads as max_gamma */
@@ -204,7 +204,7 @@ static void overfit_gate(int vocab) {
      * not token j, so a missing mapping cannot pass), 2 of the 48 left out */
     int ids[46];
     for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
-    c.draft_vocab = vocab ? 46 : 0;
+    c.contract.draft_vocab = vocab ? 46 : 0;
     md_model m;
     assert_int_equal(md_model_init(&m, &c, &g.tt->t.m, 5, 0, 1, vocab ? ids : NULL), 0);
     trainable tr;
@@ -240,7 +240,7 @@ static void test_checkpoint_vocab(void **state) {
     c.heads = 2;
     int ids[30];
     for (int j = 0; j < 30; j++) ids[j] = (j * 11 + 4) % c.vocab;
-    c.draft_vocab = 30;
+    c.contract.draft_vocab = 30;
     md_model m, m2;
     assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0, ids), 0);
     assert_int_equal(m.sv.Vd, 30);
@@ -248,9 +248,9 @@ static void test_checkpoint_vocab(void **state) {
     snprintf(dir, sizeof dir, "%s", tmp_path("medusa-ck-vocab"));
     assert_int_equal(md_save(&m, dir), 0);
     assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), 0);
-    assert_int_equal(m2.cfg.draft_vocab, 30);
+    assert_int_equal(m2.cfg.contract.draft_vocab, 30);
     assert_memory_equal(m2.sv.vid, ids, sizeof ids);
-    assert_string_equal(m2.cfg.vocab_hash, m.sv.hash);
+    assert_string_equal(m2.cfg.contract.vocab_hash, m.sv.hash);
     md_model_free(&m2);
     /* through the registry: drafts come from the 30 ids only */
     char dj[800];

@@ -91,7 +91,7 @@ static void gradcheck(const char *kind, int target, int vocab) {
     c.w_ce = 0.3f, c.w_l1 = 0.7f;
     int ids[40];
     for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
-    c.draft_vocab = vocab ? 40 : 0;
+    c.contract.draft_vocab = vocab ? 40 : 0;
     mtp_model m;
     assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 3, 1, vocab ? ids : NULL), 0);
     rng_t r;
@@ -320,7 +320,7 @@ static void test_checkpoint(void **state) {
     mtp_config c;
     assert_int_equal(mtp_config_init(&c, &tt->t.m, "mtp", NULL), 0);
     c.depth = 2;
-    c.n_calib = 2, c.calib[0] = 1.5f, c.calib[1] = 0.7f;
+    c.contract.n_calib = 2, c.contract.calib[0] = 1.5f, c.contract.calib[1] = 0.7f;
     mtp_model m, m2;
     assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 7, 0, NULL), 0);
     char dir[600], p[700];
@@ -328,8 +328,8 @@ static void test_checkpoint(void **state) {
     assert_int_equal(mtp_save(&m, dir), 0);
     assert_int_equal(mtp_load(&m2, dir, &tt->t.m, "mtp", 0), 0);
     assert_int_equal(m2.cfg.depth, 2);
-    assert_int_equal(m2.cfg.n_calib, 2);
-    assert_true(m2.cfg.calib[1] == 0.7f);
+    assert_int_equal(m2.cfg.contract.n_calib, 2);
+    assert_true(m2.cfg.contract.calib[1] == 0.7f);
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     mtp_model_free(&m2);
     drafter d;
@@ -360,7 +360,7 @@ static void test_checkpoint(void **state) {
     /* a draft vocabulary: its ids round-trip; a recorded hash they do not have is refused */
     int ids[30];
     for (int j = 0; j < 30; j++) ids[j] = (j * 11 + 4) % c.vocab;
-    c.hidden_dim = tt->t.m.cfg.hidden_dim, c.draft_vocab = 30;
+    c.hidden_dim = tt->t.m.cfg.hidden_dim, c.contract.draft_vocab = 30;
     assert_int_equal(mtp_model_init(&m2, &c, &tt->t.m, 7, 0, ids), 0);
     assert_int_equal(mtp_save(&m2, dir), 0);
     assert_int_equal(mtp_load(&m3, dir, &tt->t.m, "mtp", 0), 0);
@@ -407,7 +407,7 @@ static void overfit_gate(const char *kind, int vocab) {
     /* with a draft vocabulary: the 46 ids the sequence draws from, scrambled (row j is not token j) */
     int ids[46];
     for (int j = 0; j < 46; j++) ids[j] = (j * 7 + 3) % 46;
-    c.draft_vocab = vocab ? 46 : 0;
+    c.contract.draft_vocab = vocab ? 46 : 0;
     mtp_model m;
     assert_int_equal(mtp_model_init(&m, &c, &g.tt->t.m, 5, 1, vocab ? ids : NULL), 0);
     trainable tr;

@@ -92,7 +92,7 @@ static void gradcheck(const char *kind, const char *extra, int target) {
     bd_model m;
     int vids[30];
     for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48; /* 7 is prime to 48: distinct ids */
-    if (target == 2) c.draft_vocab = 30;
+    if (target == 2) c.contract.draft_vocab = 30;
     assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 3, 0, target == 2 ? vids : NULL), 0);
     /* move every tensor off its special initial value (zero heads, unit norms) */
     rng_t r;
@@ -267,7 +267,7 @@ static void test_checkpoint_every_kind(void **state) {
     assert_int_equal(m2.sv.vmap[5], 2);
     assert_int_equal(m2.sv.vmap[4], -1);
     assert_memory_equal(m2.Eh + 3 * c.dim, m.E + 7 * c.dim, sizeof(float) * c.dim);
-    assert_string_equal(m2.cfg.vocab_hash, m.cfg.vocab_hash);
+    assert_string_equal(m2.cfg.contract.vocab_hash, m.cfg.contract.vocab_hash);
     bd_model_free(&m2);
     ids[0] = ids[1]; /* repeated ids are refused */
     assert_int_equal(bd_model_init_vocab(&m2, &c, &tt->t.m, 4, 0, ids), -1);
@@ -422,7 +422,7 @@ static void overfit_gate(const char *kind, const char *extra) {
     bd_model m;
     int ids[40];
     for (int i = 0; i < 40; i++) ids[i] = i + 2; /* a draft vocabulary: all but ids 0, 1 and the top 6 */
-    assert_int_equal(bd_model_init_vocab(&m, &c, &g.tt->t.m, 5, 0, c.draft_vocab ? ids : NULL), 0);
+    assert_int_equal(bd_model_init_vocab(&m, &c, &g.tt->t.m, 5, 0, c.contract.draft_vocab ? ids : NULL), 0);
     g.o.steps = 300, g.o.lr = 3e-3f;
     trainable tr;
     assert_int_equal(bd_trainable(&m, &tr), 0);

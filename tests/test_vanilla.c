@@ -52,7 +52,7 @@ static void lm_config(tiny_target *tt, vlm_config *c, int n_layers, int vocab) {
     assert_int_equal(vlm_config_init(c, &tt->t.m, NULL), 0);
     c->n_layers = n_layers;
     c->c.depth = DEPTH;
-    c->c.draft_vocab = vocab;
+    c->c.contract.draft_vocab = vocab;
     assert_int_equal(vlm_config_check(c, &tt->t.m), 0);
 }
 
@@ -303,7 +303,7 @@ static void test_checkpoint(void **state) {
     tiny_target *tt = tiny_open();
     vlm_config c;
     lm_config(tt, &c, 2, 0);
-    c.c.n_calib = 2, c.c.calib[0] = 1.5f, c.c.calib[1] = 0.7f;
+    c.c.contract.n_calib = 2, c.c.contract.calib[0] = 1.5f, c.c.contract.calib[1] = 0.7f;
     vlm_model m, m2;
     assert_int_equal(vlm_model_init(&m, &c, &tt->t.m, 7, 0, NULL), 0);
     /* step 0 is the self-draft of the target's first layers */
@@ -314,8 +314,8 @@ static void test_checkpoint(void **state) {
     assert_int_equal(vlm_save(&m, dir), 0);
     assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), 0);
     assert_int_equal(m2.cfg.n_layers, 2);
-    assert_int_equal(m2.cfg.c.n_calib, 2);
-    assert_true(m2.cfg.c.calib[1] == 0.7f);
+    assert_int_equal(m2.cfg.c.contract.n_calib, 2);
+    assert_true(m2.cfg.c.contract.calib[1] == 0.7f);
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     vlm_model_free(&m2);
     drafter d;
@@ -350,7 +350,7 @@ static void test_checkpoint(void **state) {
     /* a draft vocabulary: its ids round-trip; a recorded hash they do not have is refused */
     int ids[30];
     for (int j = 0; j < 30; j++) ids[j] = (j * 11 + 4) % c.c.vocab;
-    c.c.hidden_dim = tt->t.m.cfg.hidden_dim, c.c.draft_vocab = 30, c.init_layers = 1;
+    c.c.hidden_dim = tt->t.m.cfg.hidden_dim, c.c.contract.draft_vocab = 30, c.init_layers = 1;
     assert_int_equal(vlm_model_init(&m2, &c, &tt->t.m, 7, 0, ids), 0);
     assert_int_equal(vlm_save(&m2, dir), 0);
     assert_int_equal(vlm_load(&m3, dir, &tt->t.m, 0), 0);
