@@ -17,16 +17,16 @@
 #include "commands.h"
 #include "train_config.h"
 
-
-
 int cmd_train(int argc, char **argv) {
     const char *config_path = NULL, *out_flag = NULL;
     int steps_flag = 0, threads = 0, warm = 0, data_only = 0, max_shards = -1;
+    backend_opts bo = {0};
     opt_def opts[] = {
         {"config", OPT_STR, &config_path, "FILE.json", "training config (required)", 0, 0, 0},
         {"steps", OPT_INT, &steps_flag, "N", "override the number of steps", 1, 1 << 30, 0},
         {"out", OPT_STR, &out_flag, "DIR", "override the run folder", 0, 0, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads of the training step (and of the cpu backend), 0 = all", 0, 256, 0},
+        OPT_BACKEND(bo),
         {"data-only", OPT_FLAG, &data_only, NULL, "build (or resume building) the data cache, then stop", 0, 0, 0},
         {"max-shards", OPT_INT, &max_shards, "N", "build at most N shards of the cache (0 = all)", 0, 1 << 24, 0},
         {"warm-start", OPT_FLAG, &warm, NULL, "start a new run from the weights in OUT/last (settings may differ)", 0, 0, 0},
@@ -66,7 +66,9 @@ int cmd_train(int argc, char **argv) {
     if (warm) o.warm_start = 1;
     if (steps_flag) o.steps = steps_flag;
 
-    DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &(backend_opts){.n_threads = threads}));
+    /* the target's forwards (the data cache) run on the backend; the training step on the CPU threads */
+    bo.n_threads = threads;
+    DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &bo));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
     /* the family: a block drafter, or Medusa or MTP (their own models; the cache taps the target's last layer) */
     int vanilla = strcmp(tc.drafter_name->valuestring, "vanilla") == 0;
@@ -106,6 +108,7 @@ int cmd_train(int argc, char **argv) {
             DS_CHECK(found, "%s: data.taps lacks layer %d, which the drafter reads", config_path, want[j]);
         }
     if (max_shards >= 0) d.max_shards = max_shards;
+    omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs()); /* the host's: sampling, training step */
     DS_TRY(traindata_build(&t, &d));
     if (data_only) {
         ret = 0;
@@ -156,7 +159,6 @@ int cmd_train(int argc, char **argv) {
                 c.kind, m.n_params, c.n_layers, c.gamma, c.head == HEAD_NONE ? "no head" : c.head == HEAD_MARKOV ? "Markov head" : "RNN head",
                 (double)c.lambda, d.dir, data.n_seq, data.n_tok);
     }
-    omp_set_num_threads(t.be->n_threads); /* the training ops' loops and GEMM split follow --threads */
     DS_TRY(train_run(&tr, &data, &o, NULL, 0, NULL));
     printf("trained %s: checkpoint %s/last (model.safetensors + config.json); logs %s/train_log.jsonl, eval_log.jsonl\n",
            tr.kind, out, out);

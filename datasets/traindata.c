@@ -384,7 +384,8 @@ static int generate_batch(target *t, const traindata_opts *o, gen_seq *g, int nb
     float *logits = NULL, *cap = NULL, *fin = NULL, *probs = NULL;
     int *tokens = NULL, *n_new = NULL, *who = NULL;
     kv_cache **kvs = NULL;
-    int nth = DS_MAX(1, DS_MIN(t->be->n_threads, MAX_GEN_THREADS)), *next = NULL;
+    /* the host's threads (the caller's OpenMP setting): a GPU backend has one host thread of its own */
+    int nth = DS_MAX(1, DS_MIN(omp_get_max_threads(), MAX_GEN_THREADS)), *next = NULL;
     lp_scratch scr[MAX_GEN_THREADS] = {{0}};
     for (int k = 0; k < nb; k++) max_rows += g[k].toks.n;
     DS_TRYP(tokens = ds_malloc(sizeof(int) * (size_t)max_rows, "generation"));

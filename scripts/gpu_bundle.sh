@@ -3,17 +3,19 @@
 # and cuBLAS but not this project's Debian packages, and takes a limited amount of files per
 # transfer (the lent H100 of issue 26: 64 MiB a call).
 #
-#   make && bash scripts/gpu_bundle.sh DIR [PART_MB]      # default PART_MB 47 (MiB)
+#   make && bash scripts/gpu_bundle.sh DIR [PART_MB]      # default PART_MB 44 (MiB)
 #
-# DIR/part1: the stripped binaries and the non-glibc shared libraries they load (xz), the Spec-Bench
-# prompts of experiments/quickstart.json, the first PART_MB of the model; DIR/part2..: the rest of
+# DIR/part1: the stripped binaries and the non-glibc shared libraries they load (xz), every prompt set
+# of the shared datasets (xz, ~4 MB: Spec-Bench for experiments/quickstart.json, the training mix and
+# the held-out sets for scripts/gpu_train.sh), the first PART_MB of the model; DIR/part2..: the rest of
 # the model. On the GPU machine, in order, each part's `bash unpack.sh WORK` into the same WORK;
 # the last one joins the model and checks its sha256; then
 #   source WORK/env.sh && DSB_BUILD=WORK/build bash scripts/gpu_check.sh OUTDIR
+# (and DSB_BUILD=WORK/build bash scripts/gpu_train.sh OUTDIR for the training budget)
 # (GPU_CHECK_STAGE=ops after part1 alone: everything that needs no model).
 set -eu
 DIR=$1
-MB=${2:-47}
+MB=${2:-44}
 BLD=${DSB_BUILD:-build}
 M=${DSPARK_MODEL:-$HOME/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf}
 DATA=${DSPARK_DATA:-../shared/datasets}
@@ -29,9 +31,11 @@ ldd "$BLD/dspark-bench" "$BLD/tests/test_cuda" | awk '/=>/ {print $3}' | sort -u
 tar -C "$DIR/stage" -cJf "$DIR/part1/bin.tar.xz" build
 tar -C "$DIR/stage" -cJf "$DIR/part1/lib.tar.xz" lib
 rm -rf "$DIR/stage"
-mkdir -p "$DIR/part1/data/specbench" && cp "$DATA/specbench/question.jsonl" "$DIR/part1/data/specbench/"
+tar -C "$DATA" -cJf "$DIR/part1/data.tar.xz" .
 sha256sum "$M" | cut -c1-64 > "$DIR/part1/model.sha256"
-split -b "${MB}m" -d "$M" "$DIR/model."
+# part1 carries PART_MB of the model beside the rest; each later part up to 60 MiB of it
+head -c "$((MB * 1048576))" "$M" > "$DIR/model.00"
+tail -c +"$((MB * 1048576 + 1))" "$M" | split -b 60m -d --numeric-suffixes=1 - "$DIR/model."
 n=0
 for p in "$DIR"/model.[0-9]*; do
   n=$((n + 1)); mkdir -p "$DIR/part$n"; mv "$p" "$DIR/part$n/"
@@ -44,7 +48,7 @@ cat > "$DIR/unpack.sh" <<'EOS'
 set -eu
 P=$(cd "$(dirname "$0")" && pwd); W=$1; mkdir -p "$W"
 for t in lib bin; do [ -f "$P/$t.tar.xz" ] && tar -C "$W" -xJf "$P/$t.tar.xz"; done
-[ -d "$P/data" ] && cp -r "$P/data" "$W/"
+[ -f "$P/data.tar.xz" ] && mkdir -p "$W/data" && tar -C "$W/data" -xJf "$P/data.tar.xz"
 for f in "$P"/model.*; do [ -f "$f" ] && cp "$f" "$W/"; done
 CUB=$(ls /usr/local/cuda*/lib64/libcublas.so.1[0-9]* /usr/lib/x86_64-linux-gnu/libcublas.so.1[0-9]* \
       /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcublas.so.1[0-9]* 2>/dev/null | head -1)

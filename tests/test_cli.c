@@ -246,6 +246,14 @@ static void test_train_errors(void **state) {
         snprintf(txt, sizeof txt, fmt, run1, "1.0", cache);
         put(cfg, txt);
         expect_error(args, 1, "the cache was built with data.temperature = 0.2");
+        /* the target's forwards on another backend or contract than the cache's: refused the same way */
+        char other[1300];
+        snprintf(txt, sizeof txt, fmt, run1, "0.2", cache);
+        put(cfg, txt);
+        snprintf(other, sizeof other, "%s --exact", args);
+        expect_error(other, 1, "the cache was built with data.target_contract");
+        snprintf(other, sizeof other, "%s --backend nope", args);
+        expect_error(other, 1, "unknown backend 'nope'");
         /* a cache from another numerical contract (an older build's kernels) is refused too: resuming
          * it would mix two contracts' states and log-probs in one training set */
         char bf[600], *j;
