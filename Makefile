@@ -16,7 +16,7 @@ BUILD := build
 OPT := -O2
 ifeq ($(SAN),1)
   BUILD := build-san
-  OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  OPT := -O1 -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 endif
 
 # Package flags are resolved once, after scripts/deps.sh made sure the packages are there.

@@ -57,7 +57,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
                  "%s: \"taps\" must be an array of 1 to 8 layer indices", dpath);
         for (int i = 0; i < cJSON_GetArraySize(taps); i++) {
             const cJSON *e = cJSON_GetArrayItem(taps, i);
-            DS_CHECK(cJSON_IsNumber(e) && e->valuedouble == (int)e->valuedouble && e->valuedouble >= 0 && e->valuedouble < 4096,
+            DS_CHECK(jcfg_integral(e, 0, 4095),
                      "%s: \"taps\"[%d] is not a layer index", dpath, i);
             d.taps[i] = e->valueint;
         }

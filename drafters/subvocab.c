@@ -1,12 +1,14 @@
 /* subvocab.c — see subvocab.h. */
 #include "subvocab.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/base/common.h"
 #include "../runtime/formats/safetensors.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/model.h"
 
 void subvocab_hash(const int *ids, int n, char out[20]) {
@@ -127,7 +129,7 @@ int subvocab_json_ids(const cJSON *arr, int *ids, int max, int *n) {
     DS_CHECK(cJSON_IsArray(arr) && *n >= 1 && *n <= max, "drafter: 'vocab_ids' must be an array of 1..%d token ids", max);
     for (int i = 0; i < *n; i++) {
         const cJSON *e = cJSON_GetArrayItem(arr, i);
-        DS_CHECK(cJSON_IsNumber(e) && e->valuedouble == (int)e->valuedouble, "drafter: 'vocab_ids'[%d] is not an id", i);
+        DS_CHECK(jcfg_integral(e, 0, INT_MAX), "drafter: 'vocab_ids'[%d] is not an id", i);
         ids[i] = e->valueint;
     }
     return 0;

@@ -46,7 +46,7 @@ const cJSON *jcfg_get(jcfg *c, const char *key) {
 
 void jcfg_skip(jcfg *c, const char *key) { (void)jcfg_get(c, key); }
 
-static int integral(const cJSON *v, double lo, double hi) {
+int jcfg_integral(const cJSON *v, double lo, double hi) {
     return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo &&
            v->valuedouble <= hi;
 }
@@ -54,7 +54,7 @@ static int integral(const cJSON *v, double lo, double hi) {
 int jcfg_long(jcfg *c, const char *key, long lo, long hi, long *out) {
     const cJSON *v = jcfg_get(c, key);
     if (!v) return 0;
-    if (!integral(v, (double)lo, (double)hi)) {
+    if (!jcfg_integral(v, (double)lo, (double)hi)) {
         ds_error("%s: '%s' must be an integer in %ld..%ld", c->path, key, lo, hi);
         return -1;
     }
@@ -72,7 +72,7 @@ int jcfg_int(jcfg *c, const char *key, long lo, long hi, int *out) {
 int jcfg_u64(jcfg *c, const char *key, uint64_t *out) {
     const cJSON *v = jcfg_get(c, key);
     if (!v) return 0;
-    if (!integral(v, 0, 9007199254740992.0)) {
+    if (!jcfg_integral(v, 0, 9007199254740992.0)) {
         ds_error("%s: '%s' must be an integer in 0..2^53", c->path, key);
         return -1;
     }
@@ -128,8 +128,7 @@ int jcfg_ints(jcfg *c, const char *key, int min_n, int max_n, long lo, long hi, 
     }
     for (int i = 0; i < k; i++) {
         const cJSON *v = cJSON_GetArrayItem(a, i);
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble || v->valuedouble < lo ||
-            v->valuedouble > hi) {
+        if (!jcfg_integral(v, (double)lo, (double)hi)) {
             ds_error("%s: '%s'[%d] must be an integer in [%ld, %ld]", c->path, key, i, lo, hi);
             return -1;
         }

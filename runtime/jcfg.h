@@ -37,7 +37,10 @@ int jcfg_bool(jcfg *c, const char *key, int *out);
 int jcfg_floats(jcfg *c, const char *key, int max, double lo, double hi, float *out, int *n);
 /* an array of min_n..max_n integers, each in [lo, hi]: out[0..*n) (untouched when absent) */
 int jcfg_ints(jcfg *c, const char *key, int min_n, int max_n, long lo, long hi, int *out, int *n);
-void jcfg_skip(jcfg *c, const char *key);   /* a known key read elsewhere (e.g. free text) */
+void jcfg_skip(jcfg *c, const char *key);
+/* an item (an array's element, say) that is a finite integral number in [lo, hi], tested before any
+ * conversion: casting 1e300 or inf to an integer type is undefined behaviour */
+int jcfg_integral(const cJSON *v, double lo, double hi);   /* a known key read elsewhere (e.g. free text) */
 int jcfg_close(jcfg *c);                    /* -1 on the first key nobody read */
 
 /* The first field of want that have lacks or holds differently: 1 and "key = have's value, wanted

@@ -1,12 +1,14 @@
 #include "model.h"
 
 #include <cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/common.h"
 #include "formats/quant.h"
+#include "jcfg.h"
 
 const char *model_arch_name(model_arch a) { return a == ARCH_QWEN3 ? "qwen3" : "llama"; }
 
@@ -271,8 +273,7 @@ static int js_int(const cJSON *root, const char *key, int def, int *out, const c
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < 0 ||
-        j->valuedouble > 2147483647.0) {
+    if (!jcfg_integral(j, 0, INT_MAX)) {
         ds_error("%s: config.json '%s' is not a non-negative integer", path, key);
         return -1;
     }

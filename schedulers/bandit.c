@@ -72,7 +72,7 @@ static int bandit_open_kind(scheduler *s, const cJSON *cfg, int thompson) {
         }
         for (int i = 0; i < n; i++) {
             const cJSON *a = cJSON_GetArrayItem(arms, i);
-            if (!cJSON_IsNumber(a) || a->valuedouble != (int)a->valuedouble || a->valueint < 0 || a->valueint > 64) {
+            if (!jcfg_integral(a, 0, 64)) {
                 ds_error("scheduler.arms[%d]: a verification length must be an integer in 0..64", i);
                 return -1;
             }

@@ -292,11 +292,17 @@ static void test_strict_configs(void **state) {
     expect_error(args, 1, "data: 'seed' must be an integer");
     put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"train\": {\"lr\": 1e-3, \"lr\": 1}}");
     expect_error(args, 1, "key 'lr' appears twice");
+    /* array elements too: 1e300 was cast to int before its range was checked (undefined behaviour,
+     * an abort under UBSan; found by fuzz_config) */
+    put(cfg, "{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"/tmp/x\", \"data\": {\"taps\": [1, 1e300]}}");
+    expect_error(args, 1, "\"taps\"[1] is not a layer index");
     snprintf(args, sizeof args, "run --config %s", cfg);
     put(cfg, "{\"gamma\": 4, \"gamma\": 5}");
     expect_error(args, 1, "key 'gamma' appears twice");
     put(cfg, "{\"seed\": 1.5}");
     expect_error(args, 1, "'seed' must be an integer");
+    put(cfg, "{\"scheduler\": {\"name\": \"bandit-ucb1\", \"arms\": [1, -1e300]}}");
+    expect_error(args, 1, "scheduler.arms[1]");
     put(cfg, "{\"scheduler\": {\"name\": \"threshold\", \"treshold\": 0.3}}");
     expect_error(args, 1, "unknown key 'treshold'");
     put(cfg, "{\"scheduler\": {\"name\": \"greedy\", \"lenght\": 2}}");
@@ -304,6 +310,12 @@ static void test_strict_configs(void **state) {
     if (need_real_model()) { /* drafter objects are read when the drafter opens, after the model */
         put(cfg, "{\"drafter\": {\"name\": \"vanilla\", \"layer\": 20}, \"limit\": 1}");
         expect_error(args, 1, "unknown key 'layer'");
+        put(cfg, "{\"drafter\": {\"name\": \"dspark-markov\", \"vocab_ids\": [3, 1e300]}, \"limit\": 1}");
+        expect_error(args, 1, "'vocab_ids'[1] is not an id");
+        char targs[1200];
+        snprintf(targs, sizeof targs, "train --config %s", cfg);
+        put(cfg, "{\"drafter\": {\"name\": \"eagle3\", \"taps\": [1, 1e300]}, \"out\": \"/tmp/x\"}");
+        expect_error(targs, 1, "'taps'[1] must be an integer");
         put(cfg, "{\"drafter\": {\"name\": \"dspark-markov\", \"chekpoint\": \"/tmp/x\"}, \"limit\": 1}");
         expect_error(args, 1, "unknown key 'chekpoint'");
         put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"checkpoint\": \"/nonexistent/ck\", \"gama\": 3}, \"limit\": 1}");

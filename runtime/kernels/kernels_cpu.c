@@ -1,6 +1,7 @@
 /* kernels_cpu.c — what every kernel path shares: repacking, activation quantization, dispatch. */
 #include "kernels_cpu.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -198,7 +199,9 @@ void qk_quantize_rows(const float *x, int t0, int t1, int cols, qk_act *a) {
                 /* round to nearest, ties to even: adding and removing 1.5 * 2^23 leaves the integer
                  * part (|v * inv| <= 127.0001); the same result as lrintf, without the call */
                 float r = (v[j] * inv + 12582912.0f) - 12582912.0f;
-                int qi = (int)r;
+                /* NaN in a non-finite block (flagged by fin, its result NaN whatever the codes): the
+                 * code cvtps2dq gives it on x86, INT_MIN, clamped; casting NaN itself is undefined */
+                int qi = r == r ? (int)r : INT_MIN;
                 q[j] = (int8_t)(qi > 127 ? 127 : qi < -127 ? -127 : qi);
                 sum += q[j];
             }
