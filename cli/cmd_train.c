@@ -66,8 +66,10 @@ int cmd_train(int argc, char **argv) {
     if (warm) o.warm_start = 1;
     if (steps_flag) o.steps = steps_flag;
 
-    /* the target's forwards (the data cache) run on the backend; the training step on the CPU threads */
-    bo.n_threads = threads;
+    /* the target's forwards (the data cache) run on the backend; sampling, top-K and the training step on
+     * the host's threads (the CUDA backend has one of its own) */
+    int host_threads = threads > 0 ? threads : omp_get_num_procs();
+    bo.n_threads = host_threads;
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &bo));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
     /* the family: a block drafter, or Medusa or MTP (their own models; the cache taps the target's last layer) */
@@ -108,7 +110,7 @@ int cmd_train(int argc, char **argv) {
             DS_CHECK(found, "%s: data.taps lacks layer %d, which the drafter reads", config_path, want[j]);
         }
     if (max_shards >= 0) d.max_shards = max_shards;
-    omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs()); /* the host's: sampling, training step */
+    omp_set_num_threads(host_threads);
     DS_TRY(traindata_build(&t, &d));
     if (data_only) {
         ret = 0;

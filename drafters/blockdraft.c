@@ -222,7 +222,7 @@ static void build_table(bd_model *m) {
     add_tensor(m, "final_norm.weight", D, 0);
     if (c->head != HEAD_NONE) {
         add_tensor(m, "head.W1", c->vocab, r);
-        add_tensor(m, "head.W2", c->contract.draft_vocab ? c->contract.draft_vocab : c->vocab, r); /* output side: draft rows */
+        add_tensor(m, "head.W2", contract_rows(&c->contract, c->vocab), r); /* output side: draft rows */
     }
     if (c->head == HEAD_RNN) {
         add_tensor(m, "head.Wr", 3 * (int64_t)r, 2 * (int64_t)r + D);

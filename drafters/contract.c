@@ -67,11 +67,11 @@ fail:
 int contract_vocab_set(const draft_contract *k, subvocab *sv, int V, const int *ids, const char *what) {
     DS_CHECK(!k->draft_vocab || ids, "%s: a draft vocabulary of %d needs its ids (a checkpoint's vocab.ids)", what,
              k->draft_vocab);
-    return subvocab_set(sv, V, ids, k->draft_vocab ? k->draft_vocab : V, k->vocab_hash);
+    return subvocab_set(sv, V, ids, contract_rows(k, V), k->vocab_hash);
 fail:
     return -1;
 }
 
 int contract_vocab_read(const draft_contract *k, subvocab *sv, int V, const char *path) {
-    return subvocab_read(sv, path, V, k->draft_vocab ? k->draft_vocab : V, k->vocab_hash);
+    return subvocab_read(sv, path, V, contract_rows(k, V), k->vocab_hash);
 }

@@ -26,6 +26,8 @@ typedef struct {
     float calib[CONTRACT_MAX_CALIB];
 } draft_contract;
 
+/* the head's rows out of a target vocabulary of V: the draft vocabulary's, or all V */
+static inline int contract_rows(const draft_contract *k, int V) { return k->draft_vocab ? k->draft_vocab : V; }
 /* a fresh drafter's: trained against this target, nothing else recorded */
 void contract_init(draft_contract *k, const model *target);
 /* the contract's keys of an open config object (target_fingerprint, chat_template, tokenizer,
