@@ -120,6 +120,9 @@ struct backend {
     /* run body(arg), which calls this backend's ops, with its threads held for all of them (one fork
      * for a whole forward instead of one an op); returns body's result */
     int (*session)(backend *, int (*body)(void *), void *arg);
+    /* out[T][W->rows] += x[T][cols] . W^T: a residual add in the matmul's last step (one launch
+     * instead of two on a GPU); the same values as matmul into scratch, then add */
+    int (*matmul_add)(backend *, float *out, const qmat *W, const float *x, int T);
 };
 
 /* The numbers a backend computes change when its kernels, attention or KV cache change (a contract

@@ -55,6 +55,8 @@ typedef struct {
     float *ntmp;           /* per-call upload of a norm vector */
     size_t ntmp_len;
     float *deq;            /* a matrix decoded to fp32 for cuBLAS */
+    float *resid;          /* matmul_add's product where it is not fused */
+    size_t resid_len;
     size_t deq_len;
     float *scores;         /* attention scores [T*n_heads][n_ctx] */
     size_t scores_len;
@@ -66,6 +68,12 @@ typedef struct {
     float *cos, *sin;      /* rope tables on the device, and the host copy they were made from */
     float *rope_host;
     size_t rope_len;
+    struct cuda_prof *prof; /* DSPARK_CUDA_PROFILE: per-op host and GPU time, printed at destroy */
+    /* DSPARK_CUDA_GRAPH: each forward (session) is recorded and run on `stream` as one CUDA graph,
+     * its kernels back to back on the GPU instead of one launch at a time from the host */
+    int graphs;
+    cudaStream_t stream;
+    long graph_breaks; /* recordings run early by an op that needs the host */
 } cuda_ctx;
 
 static int cu_ok(cudaError_t e, const char *what) {
@@ -79,6 +87,145 @@ static int kc_ok(int rc) {
     if (rc == 0) return 0;
     ds_error("cuda: %s", kc_last_error());
     return -1;
+}
+
+/* ------------------------------------------------------------------------------- profiling */
+
+/* With DSPARK_CUDA_PROFILE set, every op records host time (what it costs to issue: checks and
+ * launches) and GPU time (CUDA events around its launches, read in batches so the GPU is not
+ * waited on an op at a time). Printed to stderr when the backend is freed: where a forward's time
+ * goes, launch cost against kernel time. */
+enum { P_EMBED, P_RMSNORM, P_MATMUL, P_MATMUL_ADD, P_ROPE, P_KV_WRITE, P_ATTENTION, P_SWIGLU, P_ADD, P_COPY, P_NOPS };
+static const char *const prof_names[P_NOPS] = {"embed",     "rmsnorm", "matmul", "matmul_add", "rope", "kv_write",
+                                               "attention", "swiglu",  "add",    "copy (device)"};
+#define PROF_PENDING 2048
+/* [0]: one-token forwards (decode), [1]: the rest; an op without a token count (swiglu, add, copy)
+ * counts with the last op that had one */
+typedef struct cuda_prof {
+    long calls[2][P_NOPS];
+    double host_s[2][P_NOPS], gpu_ms[2][P_NOPS];
+    cudaEvent_t ev[2 * PROF_PENDING];
+    int op[PROF_PENDING], n, many;
+    double t0;
+} cuda_prof;
+
+static void prof_drain(cuda_prof *p) {
+    if (!p->n) return;
+    cudaEventSynchronize(p->ev[2 * p->n - 1]);
+    for (int i = 0; i < p->n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess)
+            p->gpu_ms[p->op[i] / P_NOPS][p->op[i] % P_NOPS] += ms;
+    }
+    cudaGetLastError();
+    p->n = 0;
+}
+
+static void prof_begin(cuda_ctx *c) {
+    cuda_prof *p = c->prof;
+    if (!p) return;
+    if (p->n == PROF_PENDING) prof_drain(p);
+    cudaEventRecord(p->ev[2 * p->n], 0);
+    p->t0 = ds_now();
+}
+
+static void prof_end(cuda_ctx *c, int op) {
+    cuda_prof *p = c->prof;
+    if (!p) return;
+    cudaEventRecord(p->ev[2 * p->n + 1], 0);
+    p->op[p->n++] = op + p->many * P_NOPS;
+    p->calls[p->many][op]++;
+    p->host_s[p->many][op] += ds_now() - p->t0;
+}
+
+static void prof_tokens(cuda_ctx *c, int T) {
+    if (c->prof) c->prof->many = T > 1;
+}
+
+static void prof_free(cuda_ctx *c) {
+    cuda_prof *p = c->prof;
+    if (!p) return;
+    prof_drain(p);
+    fprintf(stderr, "cuda profile (DSPARK_CUDA_PROFILE): host = time to issue an op, gpu = its kernels' time\n");
+    for (int k = 0; k < 2; k++) {
+        double host = 0, gpu = 0;
+        for (int i = 0; i < P_NOPS; i++) host += p->host_s[k][i], gpu += p->gpu_ms[k][i];
+        fprintf(stderr, "  %-14s %9s %12s %12s %10s %10s   %s\n", "op", "calls", "host us/call", "gpu us/call", "host ms",
+                "gpu ms", k ? "(forwards of several tokens)" : "(one-token forwards: decode)");
+        for (int i = 0; i < P_NOPS; i++)
+            if (p->calls[k][i])
+                fprintf(stderr, "  %-14s %9ld %12.2f %12.2f %10.1f %10.1f\n", prof_names[i], p->calls[k][i],
+                        1e6 * p->host_s[k][i] / p->calls[k][i], 1e3 * p->gpu_ms[k][i] / p->calls[k][i],
+                        1e3 * p->host_s[k][i], p->gpu_ms[k][i]);
+        fprintf(stderr, "  %-14s %9s %12s %12s %10.1f %10.1f\n", "all", "", "", "", 1e3 * host, gpu);
+    }
+    for (int i = 0; i < 2 * PROF_PENDING; i++) cudaEventDestroy(p->ev[i]);
+    free(p);
+    c->prof = NULL;
+}
+
+static int prof_new(cuda_ctx *c) {
+    const char *e = getenv("DSPARK_CUDA_PROFILE");
+    if (!e || !*e || !strcmp(e, "0")) return 0;
+    cuda_prof *p = ds_calloc(1, sizeof *p, "cuda profile");
+    if (!p) return -1;
+    for (int i = 0; i < 2 * PROF_PENDING; i++)
+        if (cu_ok(cudaEventCreate(&p->ev[i]), "profile events")) {
+            for (int j = 0; j < i; j++) cudaEventDestroy(p->ev[j]);
+            free(p);
+            return -1;
+        }
+    c->prof = p;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------ CUDA graphs */
+
+/* DSPARK_CUDA_GRAPH: a forward (session) is recorded and run as a CUDA graph (kernels_cuda.h's
+ * kc_record_*): its kernels back to back on the GPU for one call from the host. An op that needs the
+ * host (a copy, an allocation, cuBLAS) runs what was recorded first; the rest of the forward is
+ * recorded again after it. */
+static int eager(cuda_ctx *c) {
+    if (!c->graphs || !kc_recording()) return 0;
+    c->graph_breaks++;
+    return kc_ok(kc_record_flush());
+}
+
+static int cuda_session(backend *be, int (*body)(void *), void *arg) {
+    cuda_ctx *c = be->ctx;
+    if (!c->graphs || c->prof || kc_recording()) return body(arg);
+    kc_set_stream(c->stream); /* the kernels' stream is global: another backend may have reset it */
+    kc_record_begin();
+    int rc = body(arg);
+    int rc2 = kc_ok(kc_record_end(!rc));
+    return rc ? rc : rc2;
+}
+
+static int graphs_new(cuda_ctx *c) {
+    const char *e = getenv("DSPARK_CUDA_GRAPH");
+    if (!e || !*e || !strcmp(e, "0")) return 0;
+    DS_TRY(cu_ok(cudaStreamCreateWithFlags(&c->stream, cudaStreamDefault), "graph stream"));
+    kc_set_stream(c->stream);
+    c->graphs = 1;
+    return 0;
+fail:
+    return -1;
+}
+
+static void graphs_free(cuda_ctx *c) {
+    if (!c->graphs) return;
+    kc_record_end(0);
+    kc_graphs_free();
+    if (getenv("DSPARK_CUDA_GRAPH_STATS")) {
+        long st[KC_GRAPH_NSTAT];
+        kc_graph_stats(st);
+        fprintf(stderr, "cuda graphs: %ld run (%ld node arguments updated), %ld made, %ld stretches launched one kernel"
+                        " at a time; %ld recordings broken by an op that needs the host\n",
+                st[KC_GRAPH_RUNS], st[KC_GRAPH_UPDATES], st[KC_GRAPH_BUILDS], st[KC_GRAPH_EAGER], c->graph_breaks);
+    }
+    kc_set_stream(NULL);
+    cudaStreamDestroy(c->stream);
+    c->graphs = 0;
 }
 
 /* grow a device buffer to at least `bytes` (contents are not kept) */
@@ -166,7 +313,7 @@ static const dev_slot *keep_mat(cuda_ctx *c, const qmat *w) {
     void *dev = NULL;
     size_t have = 0, rb = 0;
     uint32_t type = 0;
-    if (upload_mat(w, &dev, &have, &type, &rb)) return NULL;
+    if (eager(c) || upload_mat(w, &dev, &have, &type, &rb)) return NULL;
     if (!(s = slot_new(c, w->data))) {
         cudaFree(dev);
         return NULL;
@@ -179,6 +326,7 @@ static const float *keep_vec(cuda_ctx *c, const float *v, int n) {
     dev_slot *s = slot_find(c, v);
     if (s) return s->dev;
     void *dev = NULL;
+    if (eager(c)) return NULL;
     if (cu_ok(cudaMalloc(&dev, sizeof(float) * (size_t)n), "norm upload") ||
         cu_ok(cudaMemcpy(dev, v, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice), "norm upload")) {
         cudaFree(dev);
@@ -246,6 +394,7 @@ static int cuda_prepare(backend *be, const model *m) {
 
 static void forget_keys(cuda_ctx *c, const void *const *keys, int n) {
     if (!c->n_slots) return;
+    eager(c);
     cudaDeviceSynchronize(); /* nothing in flight reads what is freed */
     dev_slot *old = c->slots;
     size_t cap = c->n_slots;
@@ -300,6 +449,7 @@ static int cuda_fill_random(backend *be, const qmat *w, uint64_t seed) {
     cuda_ctx *c = be->ctx;
     DS_CHECK(kc_type_native(w->type), "cuda: random %s weights are not supported", ggml_type_name(w->type));
     DS_CHECK(!slot_find(c, w->data), "cuda: fill_random on a matrix the backend already holds");
+    DS_TRY(eager(c));
     size_t bytes = (size_t)w->rows * w->row_bytes;
     void *dev = NULL;
     DS_TRY(cu_ok(cudaMalloc(&dev, bytes), "random weights"));
@@ -329,7 +479,7 @@ static const dev_slot *mat_for_call(cuda_ctx *c, const qmat *w, int i, dev_slot 
     const dev_slot *s = slot_find(c, w->data);
     if (s) return s;
     if (w->type != GGML_F32 && w->type != GGML_F16 && w->type != GGML_BF16) return keep_mat(c, w);
-    if (upload_mat(w, &c->tmp[i], &c->tmp_bytes[i], &tmp->type, &tmp->row_bytes)) return NULL;
+    if (eager(c) || upload_mat(w, &c->tmp[i], &c->tmp_bytes[i], &tmp->type, &tmp->row_bytes)) return NULL;
     tmp->dev = c->tmp[i], tmp->rows = w->rows, tmp->cols = w->cols;
     return tmp;
 }
@@ -337,32 +487,31 @@ static const dev_slot *mat_for_call(cuda_ctx *c, const qmat *w, int i, dev_slot 
 /* ------------------------------------------------------------------------------------- memory */
 
 static void *cuda_alloc(backend *be, size_t n) {
-    DS_UNUSED(be);
     void *p = NULL;
+    if (eager(be->ctx)) return NULL;
     if (cu_ok(cudaMalloc(&p, n ? n : 16), "alloc")) return NULL;
     return p;
 }
 static void cuda_release(backend *be, void *p) {
-    DS_UNUSED(be);
+    eager(be->ctx);
     if (p) cudaFree(p);
 }
 static int cuda_to_host(backend *be, void *dst, const void *src, size_t n) {
-    DS_UNUSED(be);
+    if (eager(be->ctx)) return -1;
     return n ? cu_ok(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), "copy to host") : 0;
 }
 static int cuda_to_device(backend *be, void *dst, const void *src, size_t n) {
-    DS_UNUSED(be);
+    if (eager(be->ctx)) return -1;
     return n ? cu_ok(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "copy to device") : 0;
 }
-static int cuda_copy(backend *be, void *dst, const void *src, size_t n) {
+static int op_copy(backend *be, void *dst, const void *src, size_t n) {
     DS_UNUSED(be);
-    if (!n || dst == src) return 0;
-    return cu_ok(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice), "copy");
+    return kc_ok(kc_copy(dst, src, n)); /* recorded too: no break in a graph */
 }
 
 /* ----------------------------------------------------------------------------------------- ops */
 
-static int cuda_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
+static int op_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
     cuda_ctx *c = be->ctx;
     if (T <= 0) return 0;
     for (int t = 0; t < T; t++)
@@ -371,6 +520,7 @@ static int cuda_embed(backend *be, float *out, const qmat *emb, const int *tok, 
     const dev_slot *s = mat_for_call(c, emb, 0, &tmp);
     DS_TRYP(s);
     if (T > KC_TOK_MAX) { /* else the ids travel with the launch: no copy, no wait */
+        DS_TRY(eager(c));
         DS_TRY(dev_reserve((void **)&c->tok, &c->tok_cap, sizeof(int) * (size_t)T, "token ids"));
         DS_TRY(cu_ok(cudaMemcpy(c->tok, tok, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice), "token ids"));
     }
@@ -379,7 +529,7 @@ fail:
     return -1;
 }
 
-static int cuda_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+static int op_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
     cuda_ctx *c = be->ctx;
     const dev_slot *s = slot_find(c, w);
     const float *wd;
@@ -387,6 +537,7 @@ static int cuda_rmsnorm(backend *be, float *out, const float *x, const float *w,
         DS_CHECK(s->cols == C, "rmsnorm: a norm of %d kept with %d entries", C, s->cols);
         wd = s->dev;
     } else { /* not given up front (a drafter's): uploaded now, after the previous user is done */
+        DS_TRY(eager(c));
         DS_TRY(dev_reserve((void **)&c->ntmp, &c->ntmp_len, sizeof(float) * (size_t)C, "norm upload"));
         DS_TRY(cu_ok(cudaMemcpy(c->ntmp, w, sizeof(float) * (size_t)C, cudaMemcpyHostToDevice), "norm upload"));
         wd = c->ntmp;
@@ -396,7 +547,7 @@ fail:
     return -1;
 }
 
-static int cuda_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
+static int op_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
     cuda_ctx *c = be->ctx;
     int cols = W[0]->cols;
     DS_CHECK(n >= 1 && n <= 8, "matmul: %d matrices in one call (1..8)", n);
@@ -404,14 +555,27 @@ static int cuda_matmul(backend *be, int n, float *const *out, const qmat *const 
         DS_CHECK(W[i]->cols == cols, "matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols,
                  cols);
     if (T <= 0) return 0;
+    if (T < be->gemm_min_T) { /* the warp-per-row kernel: one launch for the set where it can */
+        dev_slot tmp[8];
+        kc_mat set[8];
+        int one = 1;
+        for (int i = 0; i < n; i++) {
+            const dev_slot *s = mat_for_call(c, W[i], i, &tmp[i]);
+            DS_TRYP(s);
+            set[i] = (kc_mat){s->dev, out[i], s->row_bytes, s->rows};
+            tmp[i].type = s->type;
+            one = one && s->type == tmp[0].type && kc_matvec_set_ok(s->dev, s->type, s->row_bytes, cols, x);
+        }
+        if (one) return kc_ok(kc_matvec_set(set, n, tmp[0].type, cols, x, T, 0));
+        for (int i = 0; i < n; i++)
+            DS_TRY(kc_ok(kc_matvec(out[i], set[i].W, tmp[i].type, set[i].row_bytes, set[i].rows, cols, x, T)));
+        return 0;
+    }
+    DS_TRY(eager(c)); /* cuBLAS runs on the legacy stream */
     for (int i = 0; i < n; i++) {
         dev_slot tmp;
         const dev_slot *s = mat_for_call(c, W[i], i, &tmp);
         DS_TRYP(s);
-        if (T < be->gemm_min_T) {
-            DS_TRY(kc_ok(kc_matvec(out[i], s->dev, s->type, s->row_bytes, s->rows, cols, x, T)));
-            continue;
-        }
         const float *wf = s->dev;
         if (s->type != GGML_F32) {
             size_t bytes = sizeof(float) * (size_t)s->rows * cols;
@@ -419,6 +583,7 @@ static int cuda_matmul(backend *be, int n, float *const *out, const qmat *const 
             DS_TRY(kc_ok(kc_dequant(c->deq, s->dev, s->type, s->row_bytes, s->rows, cols)));
             wf = c->deq;
         }
+        DS_TRY(eager(c)); /* cuBLAS reads the decoded tile now: the dequant must not stay recorded */
         const float one = 1.0f, zero = 0.0f;
         /* column-major: out^T [rows][T] = W (cols x rows)^T . x^T (cols x T) */
         cublasStatus_t st = c->sgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, s->rows, T, cols, &one, wf, cols, x, cols,
@@ -431,7 +596,7 @@ fail:
     return -1;
 }
 
-static int cuda_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
+static int op_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
     cuda_ctx *c = be->ctx;
     size_t n = (size_t)T * (size_t)(rt->head_dim / 2);
     if (!n) return 0;
@@ -440,6 +605,7 @@ static int cuda_rope(backend *be, float *x, int T, int n_heads, const rope_table
     /* q and k of a layer, and every layer of a forward, share the tables: upload when they change */
     int same = c->rope_host && c->rope_len == n && !memcmp(c->rope_host, rt->cos, n * sizeof(float)) &&
                !memcmp(c->rope_host + n, rt->sin, n * sizeof(float));
+    DS_TRY(eager(c));
     if (!same) {
         size_t have = c->rope_len;
         if (have < n) {
@@ -464,6 +630,7 @@ fail:
 
 static int reserve_tables(cuda_ctx *c, int T) {
     if ((size_t)T <= c->tab_cap) return 0;
+    DS_TRY(eager(c));
     size_t n = DS_MAX((size_t)T, 2 * c->tab_cap);
     cudaFree(c->tdst), cudaFree(c->tsrc), free(c->hdst), free(c->hsrc);
     c->tdst = NULL, c->tsrc = NULL, c->hdst = NULL, c->hsrc = NULL;
@@ -478,11 +645,12 @@ fail:
     return -1;
 }
 
-static int cuda_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
+static int op_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
     cuda_ctx *c = be->ctx;
     int T = ab->T, d = 0;
     if (T <= 0) return 0;
     DS_TRY(reserve_tables(c, T));
+    if (T > KC_TAB_MAX) DS_TRY(eager(c)); /* the table is copied to the device */
     for (int t = 0; t < T; t++) {
         kv_cache *kv = ab->kv[ab->seq[t]];
         DS_CHECK(ab->pos[t] >= 0 && ab->pos[t] < kv->cap, "kv_write: position %d outside the cache (capacity %d)",
@@ -497,12 +665,13 @@ fail:
     return -1;
 }
 
-static int cuda_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
+static int op_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
                           int n_kv_heads, int hd) {
     cuda_ctx *c = be->ctx;
     int T = ab->T, maxn = 1;
     if (T <= 0) return 0;
     DS_TRY(reserve_tables(c, T));
+    if (T > KC_TAB_MAX) DS_TRY(eager(c)); /* the table is copied to the device */
     for (int t = 0; t < T; t++) {
         const kv_cache *kv = ab->kv[ab->seq[t]];
         int nv = ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1;
@@ -513,6 +682,7 @@ static int cuda_attention(backend *be, float *out, const float *q, const attn_ba
         maxn = DS_MAX(maxn, nv);
     }
     size_t len = (size_t)T * n_heads * maxn;
+    if (len * sizeof(float) > c->scores_len) DS_TRY(eager(c));
     DS_TRY(dev_reserve((void **)&c->scores, &c->scores_len, len * sizeof(float), "attention scores"));
     return kc_ok(kc_attention(out, q, c->hsrc, c->tsrc, T, n_heads, n_kv_heads, hd, 1.0f / sqrtf((float)hd), c->scores,
                               (size_t)maxn));
@@ -520,25 +690,122 @@ fail:
     return -1;
 }
 
-static int cuda_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
+static int op_add(backend *be, float *x, const float *y, size_t n);
+
+/* out += x W^T: the warp-per-row kernel adds in its last step; elsewhere the product goes through
+ * scratch and the add kernel (the same rounding: one fp32 add of the product) */
+static int op_matmul_add(backend *be, float *out, const qmat *W, const float *x, int T) {
+    cuda_ctx *c = be->ctx;
+    if (T <= 0) return 0;
+    if (T < be->gemm_min_T) {
+        dev_slot tmp;
+        const dev_slot *s = mat_for_call(c, W, 0, &tmp);
+        DS_TRYP(s);
+        if (kc_matvec_set_ok(s->dev, s->type, s->row_bytes, W->cols, x)) {
+            kc_mat one = {s->dev, out, s->row_bytes, s->rows};
+            return kc_ok(kc_matvec_set(&one, 1, s->type, W->cols, x, T, 1));
+        }
+    }
+    size_t n = (size_t)T * W->rows;
+    if (n * sizeof(float) > c->resid_len) DS_TRY(eager(c));
+    DS_TRY(dev_reserve((void **)&c->resid, &c->resid_len, n * sizeof(float), "residual scratch"));
+    float *outs[1] = {c->resid};
+    DS_TRY(op_matmul(be, 1, outs, &W, x, T));
+    return op_add(be, out, c->resid, n);
+fail:
+    return -1;
+}
+
+static int op_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
     DS_UNUSED(be);
     return kc_ok(kc_swiglu(out, gate, up, n));
 }
 
-static int cuda_add(backend *be, float *x, const float *y, size_t n) {
+static int op_add(backend *be, float *x, const float *y, size_t n) {
     DS_UNUSED(be);
     return kc_ok(kc_add(x, y, n));
+}
+
+/* the ops table's entries: each op between the profiler's marks (which do nothing unless profiling) */
+static int cuda_embed(backend *be, float *out, const qmat *emb, const int *tok, int T) {
+    prof_tokens(be->ctx, T);
+    prof_begin(be->ctx);
+    int rc = op_embed(be, out, emb, tok, T);
+    prof_end(be->ctx, P_EMBED);
+    return rc;
+}
+static int cuda_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+    prof_tokens(be->ctx, n_rows);
+    prof_begin(be->ctx);
+    int rc = op_rmsnorm(be, out, x, w, n_rows, C, eps);
+    prof_end(be->ctx, P_RMSNORM);
+    return rc;
+}
+static int cuda_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
+    prof_tokens(be->ctx, T);
+    prof_begin(be->ctx);
+    int rc = op_matmul(be, n, out, W, x, T);
+    prof_end(be->ctx, P_MATMUL);
+    return rc;
+}
+static int cuda_rope(backend *be, float *x, int T, int n_heads, const rope_tables *rt) {
+    prof_tokens(be->ctx, T);
+    prof_begin(be->ctx);
+    int rc = op_rope(be, x, T, n_heads, rt);
+    prof_end(be->ctx, P_ROPE);
+    return rc;
+}
+static int cuda_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
+    prof_tokens(be->ctx, ab->T);
+    prof_begin(be->ctx);
+    int rc = op_kv_write(be, ab, layer, k, v);
+    prof_end(be->ctx, P_KV_WRITE);
+    return rc;
+}
+static int cuda_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads, int n_kv_heads, int hd) {
+    prof_tokens(be->ctx, ab->T);
+    prof_begin(be->ctx);
+    int rc = op_attention(be, out, q, ab, layer, n_heads, n_kv_heads, hd);
+    prof_end(be->ctx, P_ATTENTION);
+    return rc;
+}
+static int cuda_matmul_add(backend *be, float *out, const qmat *W, const float *x, int T) {
+    prof_tokens(be->ctx, T);
+    prof_begin(be->ctx);
+    int rc = op_matmul_add(be, out, W, x, T);
+    prof_end(be->ctx, P_MATMUL_ADD);
+    return rc;
+}
+static int cuda_swiglu(backend *be, float *out, const float *gate, const float *up, size_t n) {
+    prof_begin(be->ctx);
+    int rc = op_swiglu(be, out, gate, up, n);
+    prof_end(be->ctx, P_SWIGLU);
+    return rc;
+}
+static int cuda_add(backend *be, float *x, const float *y, size_t n) {
+    prof_begin(be->ctx);
+    int rc = op_add(be, x, y, n);
+    prof_end(be->ctx, P_ADD);
+    return rc;
+}
+static int cuda_copy(backend *be, void *dst, const void *src, size_t n) {
+    prof_begin(be->ctx);
+    int rc = op_copy(be, dst, src, n);
+    prof_end(be->ctx, P_COPY);
+    return rc;
 }
 
 static void cuda_destroy(backend *be) {
     cuda_ctx *c = be->ctx;
     if (c) {
+        graphs_free(c);
         cudaDeviceSynchronize();
+        prof_free(c);
         for (size_t i = 0; i < c->n_slots; i++)
             if (c->slots[i].key) cudaFree(c->slots[i].dev);
         free(c->slots);
         for (int i = 0; i < 8; i++) cudaFree(c->tmp[i]);
-        cudaFree(c->ntmp), cudaFree(c->deq), cudaFree(c->scores), cudaFree(c->tdst), cudaFree(c->tsrc);
+        cudaFree(c->ntmp), cudaFree(c->deq), cudaFree(c->resid), cudaFree(c->scores), cudaFree(c->tdst), cudaFree(c->tsrc);
         cudaFree(c->tok), cudaFree(c->cos), cudaFree(c->sin);
         free(c->hdst), free(c->hsrc), free(c->rope_host);
         if (c->cublas) c->cublas_destroy(c->cublas);
@@ -587,13 +854,14 @@ backend *backend_cuda_new(const backend_opts *o) {
     be->destroy = cuda_destroy;
     struct cudaDeviceProp p;
     if (cu_ok(cudaSetDevice(0), "select device 0") || cu_ok(cudaGetDeviceProperties(&p, 0), "device properties") ||
-        open_cublas(c)) {
+        open_cublas(c) || prof_new(c) || graphs_new(c)) {
         cuda_destroy(be);
         return NULL;
     }
     snprintf(c->gpu, sizeof c->gpu, "%.95s", p.name);
     be->name = "cuda";
-    snprintf(be->kernels, sizeof be->kernels, "cuda fp32 (exact), sm_%d%d", p.major, p.minor);
+    snprintf(be->kernels, sizeof be->kernels, "cuda fp32 (exact), sm_%d%d%s", p.major, p.minor,
+             c->graphs ? ", graphs" : "");
     be->n_threads = 1;
     be->exact = 1;
     be->gemm_min_T = 32;
@@ -617,6 +885,8 @@ backend *backend_cuda_new(const backend_opts *o) {
     be->add = cuda_add;
     be->fill_random = cuda_fill_random;
     be->bandwidth = cuda_bandwidth;
+    be->session = cuda_session;
+    be->matmul_add = cuda_matmul_add;
     return be;
 }
 

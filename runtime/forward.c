@@ -77,6 +77,18 @@ typedef struct {
     const fwd_batch *b;
 } fwd_call;
 
+/* x += in . W^T (the residual stream after attention and after the MLP), fused where the backend
+ * has matmul_add; else through scratch */
+static int residual(backend *be, float *x, const qmat *W, const float *in, float *scratch, int T) {
+    if (be->matmul_add) return be->matmul_add(be, x, W, in, T);
+    float *outs[1] = {scratch};
+    const qmat *ws[1] = {W};
+    DS_TRY(be->matmul(be, 1, outs, ws, in, T));
+    return be->add(be, x, scratch, (size_t)T * W->rows);
+fail:
+    return -1;
+}
+
 static int forward_body(void *arg) {
     const fwd_call *fc = arg;
     const model *m = fc->m;
@@ -141,12 +153,7 @@ static int forward_body(void *arg) {
         DS_TRY(be->rope(be, st->k, T, nkv, &rt));
         DS_TRY(be->kv_write(be, &ab, l, st->k, st->v));
         DS_TRY(be->attention(be, st->att, st->q, &ab, l, nh, nkv, hd));
-        {
-            float *outs[1] = {st->xb};
-            const qmat *ws[1] = {&L->wo};
-            DS_TRY(be->matmul(be, 1, outs, ws, st->att, T));
-        }
-        DS_TRY(be->add(be, st->x, st->xb, (size_t)T * dim));
+        DS_TRY(residual(be, st->x, &L->wo, st->att, st->xb, T));
         /* feed-forward block */
         DS_TRY(be->rmsnorm(be, st->xb, st->x, L->ffn_norm, T, dim, c->norm_eps));
         {
@@ -155,12 +162,7 @@ static int forward_body(void *arg) {
             DS_TRY(be->matmul(be, 2, outs, ws, st->xb, T));
         }
         DS_TRY(be->swiglu(be, st->h1, st->h1, st->h2, (size_t)T * c->hidden_dim));
-        {
-            float *outs[1] = {st->xb};
-            const qmat *ws[1] = {&L->w_down};
-            DS_TRY(be->matmul(be, 1, outs, ws, st->h1, T));
-        }
-        DS_TRY(be->add(be, st->x, st->xb, (size_t)T * dim));
+        DS_TRY(residual(be, st->x, &L->w_down, st->h1, st->xb, T));
         CAPTURE(l);
     }
 #undef CAPTURE

@@ -6,7 +6,7 @@
 #
 # 1. build/tests/test_cuda: every op and the whole forward against the CPU backend's exact
 #    contract with stated bounds, and SmolLM2's prefill logits and greedy continuations (needs the
-#    model: `make model`, or DSPARK_MODEL); 2. bench-target --backend cuda on SmolLM2 (decode
+#    model: `make model`, or DSPARK_MODEL), then again with every forward run as CUDA graphs; 2. bench-target --backend cuda on SmolLM2 (decode
 #    against the HBM floor, the SPS(B) curve to B = 256 as JSON for the schedulers) and on random
 #    timing models of 1-4 B parameters made on the GPU; 3. `run` of experiments/quickstart.json on
 #    the GPU with that SPS table, AR baseline in the same process; 4. the losslessness gate's
@@ -29,6 +29,10 @@ cat "$OUT/env.txt"
 echo "== test_cuda"
 timeout 300 "$BLD/tests/test_cuda" > "$OUT/test_cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/test_cuda.txt"
 grep -E "^\[  (PASSED|FAILED|SKIPPED)|SmolLM2|greedy|FAIL|rc=" "$OUT/test_cuda.txt"
+echo "== test_cuda, every forward recorded and run as CUDA graphs (DSPARK_CUDA_GRAPH=1)"
+DSPARK_CUDA_GRAPH=1 DSPARK_CUDA_GRAPH_STATS=1 timeout 300 "$BLD/tests/test_cuda" > "$OUT/test_cuda_graph.txt" 2>&1
+echo "rc=$?" >> "$OUT/test_cuda_graph.txt"
+grep -E "^\[  (PASSED|FAILED|SKIPPED)|greedy|graphs:|cuda graphs|FAIL|rc=" "$OUT/test_cuda_graph.txt"
 if [ "$STAGE" = ops ]; then
   for s in llama-1b qwen3-4b; do
     echo "== bench-target synthetic $s q4_1" | tee -a "$OUT/synth.txt"

@@ -15,6 +15,9 @@
 #include "../runtime/forward.h"
 #include "../runtime/model.h"
 #include "../runtime/tokenizer.h"
+#ifdef DS_CUDA
+#include "../runtime/kernels/kernels_cuda.h"
+#endif
 
 static backend *gpu, *cpu;
 static char why_skip[512];
@@ -127,6 +130,87 @@ static void test_matmul(void **state) {
     check_matmul(GGML_F32, 77, 100, 3);     /* rows that are not whole blocks: the element kernel */
     check_matmul(GGML_F16, 77, 100, 40);
     check_matmul(GGML_Q4_1, 1536, 576, 40);
+    check_matmul(GGML_Q4_1, 64, 4192, 3); /* 131 blocks a row: passes of four that end part way */
+    check_matmul(GGML_BF16, 40, 2080, 1);
+}
+
+/* n matrices sharing an input go in one launch (q, k, v; gate, up): every output bit for bit what a
+ * call with that matrix alone gives, for a set of one type and for a mixed one (one launch each) */
+static void check_matmul_set(const uint32_t *types, const int *rows, int n, int T) {
+    int cols = 576;
+    tmat m[8];
+    const qmat *ws[8];
+    float *og[8];
+    float *x = malloc(sizeof(float) * (size_t)T * cols);
+    rnd(x, (size_t)T * cols, 21 + T, 1.0f);
+    float *xg = put(gpu, x, (size_t)T * cols), *o1 = gpu->alloc(gpu, sizeof(float) * (size_t)T * 1024);
+    for (int i = 0; i < n; i++) {
+        make_mat(&m[i], types[i], rows[i], cols, 40 + i);
+        ws[i] = &m[i].w;
+        og[i] = gpu->alloc(gpu, sizeof(float) * (size_t)T * rows[i]);
+    }
+    assert_int_equal(gpu->matmul(gpu, n, og, ws, xg, T), 0);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(gpu->matmul(gpu, 1, &o1, &ws[i], xg, T), 0);
+        float *a = get(gpu, og[i], (size_t)T * rows[i]), *b = get(gpu, o1, (size_t)T * rows[i]);
+        if (memcmp(a, b, sizeof(float) * (size_t)T * rows[i]))
+            fail_msg("matmul set of %d, T=%d: matrix %d (%s, %d rows) differs from its own call", n, T, i,
+                     ggml_type_name(types[i]), rows[i]);
+        free(a), free(b);
+        gpu->release(gpu, og[i]);
+    }
+    gpu->forget_mats(gpu, ws, n);
+    for (int i = 0; i < n; i++) free(m[i].buf);
+    gpu->release(gpu, xg), gpu->release(gpu, o1);
+    free(x);
+}
+
+/* matmul_add (a residual add fused into the matmul) against matmul then add: bit for bit */
+static void check_matmul_add(uint32_t type, int rows, int cols, int T) {
+    tmat m;
+    make_mat(&m, type, rows, cols, 60 + T);
+    size_t nx = (size_t)T * cols, no = (size_t)T * rows;
+    float *x = malloc(sizeof(float) * nx), *r = malloc(sizeof(float) * no);
+    rnd(x, nx, 61 + T, 1.0f);
+    rnd(r, no, 62 + T, 3.0f);
+    float *xg = put(gpu, x, nx), *fused = put(gpu, r, no), *plain = put(gpu, r, no), *prod = gpu->alloc(gpu, sizeof(float) * no);
+    const qmat *ws[1] = {&m.w};
+    assert_non_null(gpu->matmul_add);
+    assert_int_equal(gpu->matmul_add(gpu, fused, &m.w, xg, T), 0);
+    assert_int_equal(gpu->matmul(gpu, 1, &prod, ws, xg, T), 0);
+    assert_int_equal(gpu->add(gpu, plain, prod, no), 0);
+    float *a = get(gpu, fused, no), *b = get(gpu, plain, no);
+    if (memcmp(a, b, sizeof(float) * no))
+        fail_msg("matmul_add %s %dx%d T=%d differs from matmul then add", ggml_type_name(type), rows, cols, T);
+    gpu->forget_mats(gpu, ws, 1);
+    gpu->release(gpu, xg), gpu->release(gpu, fused), gpu->release(gpu, plain), gpu->release(gpu, prod);
+    free(a), free(b), free(x), free(r), free(m.buf);
+}
+
+static void test_matmul_add(void **state) {
+    (void)state;
+    NEED_GPU();
+    const int Ts[] = {1, 9, 31, 40};
+    for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) {
+        check_matmul_add(GGML_Q4_1, 576, 1536, Ts[k]);
+        check_matmul_add(GGML_F32, 64, 576, Ts[k]); /* uploaded at the call */
+        check_matmul_add(GGML_F16, 77, 100, Ts[k]); /* not whole blocks: through scratch */
+    }
+    print_message("  matmul_add (Q4_1, F32, F16 of 100 columns; T = 1, 9, 31, 40): equal to matmul then add\n");
+}
+
+static void test_matmul_set(void **state) {
+    (void)state;
+    NEED_GPU();
+    const uint32_t q41[3] = {GGML_Q4_1, GGML_Q4_1, GGML_Q4_1}, mixed[3] = {GGML_Q8_0, GGML_F32, GGML_Q4_1};
+    const uint32_t bf[8] = {GGML_BF16, GGML_BF16, GGML_BF16, GGML_BF16, GGML_BF16, GGML_BF16, GGML_BF16, GGML_BF16};
+    const int qkv[3] = {576, 192, 192}, eight[8] = {8, 9, 16, 17, 100, 1, 64, 1000};
+    for (int T = 1; T <= 9; T += 8) {
+        check_matmul_set(q41, qkv, 3, T);
+        check_matmul_set(mixed, qkv, 3, T);
+        check_matmul_set(bf, eight, 8, T);
+    }
+    print_message("  matmul sets (3 x Q4_1, mixed types, 8 x BF16; T = 1, 9): each output equal to its own call\n");
 }
 
 /* Below gemm_min_T a token's outputs do not depend on its batch: bit for bit */
@@ -299,7 +383,9 @@ static void test_attention(void **state) {
 
 /* ------------------------------------------------------------------------------ the forward */
 
-static void forward_case(const tiny_spec *spec, const char *name) {
+/* the forward on backends g and c, step by step: within the bounds of the CPU comparison, or (bitwise)
+ * equal bit for bit (the same kernels, run as a CUDA graph or one launch at a time) */
+static void forward_case(const tiny_spec *spec, const char *name, backend *gpu, backend *cpu, int bitwise) {
     size_t n;
     uint8_t *img = tiny_model_gguf(spec, 77, &n);
     char path[512];
@@ -321,10 +407,14 @@ static void forward_case(const tiny_spec *spec, const char *name) {
     int caps[3] = {-1, 0, spec->n_layers - 1};
     float *capg = malloc(sizeof(float) * 3 * 64 * dim), *capc = malloc(sizeof(float) * 3 * 64 * dim);
     float *hg = malloc(sizeof(float) * 64 * dim), *hc = malloc(sizeof(float) * 64 * dim);
-    /* steps: prefill 40 (cuBLAS path), 1 token, 3 tokens, then a 2-request batch of 2 + 5 */
-    struct { int n_seq, n_new[2]; } steps[4] = {{1, {40, 0}}, {1, {1, 0}}, {1, {3, 0}}, {2, {2, 5}}};
+    /* steps: prefill 40 (cuBLAS path), 1 token three times, 3 tokens three times, a 2-request batch of
+     * 2 + 5, 1 token (with graphs: a shape runs one kernel at a time when first seen, as a new graph the
+     * second time and as that graph with its arguments updated the third) */
+    enum { NSTEP = 9 };
+    struct { int n_seq, n_new[2]; } steps[NSTEP] = {{1, {40, 0}}, {1, {1, 0}}, {1, {1, 0}}, {1, {1, 0}}, {1, {3, 0}},
+                                                    {1, {3, 0}},  {1, {3, 0}}, {2, {2, 5}}, {1, {1, 0}}};
     int off = 0;
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < NSTEP; s++) {
         int T = steps[s].n_new[0] + (steps[s].n_seq > 1 ? steps[s].n_new[1] : 0);
         fwd_batch bg = {steps[s].n_seq, kg, steps[s].n_new, toks + off, 1, lg, 3, caps, capg, hg};
         fwd_batch bc = {steps[s].n_seq, kc, steps[s].n_new, toks + off, 1, lc, 3, caps, capc, hc};
@@ -335,8 +425,11 @@ static void forward_case(const tiny_spec *spec, const char *name) {
         size_t where;
         float d = max_abs_diff(lg, lc, (size_t)T * V, &where), dh = max_abs_diff(hg, hc, (size_t)T * dim, NULL);
         float dc = max_abs_diff(capg, capc, (size_t)3 * T * dim, NULL);
-        print_message("  forward %s step %d (%d tokens): logits max |gpu-cpu| %.3g (scale %.3g), final hidden %.3g,"
-                      " captures %.3g\n", name, s, T, d, scale, dh, dc);
+        print_message("  forward %s step %d (%d tokens): logits max |%s-%s| %.3g (scale %.3g), final hidden %.3g,"
+                      " captures %.3g\n", name, s, T, gpu->name, bitwise ? "graph" : cpu->name, d, scale, dh, dc);
+        if (bitwise && (memcmp(lg, lc, sizeof(float) * (size_t)T * V) || memcmp(hg, hc, sizeof(float) * (size_t)T * dim) ||
+                        memcmp(capg, capc, sizeof(float) * (size_t)3 * T * dim)))
+            fail_msg("%s step %d: a CUDA graph's forward differs from the launches' (logits by %g)", name, s, d);
         if (!(d <= 1e-3f * fmaxf(1, scale))) fail_msg("%s step %d: logits differ by %g at %zu", name, s, d, where);
         if (!(dh <= 1e-3f && dc <= 1e-3f)) fail_msg("%s step %d: hidden states differ (%g, %g)", name, s, dh, dc);
         off += T;
@@ -355,9 +448,49 @@ static void test_forward_tiny(void **state) {
     const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
     const tiny_spec f32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
     const tiny_spec qwen = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
-    forward_case(&q41, "cuda-q41.gguf");
-    forward_case(&f32, "cuda-f32.gguf");
-    forward_case(&qwen, "cuda-qwen3.gguf");
+    forward_case(&q41, "cuda-q41.gguf", gpu, cpu, 0);
+    forward_case(&f32, "cuda-f32.gguf", gpu, cpu, 0);
+    forward_case(&qwen, "cuda-qwen3.gguf", gpu, cpu, 0);
+}
+
+/* Each forward captured and run as a CUDA graph (DSPARK_CUDA_GRAPH) against the same kernels launched
+ * one at a time: bit for bit, with the graph made, updated in place and broken by an eager op */
+static void test_graphs(void **state) {
+    (void)state;
+    NEED_GPU();
+    /* the reference launches one kernel at a time whatever DSPARK_CUDA_GRAPH says for the others */
+    const char *env = getenv("DSPARK_CUDA_GRAPH");
+    char *keep = env ? strdup(env) : NULL;
+    unsetenv("DSPARK_CUDA_GRAPH");
+    backend *plain = backend_new(&(backend_opts){.name = "cuda"});
+    setenv("DSPARK_CUDA_GRAPH", "1", 1);
+    backend *g = backend_new(&(backend_opts){.name = "cuda"});
+    if (keep) setenv("DSPARK_CUDA_GRAPH", keep, 1);
+    else unsetenv("DSPARK_CUDA_GRAPH");
+    free(keep);
+    if (!g || !plain) fail_msg("cuda backend with and without graphs: %s", ds_errmsg());
+    const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
+    const tiny_spec qwen = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
+#ifdef DS_CUDA
+    long st0[KC_GRAPH_NSTAT], st[KC_GRAPH_NSTAT];
+    kc_graphs_free(); /* graphs are shared by the process: none made by earlier tests */
+    kc_graph_stats(st0);
+    forward_case(&q41, "cuda-graph-q41.gguf", g, plain, 1);
+    forward_case(&qwen, "cuda-graph-qwen3.gguf", g, plain, 1);
+    kc_graph_stats(st);
+    /* per model: the 1-token and 3-token shapes each made once and run updated twice (more segments
+     * where an op breaks a recording) */
+    print_message("  graphs: %ld run, %ld node arguments updated, %ld made, %ld stretches one kernel at a time\n",
+                  st[KC_GRAPH_RUNS] - st0[KC_GRAPH_RUNS], st[KC_GRAPH_UPDATES] - st0[KC_GRAPH_UPDATES],
+                  st[KC_GRAPH_BUILDS] - st0[KC_GRAPH_BUILDS], st[KC_GRAPH_EAGER] - st0[KC_GRAPH_EAGER]);
+    assert_true(st[KC_GRAPH_BUILDS] - st0[KC_GRAPH_BUILDS] >= 4);
+    assert_true(st[KC_GRAPH_RUNS] - st0[KC_GRAPH_RUNS] >= 8);
+    assert_true(st[KC_GRAPH_UPDATES] - st0[KC_GRAPH_UPDATES] >= 4);
+#endif
+    setenv("DSPARK_CUDA_GRAPH_STATS", "1", 1); /* how many graphs ran, were made and updated: on stderr */
+    backend_free(g);
+    backend_free(plain);
+    unsetenv("DSPARK_CUDA_GRAPH_STATS");
 }
 
 /* ------------------------------------------------------------------------------- SmolLM2 */
@@ -441,8 +574,8 @@ int main(void) {
     else fprintf(stderr, "test_cuda: %s, %s\n", gpu->device, gpu->kernels);
     cpu = backend_cpu_new(&(backend_opts){.n_threads = 0, .exact = 1});
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_embed_rope),  cmocka_unit_test(test_attention),        cmocka_unit_test(test_forward_tiny),
+        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_set), cmocka_unit_test(test_matmul_add), cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_embed_rope),  cmocka_unit_test(test_attention),        cmocka_unit_test(test_forward_tiny), cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_smollm2),
     };
     int rc = cmocka_run_group_tests_name("cuda", tests, NULL, NULL);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels_cuda.h"
@@ -15,8 +16,12 @@
 enum { TY_F32 = 0, TY_F16 = 1, TY_Q4_0 = 2, TY_Q4_1 = 3, TY_Q8_0 = 8, TY_BF16 = 30 };
 
 static char g_err[256];
+// the stream every kernel goes to: the legacy default stream (0), or the backend's own when it
+// records forwards into CUDA graphs (a blocking stream: copies on the legacy stream stay ordered)
+static cudaStream_t g_stream = 0;
 
 extern "C" const char *kc_last_error(void) { return g_err; }
+extern "C" void kc_set_stream(void *stream) { g_stream = (cudaStream_t)stream; }
 
 static int check_launch(const char *what) {
     cudaError_t e = cudaGetLastError();
@@ -24,6 +29,278 @@ static int check_launch(const char *what) {
     snprintf(g_err, sizeof g_err, "%s: %s", what, cudaGetErrorString(e));
     return -1;
 }
+
+static int cu_fail(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    snprintf(g_err, sizeof g_err, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+// ------------------------------------------------------------------ recorded launches, CUDA graphs
+//
+// While recording (kc_record_begin), a launch is kept (kernel, grid, block, a copy of its arguments)
+// instead of issued. A flush runs what was kept: as an executable graph made earlier from the same
+// kernels and shapes, its nodes' arguments updated where they changed (a decode step differs from
+// the last only in its token, positions and cache rows), or one launch at a time. A shape seen the
+// second time gets a graph. Issuing a decode step's ~150 kernels one at a time costs the host
+// ~1.7 ms on the H200 machine, while the GPU needs a fraction of that; a graph launch costs one call.
+
+#define REC_ARGS 12
+struct rec {
+    const void *fn;
+    dim3 grid, block;
+    int n;
+    size_t off[REC_ARGS], end; // argument i at arena + off[i]; the record's bytes end at `end`
+};
+struct rec_list {
+    rec *r;
+    int n, cap;
+    unsigned char *arena;
+    size_t used, cap_b;
+    uint64_t hash; // of the kernels and launch shapes, not the arguments
+};
+static void list_free(rec_list *l) {
+    free(l->r), free(l->arena);
+    memset(l, 0, sizeof *l);
+}
+
+#define KC_GRAPHS 16 // executable graphs kept (target decode, verification widths, drafters' steps)
+#define KC_SEEN 32   // shapes seen once
+#define KC_GRAPH_MIN 4
+struct kgraph {
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    cudaGraphNode_t *node;
+    rec_list keep; // the records it runs now
+    long used;
+};
+static struct {
+    int on;
+    rec_list cur;
+    kgraph G[KC_GRAPHS];
+    uint64_t seen[KC_SEEN];
+    int seen_next;
+    long clock;
+    long stat[KC_GRAPH_NSTAT];
+} g_rec;
+
+static size_t rec_arg(const void *p, size_t size, size_t align) {
+    rec_list *l = &g_rec.cur;
+    size_t off = (l->used + align - 1) / align * align;
+    if (off + size > l->cap_b) {
+        size_t cap = l->cap_b ? 2 * l->cap_b : 16384;
+        while (cap < off + size) cap *= 2;
+        unsigned char *a = (unsigned char *)realloc(l->arena, cap);
+        if (!a) return (size_t)-1;
+        l->arena = a, l->cap_b = cap;
+    }
+    memset(l->arena + l->used, 0, off - l->used); // padding is compared too: keep it zero
+    memcpy(l->arena + off, p, size);
+    l->used = off + size;
+    return off;
+}
+
+static uint64_t mix_hash(uint64_t h, uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+static int rec_push(const char *what, const void *fn, dim3 grid, dim3 block, const size_t *off, int n) {
+    rec_list *l = &g_rec.cur;
+    for (int i = 0; i < n; i++)
+        if (off[i] == (size_t)-1) {
+            snprintf(g_err, sizeof g_err, "%s: out of host memory recording a launch", what);
+            return -1;
+        }
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        rec *r = (rec *)realloc(l->r, sizeof(rec) * (size_t)cap);
+        if (!r) {
+            snprintf(g_err, sizeof g_err, "%s: out of host memory recording a launch", what);
+            return -1;
+        }
+        l->r = r, l->cap = cap;
+    }
+    rec *r = &l->r[l->n++];
+    r->fn = fn, r->grid = grid, r->block = block, r->n = n, r->end = l->used;
+    memcpy(r->off, off, sizeof(size_t) * (size_t)n);
+    uint64_t h = mix_hash(l->hash, (uint64_t)(uintptr_t)fn);
+    h = mix_hash(h, ((uint64_t)grid.x << 32) ^ ((uint64_t)grid.y << 16) ^ grid.z);
+    l->hash = mix_hash(h, ((uint64_t)block.x << 32) ^ ((uint64_t)block.y << 16) ^ block.z ^ ((uint64_t)r->end << 40));
+    return 0;
+}
+
+template <typename T> struct arg_of { typedef T type; };
+
+// k<<<grid, block>>>(a...) on the kernels' stream, or recorded (the arguments converted to the
+// kernel's parameter types first, so the recorded bytes are what the launch would pass)
+template <typename... P>
+static int launch(const char *what, void (*k)(P...), dim3 grid, dim3 block, typename arg_of<P>::type... a) {
+    static_assert(sizeof...(P) <= REC_ARGS, "a kernel with more arguments than a record holds");
+    if (!g_rec.on) {
+        k<<<grid, block, 0, g_stream>>>(a...);
+        return check_launch(what);
+    }
+    size_t off[] = {rec_arg(&a, sizeof(P), alignof(P))...};
+    return rec_push(what, (const void *)k, grid, block, off, (int)sizeof...(P));
+}
+
+static void rec_argv(const rec_list *l, const rec *r, void **argv) {
+    for (int j = 0; j < r->n; j++) argv[j] = l->arena + r->off[j];
+}
+
+static int same_shape(const rec_list *a, const rec_list *b) {
+    if (a->n != b->n || a->used != b->used || a->hash != b->hash) return 0;
+    for (int i = 0; i < a->n; i++) {
+        const rec *x = &a->r[i], *y = &b->r[i];
+        if (x->fn != y->fn || x->n != y->n || x->end != y->end || x->grid.x != y->grid.x || x->grid.y != y->grid.y ||
+            x->grid.z != y->grid.z || x->block.x != y->block.x || x->block.y != y->block.y || x->block.z != y->block.z ||
+            memcmp(x->off, y->off, sizeof(size_t) * (size_t)x->n))
+            return 0;
+    }
+    return 1;
+}
+
+static void graph_drop(kgraph *G) {
+    if (G->exec) cudaGraphExecDestroy(G->exec);
+    if (G->g) cudaGraphDestroy(G->g);
+    free(G->node);
+    list_free(&G->keep);
+    memset(G, 0, sizeof *G);
+}
+
+static int list_copy(rec_list *dst, const rec_list *src) {
+    list_free(dst);
+    dst->r = (rec *)malloc(sizeof(rec) * (size_t)(src->n ? src->n : 1));
+    dst->arena = (unsigned char *)malloc(src->used ? src->used : 1);
+    if (!dst->r || !dst->arena) {
+        list_free(dst);
+        snprintf(g_err, sizeof g_err, "cuda graph: out of host memory");
+        return -1;
+    }
+    memcpy(dst->r, src->r, sizeof(rec) * (size_t)src->n);
+    memcpy(dst->arena, src->arena, src->used);
+    dst->n = dst->cap = src->n, dst->used = dst->cap_b = src->used, dst->hash = src->hash;
+    return 0;
+}
+
+// a graph of the records, one kernel after another
+static int graph_build(kgraph *G, const rec_list *l) {
+    void *argv[REC_ARGS];
+    if (cu_fail(cudaGraphCreate(&G->g, 0), "cuda graph")) return -1;
+    if (!(G->node = (cudaGraphNode_t *)malloc(sizeof(cudaGraphNode_t) * (size_t)l->n))) {
+        snprintf(g_err, sizeof g_err, "cuda graph: out of host memory");
+        return -1;
+    }
+    for (int i = 0; i < l->n; i++) {
+        const rec *r = &l->r[i];
+        rec_argv(l, r, argv);
+        cudaKernelNodeParams p;
+        memset(&p, 0, sizeof p);
+        p.func = (void *)r->fn, p.gridDim = r->grid, p.blockDim = r->block, p.kernelParams = argv;
+        if (cu_fail(cudaGraphAddKernelNode(&G->node[i], G->g, i ? &G->node[i - 1] : NULL, i ? 1 : 0, &p),
+                    "cuda graph node"))
+            return -1;
+    }
+    if (cu_fail(cudaGraphInstantiate(&G->exec, G->g, 0), "cuda graph instantiate")) return -1;
+    return list_copy(&G->keep, l);
+}
+
+// the kept graph's nodes take the new records' arguments where they differ
+static int graph_update(kgraph *G, const rec_list *l) {
+    void *argv[REC_ARGS];
+    for (int i = 0; i < l->n; i++) {
+        const rec *r = &l->r[i];
+        size_t a = r->off[0];
+        if (!memcmp(G->keep.arena + a, l->arena + a, r->end - a)) continue;
+#ifndef KC_MUTANT_NO_UPDATE
+        rec_argv(l, r, argv);
+        cudaKernelNodeParams p;
+        memset(&p, 0, sizeof p);
+        p.func = (void *)r->fn, p.gridDim = r->grid, p.blockDim = r->block, p.kernelParams = argv;
+        if (cu_fail(cudaGraphExecKernelNodeSetParams(G->exec, G->node[i], &p), "cuda graph update")) return -1;
+#endif
+        memcpy(G->keep.arena + a, l->arena + a, r->end - a);
+        g_rec.stat[KC_GRAPH_UPDATES]++;
+    }
+    return 0;
+}
+
+static int run_eager(const rec_list *l) {
+    void *argv[REC_ARGS];
+    for (int i = 0; i < l->n; i++) {
+        const rec *r = &l->r[i];
+        rec_argv(l, r, argv);
+        if (cu_fail(cudaLaunchKernel(r->fn, r->grid, r->block, argv, 0, g_stream), "launch")) return -1;
+    }
+    return 0;
+}
+
+static int rec_run(void) {
+    rec_list *l = &g_rec.cur;
+    if (!l->n) return 0;
+    g_rec.clock++;
+    kgraph *G = NULL;
+    for (int i = 0; i < KC_GRAPHS && !G; i++)
+        if (g_rec.G[i].exec && same_shape(&g_rec.G[i].keep, l)) G = &g_rec.G[i];
+    if (G && graph_update(G, l)) {
+        graph_drop(G); // its nodes are in an unknown state: made again next time
+        G = NULL;
+        return -1;
+    }
+    if (!G && l->n >= KC_GRAPH_MIN) {
+        int seen = 0;
+        for (int i = 0; i < KC_SEEN; i++) seen |= g_rec.seen[i] == l->hash;
+        if (!seen) {
+            g_rec.seen[g_rec.seen_next] = l->hash;
+            g_rec.seen_next = (g_rec.seen_next + 1) % KC_SEEN;
+        } else { // the second time: a graph, in the slot used longest ago
+            G = &g_rec.G[0];
+            for (int i = 1; i < KC_GRAPHS; i++)
+                if (g_rec.G[i].used < G->used) G = &g_rec.G[i];
+            graph_drop(G);
+            if (graph_build(G, l)) {
+                graph_drop(G);
+                return -1;
+            }
+            g_rec.stat[KC_GRAPH_BUILDS]++;
+        }
+    }
+    if (!G) {
+        g_rec.stat[KC_GRAPH_EAGER]++;
+        return run_eager(l);
+    }
+    G->used = g_rec.clock;
+    g_rec.stat[KC_GRAPH_RUNS]++;
+    return cu_fail(cudaGraphLaunch(G->exec, g_stream), "cuda graph launch");
+}
+
+static int rec_flush(void) {
+    int rc = rec_run();
+    rec_list *l = &g_rec.cur;
+    l->n = 0, l->used = 0, l->hash = 0;
+    return rc;
+}
+
+extern "C" void kc_record_begin(void) { g_rec.on = 1; }
+extern "C" int kc_recording(void) { return g_rec.on; }
+extern "C" int kc_record_flush(void) { return g_rec.on ? rec_flush() : 0; }
+extern "C" int kc_record_end(int run) {
+    if (!g_rec.on) return 0;
+    int rc = 0;
+    if (run) rc = rec_flush();
+    g_rec.cur.n = 0, g_rec.cur.used = 0, g_rec.cur.hash = 0;
+    g_rec.on = 0;
+    return rc;
+}
+extern "C" void kc_graphs_free(void) {
+    for (int i = 0; i < KC_GRAPHS; i++) graph_drop(&g_rec.G[i]);
+    list_free(&g_rec.cur);
+    memset(g_rec.seen, 0, sizeof g_rec.seen);
+    g_rec.on = 0;
+}
+extern "C" void kc_graph_stats(long *out) { memcpy(out, g_rec.stat, sizeof g_rec.stat); }
 
 extern "C" int kc_type_native(uint32_t type) {
     return type == TY_F32 || type == TY_F16 || type == TY_BF16 || type == TY_Q4_0 || type == TY_Q4_1 || type == TY_Q8_0;
@@ -59,26 +336,15 @@ template <int TY> __device__ __forceinline__ float deq(const uint8_t *row, int j
     return __fadd_rn(__fmul_rn(h2f(b), (float)q), h2f(b + 2)); // d q + m, unfused as on the CPU
 }
 
-#define DISPATCH(type, KERNEL, ...)                                                                          \
+// `return CALL` with TYX the type as a compile-time constant (CALL names KERNEL<TYX, ...>)
+#define FOR_TYPE(type, CALL)                                                                                 \
     switch (type) {                                                                                          \
-    case TY_F32: KERNEL<TY_F32><<<__VA_ARGS__; break;                                                       \
-    case TY_F16: KERNEL<TY_F16><<<__VA_ARGS__; break;                                                       \
-    case TY_BF16: KERNEL<TY_BF16><<<__VA_ARGS__; break;                                                     \
-    case TY_Q4_0: KERNEL<TY_Q4_0><<<__VA_ARGS__; break;                                                     \
-    case TY_Q4_1: KERNEL<TY_Q4_1><<<__VA_ARGS__; break;                                                     \
-    case TY_Q8_0: KERNEL<TY_Q8_0><<<__VA_ARGS__; break;                                                     \
-    default: snprintf(g_err, sizeof g_err, "no CUDA decoder for ggml type %u", (unsigned)type); return -1; \
-    }
-
-// the same with a second template argument
-#define DISPATCH1(type, KERNEL, A2, ...)                                                                     \
-    switch (type) {                                                                                          \
-    case TY_F32: KERNEL<TY_F32, A2><<<__VA_ARGS__; break;                                                   \
-    case TY_F16: KERNEL<TY_F16, A2><<<__VA_ARGS__; break;                                                   \
-    case TY_BF16: KERNEL<TY_BF16, A2><<<__VA_ARGS__; break;                                                 \
-    case TY_Q4_0: KERNEL<TY_Q4_0, A2><<<__VA_ARGS__; break;                                                 \
-    case TY_Q4_1: KERNEL<TY_Q4_1, A2><<<__VA_ARGS__; break;                                                 \
-    case TY_Q8_0: KERNEL<TY_Q8_0, A2><<<__VA_ARGS__; break;                                                 \
+    case TY_F32: { constexpr int TYX = TY_F32; return CALL; }                                                \
+    case TY_F16: { constexpr int TYX = TY_F16; return CALL; }                                                \
+    case TY_BF16: { constexpr int TYX = TY_BF16; return CALL; }                                              \
+    case TY_Q4_0: { constexpr int TYX = TY_Q4_0; return CALL; }                                              \
+    case TY_Q4_1: { constexpr int TYX = TY_Q4_1; return CALL; }                                              \
+    case TY_Q8_0: { constexpr int TYX = TY_Q8_0; return CALL; }                                              \
     default: snprintf(g_err, sizeof g_err, "no CUDA decoder for ggml type %u", (unsigned)type); return -1; \
     }
 
@@ -134,10 +400,10 @@ __global__ void k_embed(float *out, const uint8_t *emb, size_t row_bytes, int co
 extern "C" int kc_embed(float *out, const void *emb, uint32_t type, size_t row_bytes, int cols, const int *tok,
                         const int *tok_dev, int T) {
     if (T <= 0) return 0;
-    tok_small small;
+    tok_small small = {};
     for (int t = 0; t < T && t < KC_TOK_MAX; t++) small.v[t] = tok[t];
-    DISPATCH(type, k_embed, T, 256>>>(out, (const uint8_t *)emb, row_bytes, cols, small, tok_dev, T));
-    return check_launch("embed");
+    FOR_TYPE(type, launch("embed", k_embed<TYX>, dim3(T), dim3(256), out, (const uint8_t *)emb, row_bytes, cols, small,
+                          tok_dev, T));
 }
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int C, float eps) {
@@ -158,8 +424,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int C, flo
 
 extern "C" int kc_rmsnorm(float *out, const float *x, const float *w, int n_rows, int C, float eps) {
     if (n_rows <= 0) return 0;
-    k_rmsnorm<<<n_rows, C >= 256 ? 256 : 64>>>(out, x, w, C, eps);
-    return check_launch("rmsnorm");
+    return launch("rmsnorm", k_rmsnorm, dim3(n_rows), dim3(C >= 256 ? 256 : 64), out, x, w, C, eps);
 }
 
 #define MV_TT 8   // tokens per tile
@@ -242,65 +507,155 @@ template <int TY> __device__ __forceinline__ void load8(const uint8_t *row, int 
     }
 }
 
+// Up to KC_MV_SET matrices sharing one input, in one launch (q, k, v of a layer; gate and up): each
+// block of MV_ROWS rows belongs to one of them (start[] in blocks), so launches per layer drop and
+// the small matrices' rows fill the GPU together.
+struct mv_set {
+    int n, add, start[KC_MV_SET + 1]; // add: out += the product (a fused residual add)
+    const uint8_t *W[KC_MV_SET];
+    float *out[KC_MV_SET];
+    size_t row_bytes[KC_MV_SET];
+    int rows[KC_MV_SET];
+};
+
 // One warp per row; four lanes per block of 32 weights, eight weights each, so one pass of the warp
 // reads eight consecutive blocks (coalesced) with few registers (many warps in flight); each weight is
-// decoded once for every token of the tile and x is read as float4. Each output is summed in the
-// same order whatever T (batch-invariant below gemm_min_T).
+// decoded once for every token of the tile and x is read as float4. MV_U passes can be loaded before
+// any is used (more bytes in flight per warp, fewer warps: see mv_unroll). Each output is summed in
+// the same order whatever T (blocks
+// b, b + 8, b + 16, ... of the lane, then the warp's tree): batch-invariant below gemm_min_T.
 // TT tokens per tile: 1 for decode (fewer registers, more warps in flight), MV_TT otherwise; a
 // token's sums are the same operations in the same order in both.
-template <int TY, int TT>
+template <int TY, int TT, int MV_U>
 __global__ void __launch_bounds__(32 * MV_ROWS)
-    k_matvec_blk(float *out, const uint8_t *W, size_t row_bytes, int rows, int cols, const float *x, int T) {
-    int r = blockIdx.x * MV_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31, sub = lane & 3;
+    k_matvec_blk(mv_set set, int cols, const float *x, int T) {
+    // which matrix: compares with constant indices only (a run-time index into the parameters
+    // would copy them to local memory in every thread)
+    const uint8_t *Wm = set.W[0];
+    float *out = set.out[0];
+    size_t rb = set.row_bytes[0];
+    int rows = set.rows[0], first = 0;
+#pragma unroll
+    for (int i = 1; i < KC_MV_SET; i++)
+        if (i < set.n && (int)blockIdx.x >= set.start[i])
+            Wm = set.W[i], out = set.out[i], rb = set.row_bytes[i], rows = set.rows[i], first = set.start[i];
+    int r = (blockIdx.x - first) * MV_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31, sub = lane & 3;
     if (r >= rows) return;
     int t0 = blockIdx.y * TT, nt = min(TT, T - t0), nb = cols >> 5, o1, o2;
     kb_offsets<TY>(sub, &o1, &o2);
-    const uint8_t *wr = W + (size_t)r * row_bytes;
+    const uint8_t *wr = Wm + (size_t)r * rb;
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[t] = 0.f;
-    for (int b = lane >> 2; b < nb; b += 8) {
-        float w[8];
-        load8<TY>(wr, b, sub, w);
+    for (int b0 = lane >> 2; b0 < nb; b0 += 8 * MV_U) {
+        float w[MV_U][8];
 #pragma unroll
-        for (int t = 0; t < TT; t++) {
-            if (t < nt) {
-                const float *xb = x + (size_t)(t0 + t) * cols + (size_t)b * 32;
-                float4 a = *(const float4 *)(xb + o1), c = *(const float4 *)(xb + o2);
-                float s = acc[t];
-                s = fmaf(w[0], a.x, s), s = fmaf(w[1], a.y, s), s = fmaf(w[2], a.z, s), s = fmaf(w[3], a.w, s);
-                s = fmaf(w[4], c.x, s), s = fmaf(w[5], c.y, s), s = fmaf(w[6], c.z, s), s = fmaf(w[7], c.w, s);
-                acc[t] = s;
+        for (int u = 0; u < MV_U; u++)
+            if (b0 + 8 * u < nb) load8<TY>(wr, b0 + 8 * u, sub, w[u]);
+#pragma unroll
+        for (int u = 0; u < MV_U; u++) {
+            int b = b0 + 8 * u;
+            if (b >= nb) break;
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                if (t < nt) {
+                    const float *xb = x + (size_t)(t0 + t) * cols + (size_t)b * 32;
+                    float4 a = *(const float4 *)(xb + o1), c = *(const float4 *)(xb + o2);
+                    float s = acc[t];
+                    s = fmaf(w[u][0], a.x, s), s = fmaf(w[u][1], a.y, s), s = fmaf(w[u][2], a.z, s), s = fmaf(w[u][3], a.w, s);
+                    s = fmaf(w[u][4], c.x, s), s = fmaf(w[u][5], c.y, s), s = fmaf(w[u][6], c.z, s), s = fmaf(w[u][7], c.w, s);
+                    acc[t] = s;
+                }
             }
         }
     }
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float s = warp_sum(acc[t]);
-        if (lane == 0 && t < nt) out[(size_t)(t0 + t) * rows + r] = s;
+        if (lane == 0 && t < nt) {
+            float *o = out + (size_t)(t0 + t) * rows + r;
+            *o = set.add ? *o + s : s; // what k_add would do with the product
+        }
     }
+}
+
+// MV_U of the block kernel: 1 unless DSPARK_CUDA_MV_U says 2 or 4 (kept to measure: on the H200, 4
+// passes in flight were 12-27 % slower than 1 at every shape, fewer warps fitting their registers)
+static int mv_unroll(void) {
+    static int u = 0;
+    if (!u) {
+        const char *e = getenv("DSPARK_CUDA_MV_U");
+        u = e && (!strcmp(e, "2") || !strcmp(e, "4")) ? atoi(e) : 1;
+    }
+    return u;
+}
+
+// the block kernel needs whole blocks, x on 16 bytes and rows on the block's own alignment
+static int blk_ok(uint32_t type, const void *W, size_t row_bytes, int cols, const float *x) {
+    int align = type == TY_Q4_1 ? 4 : (type == TY_Q8_0 || type == TY_Q4_0) ? 2 : 16;
+    return cols % 32 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)W % align == 0 && row_bytes % align == 0;
+}
+
+extern "C" int kc_matvec_set_ok(const void *W, uint32_t type, size_t row_bytes, int cols, const float *x) {
+    return kc_type_native(type) && blk_ok(type, W, row_bytes, cols, x);
+}
+
+static int matvec_grid(int T, int row_blocks, dim3 *grid) {
+    *grid = dim3(row_blocks, (T + MV_TT - 1) / MV_TT);
+    if (grid->y > 65535) {
+        snprintf(g_err, sizeof g_err, "matvec: %d tokens in one call (at most %d)", T, 65535 * MV_TT);
+        return -1;
+    }
+    return 0;
 }
 
 extern "C" int kc_matvec(float *out, const void *W, uint32_t type, size_t row_bytes, int rows, int cols,
                          const float *x, int T) {
     if (T <= 0 || rows <= 0) return 0;
-    dim3 grid((rows + MV_ROWS - 1) / MV_ROWS, (T + MV_TT - 1) / MV_TT);
-    if (grid.y > 65535) {
-        snprintf(g_err, sizeof g_err, "matvec: %d tokens in one call (at most %d)", T, 65535 * MV_TT);
+    if (blk_ok(type, W, row_bytes, cols, x)) {
+        kc_mat one = {W, out, row_bytes, rows};
+        return kc_matvec_set(&one, 1, type, cols, x, T, 0);
+    }
+    dim3 grid;
+    if (matvec_grid(T, (rows + MV_ROWS - 1) / MV_ROWS, &grid)) return -1;
+    FOR_TYPE(type, launch("matvec", k_matvec<TYX>, grid, dim3(32 * MV_ROWS), out, (const uint8_t *)W, row_bytes, rows,
+                          cols, x, T));
+}
+
+extern "C" int kc_matvec_set(const kc_mat *mats, int n, uint32_t type, int cols, const float *x, int T, int add) {
+    if (T <= 0) return 0;
+    if (n < 1 || n > KC_MV_SET) {
+        snprintf(g_err, sizeof g_err, "matvec: %d matrices in one launch (1..%d)", n, KC_MV_SET);
         return -1;
     }
-    // the block kernel needs whole blocks, x on 16 bytes and rows on the block's own alignment
-    int align = type == TY_Q4_1 ? 4 : (type == TY_Q8_0 || type == TY_Q4_0) ? 2 : 16;
-    if (cols % 32 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)W % align == 0 && row_bytes % align == 0) {
-        if (T == 1) {
-            DISPATCH1(type, k_matvec_blk, 1, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
-        } else {
-            DISPATCH1(type, k_matvec_blk, MV_TT, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
+    mv_set set;
+    memset(&set, 0, sizeof set);
+    set.n = n;
+    set.add = add;
+    int blocks = 0;
+    for (int i = 0; i < n; i++) {
+        if (!blk_ok(type, mats[i].W, mats[i].row_bytes, cols, x)) {
+            snprintf(g_err, sizeof g_err, "matvec: matrix %d of a set is not whole aligned blocks", i);
+            return -1;
         }
-    } else {
-        DISPATCH(type, k_matvec, grid, 32 * MV_ROWS>>>(out, (const uint8_t *)W, row_bytes, rows, cols, x, T));
+        set.start[i] = blocks;
+        set.W[i] = (const uint8_t *)mats[i].W, set.out[i] = mats[i].out;
+        set.row_bytes[i] = mats[i].row_bytes, set.rows[i] = mats[i].rows;
+        blocks += (mats[i].rows + MV_ROWS - 1) / MV_ROWS;
     }
-    return check_launch("matvec");
+    set.start[n] = blocks;
+    if (!blocks) return 0;
+    dim3 grid;
+    if (matvec_grid(T, blocks, &grid)) return -1;
+    int u = mv_unroll();
+    if (T == 1) {
+        if (u == 4) FOR_TYPE(type, launch("matvec", k_matvec_blk<TYX, 1, 4>, grid, dim3(32 * MV_ROWS), set, cols, x, T));
+        if (u == 2) FOR_TYPE(type, launch("matvec", k_matvec_blk<TYX, 1, 2>, grid, dim3(32 * MV_ROWS), set, cols, x, T));
+        FOR_TYPE(type, launch("matvec", k_matvec_blk<TYX, 1, 1>, grid, dim3(32 * MV_ROWS), set, cols, x, T));
+    }
+    if (u == 4) FOR_TYPE(type, launch("matvec", k_matvec_blk<TYX, MV_TT, 4>, grid, dim3(32 * MV_ROWS), set, cols, x, T));
+    if (u == 2) FOR_TYPE(type, launch("matvec", k_matvec_blk<TYX, MV_TT, 2>, grid, dim3(32 * MV_ROWS), set, cols, x, T));
+    FOR_TYPE(type, launch("matvec", k_matvec_blk<TYX, MV_TT, 1>, grid, dim3(32 * MV_ROWS), set, cols, x, T));
 }
 
 template <int TY> __global__ void k_dequant(float *dst, const uint8_t *W, size_t row_bytes, int cols) {
@@ -311,8 +666,7 @@ template <int TY> __global__ void k_dequant(float *dst, const uint8_t *W, size_t
 extern "C" int kc_dequant(float *dst, const void *W, uint32_t type, size_t row_bytes, int rows, int cols) {
     if (rows <= 0) return 0;
     dim3 grid(rows, (cols + 255) / 256);
-    DISPATCH(type, k_dequant, grid, 256>>>(dst, (const uint8_t *)W, row_bytes, cols));
-    return check_launch("dequant");
+    FOR_TYPE(type, launch("dequant", k_dequant<TYX>, grid, dim3(256), dst, (const uint8_t *)W, row_bytes, cols));
 }
 
 struct rope_small { float cs[KC_ROPE_MAX], sn[KC_ROPE_MAX]; };
@@ -336,13 +690,13 @@ extern "C" int kc_rope(float *x, int T, int n_heads, int hd, int neox, const flo
                        const float *cos_dev, const float *sin_dev) {
     size_t n = (size_t)T * n_heads * (hd / 2), nt = (size_t)T * (hd / 2);
     if (!n) return 0;
-    rope_small small;
+    rope_small small = {};
     if (nt <= KC_ROPE_MAX) {
         memcpy(small.cs, cos, nt * sizeof(float));
         memcpy(small.sn, sin, nt * sizeof(float));
     }
-    k_rope<<<(unsigned)((n + 255) / 256), 256>>>(x, T, n_heads, hd, neox, small, cos_dev, sin_dev);
-    return check_launch("rope");
+    return launch("rope", k_rope, dim3((unsigned)((n + 255) / 256)), dim3(256), x, T, n_heads, hd, neox, small, cos_dev,
+                  sin_dev);
 }
 
 struct kvdst_small { kc_kvdst e[KC_TAB_MAX]; };
@@ -359,23 +713,24 @@ __global__ void k_kv_write(kvdst_small small, const kc_kvdst *tab, int T, int d,
 
 extern "C" int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d, const float *k, const float *v) {
     if (T <= 0) return 0;
-    kvdst_small small;
+    kvdst_small small = {};
     if (T <= KC_TAB_MAX) {
         for (int t = 0; t < T; t++) small.e[t] = tab[t];
     } else {
+        if (kc_record_flush()) return -1; // launches kept earlier may read the table this copy replaces
         cudaError_t e = cudaMemcpy(tab_dev, tab, sizeof *tab * (size_t)T, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) {
             snprintf(g_err, sizeof g_err, "kv_write: table upload: %s", cudaGetErrorString(e));
             return -1;
         }
     }
-    k_kv_write<<<T, 128>>>(small, tab_dev, T, d, k, v);
-    return check_launch("kv_write");
+    return launch("kv_write", k_kv_write, dim3(T), dim3(128), small, tab_dev, T, d, k, v);
 }
 
 // One block per (head, token): scores over the visible rows into scratch, softmax, then the weighted
 // sum of V with the threads split as (dimension, slice of rows), slices added in a fixed order.
 #define ATT_THREADS 256
+#define ATT_V 8 // V rows loaded at once per thread: one at a time left a decode step's attention latency-bound
 __global__ void k_attention(float *out, const float *q, kvsrc_small small, const kc_kvsrc *tab, int T, int n_heads,
                             int group, int hd, float scale, float *scores, size_t stride) {
     __shared__ __align__(16) float qs[KC_MAX_HEAD_DIM];
@@ -395,7 +750,7 @@ __global__ void k_attention(float *out, const float *q, kvsrc_small small, const
         float s = 0.f;
         if (vec) {
             const float4 *k4 = (const float4 *)kr, *q4 = (const float4 *)qs;
-#pragma unroll 4
+#pragma unroll 8
             for (int i = 0; i < hd / 4; i++) {
                 float4 a = k4[i], b = q4[i];
                 s = fmaf(b.x, a.x, s), s = fmaf(b.y, a.y, s), s = fmaf(b.z, a.z, s), s = fmaf(b.w, a.w, s);
@@ -417,8 +772,18 @@ __global__ void k_attention(float *out, const float *q, kvsrc_small small, const
     sum = block_sum(sum, red); // its barriers also publish S to the whole block
     int np = blockDim.x / hd, d = tid % hd, sl = tid / hd;
     float acc = 0.f;
-    if (sl < np)
-        for (int j = sl; j < e.n_vis; j += np) acc = fmaf(S[j], e.v[(size_t)j * e.ld + off + d], acc);
+    if (sl < np) { // ATT_V rows' loads in flight before their sums (added in the same order as one at a time)
+        const float *vb = e.v + off + d;
+        int j = sl;
+        for (; j + (ATT_V - 1) * np < e.n_vis; j += ATT_V * np) {
+            float vv[ATT_V];
+#pragma unroll
+            for (int u = 0; u < ATT_V; u++) vv[u] = vb[(size_t)(j + u * np) * e.ld];
+#pragma unroll
+            for (int u = 0; u < ATT_V; u++) acc = fmaf(S[j + u * np], vv[u], acc);
+        }
+        for (; j < e.n_vis; j += np) acc = fmaf(S[j], vb[(size_t)j * e.ld], acc);
+    }
     part[tid] = acc;
     __syncthreads();
     if (tid < hd) {
@@ -440,10 +805,11 @@ extern "C" int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_
         snprintf(g_err, sizeof g_err, "attention: %d tokens in one call (at most 65535)", T);
         return -1;
     }
-    kvsrc_small small;
+    kvsrc_small small = {};
     if (T <= KC_TAB_MAX) {
         for (int t = 0; t < T; t++) small.e[t] = tab[t];
     } else {
+        if (kc_record_flush()) return -1;
         cudaError_t e = cudaMemcpy(tab_dev, tab, sizeof *tab * (size_t)T, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) {
             snprintf(g_err, sizeof g_err, "attention: table upload: %s", cudaGetErrorString(e));
@@ -451,9 +817,8 @@ extern "C" int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_
         }
     }
     dim3 grid(n_heads, T);
-    k_attention<<<grid, ATT_THREADS>>>(out, q, small, tab_dev, T, n_heads, n_heads / n_kv_heads, hd, scale, scores,
-                                       stride);
-    return check_launch("attention");
+    return launch("attention", k_attention, grid, dim3(ATT_THREADS), out, q, small, tab_dev, T, n_heads,
+                  n_heads / n_kv_heads, hd, scale, scores, stride);
 }
 
 __global__ void k_swiglu(float *out, const float *g, const float *u, size_t n) {
@@ -468,8 +833,7 @@ __global__ void k_swiglu(float *out, const float *g, const float *u, size_t n) {
 
 extern "C" int kc_swiglu(float *out, const float *g, const float *u, size_t n) {
     if (!n) return 0;
-    k_swiglu<<<(unsigned)((n + 255) / 256), 256>>>(out, g, u, n);
-    return check_launch("swiglu");
+    return launch("swiglu", k_swiglu, dim3((unsigned)((n + 255) / 256)), dim3(256), out, g, u, n);
 }
 
 __global__ void k_add(float *x, const float *y, size_t n) {
@@ -479,8 +843,24 @@ __global__ void k_add(float *x, const float *y, size_t n) {
 
 extern "C" int kc_add(float *x, const float *y, size_t n) {
     if (!n) return 0;
-    k_add<<<(unsigned)((n + 255) / 256), 256>>>(x, y, n);
-    return check_launch("add");
+    return launch("add", k_add, dim3((unsigned)((n + 255) / 256)), dim3(256), x, y, n);
+}
+
+// a device-to-device copy that a graph can hold (16 bytes at a time where both ends and n allow)
+__global__ void k_copy(uint8_t *dst, const uint8_t *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    if ((((uintptr_t)dst | (uintptr_t)src | n) & 15) == 0)
+        for (; i < n / 16; i += step) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+    else
+        for (; i < n; i += step) dst[i] = src[i];
+}
+
+extern "C" int kc_copy(void *dst, const void *src, size_t n) {
+    if (!n || dst == src) return 0;
+    if (!g_rec.on) return cu_fail(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, g_stream), "copy");
+    size_t blocks = (n + 255) / 256;
+    return launch("copy", k_copy, dim3((unsigned)(blocks < 1024 ? blocks : 1024)), dim3(256), (uint8_t *)dst,
+                  (const uint8_t *)src, n);
 }
 
 // ------------------------------------------------------------------------- timing-only models
@@ -536,8 +916,8 @@ extern "C" int kc_fill_random(void *dst, uint32_t type, size_t row_bytes, int ro
         return -1;
     }
     size_t n = bytes / 8;
-    k_fill_random<<<(unsigned)((n + 255) / 256), 256>>>((uint8_t *)dst, type, n, seed, cols, row_bytes);
-    return check_launch("fill_random");
+    return launch("fill_random", k_fill_random, dim3((unsigned)((n + 255) / 256)), dim3(256), (uint8_t *)dst, type, n,
+                  seed, cols, row_bytes);
 }
 
 __global__ void k_read(const float4 *p, size_t n, float *sink) {

@@ -3,8 +3,9 @@
  *
  * Every pointer named *_dev or handed over as an activation is device memory; a weight is the
  * device copy of the file's blocks (F32, F16, BF16, Q4_0, Q4_1, Q8_0 are read as they are; other
- * types are decoded to F32 at upload). All launches go to the legacy default stream, so ops run in
- * call order and a device-to-host copy waits for them. Each function returns 0, or -1 after a
+ * types are decoded to F32 at upload). All launches go to one stream (kc_set_stream: the legacy
+ * default stream, or a blocking stream the backend records graphs for), so ops run in call order
+ * and a device-to-host copy on the legacy stream waits for them. Each function returns 0, or -1 after a
  * launch error (kc_last_error() says which). */
 #ifndef DS_KERNELS_CUDA_H
 #define DS_KERNELS_CUDA_H
@@ -27,6 +28,21 @@ typedef struct { float *k, *v; } kc_kvdst;                      /* where a token
 typedef struct { const float *k, *v; int n_vis, ld; } kc_kvsrc; /* the cache rows a token attends over */
 
 const char *kc_last_error(void);
+/* the stream kernels are launched on (a cudaStream_t; NULL: the legacy default stream) */
+void kc_set_stream(void *stream);
+/* Recording: between kc_record_begin and kc_record_end every launch is kept instead of issued, and
+ * run at kc_record_flush / kc_record_end (run != 0): as a CUDA graph made from the same kernels and
+ * launch shapes the second time they are seen (its nodes' arguments updated where they changed), else
+ * one launch at a time. Anything that reads or replaces device memory from the host (a copy, a free,
+ * cuBLAS) must flush first. Graphs are shared by every backend of the process. */
+void kc_record_begin(void);
+int kc_recording(void);
+int kc_record_flush(void);
+int kc_record_end(int run);
+void kc_graphs_free(void);
+enum { KC_GRAPH_RUNS, KC_GRAPH_UPDATES, KC_GRAPH_BUILDS, KC_GRAPH_EAGER, KC_GRAPH_NSTAT };
+/* graphs run, nodes updated, graphs made, recorded stretches launched one kernel at a time */
+void kc_graph_stats(long *out);
 /* 1 if the type is read on the device as stored */
 int kc_type_native(uint32_t type);
 
@@ -37,6 +53,20 @@ int kc_rmsnorm(float *out, const float *x, const float *w, int n_rows, int C, fl
 /* out[T][rows] = x[T][cols] . W^T, one warp per row, T tokens in tiles of 8 (each output summed in
  * the same order whatever T: small batches are batch-invariant) */
 int kc_matvec(float *out, const void *W, uint32_t type, size_t row_bytes, int rows, int cols, const float *x, int T);
+/* one matrix of a set that shares its input (device pointers) */
+typedef struct {
+    const void *W;
+    float *out;
+    size_t row_bytes;
+    int rows;
+} kc_mat;
+#define KC_MV_SET 8
+/* kc_matvec for n <= KC_MV_SET matrices of one type sharing x, in one launch (each output the same
+ * sums as kc_matvec's); the matrices must be whole blocks on their type's alignment, x on 16 bytes.
+ * add: out += the product (the same rounding as kc_add after kc_matvec) */
+int kc_matvec_set(const kc_mat *mats, int n, uint32_t type, int cols, const float *x, int T, int add);
+/* 1 if kc_matvec_set takes this matrix */
+int kc_matvec_set_ok(const void *W, uint32_t type, size_t row_bytes, int cols, const float *x);
 /* dst[rows][cols] = W in fp32 (for cuBLAS GEMMs on large batches) */
 int kc_dequant(float *dst, const void *W, uint32_t type, size_t row_bytes, int rows, int cols);
 /* the tables from the host when T * hd/2 <= KC_ROPE_MAX, else from their device copies */
@@ -49,6 +79,8 @@ int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_kvsrc *tab_
                  int n_kv_heads, int hd, float scale, float *scores, size_t stride);
 int kc_swiglu(float *out, const float *g, const float *u, size_t n);
 int kc_add(float *x, const float *y, size_t n);
+/* n bytes device to device on the kernels' stream (a kernel while recording) */
+int kc_copy(void *dst, const void *src, size_t n);
 /* n bytes of random but valid blocks of the type (scales small and finite): timing models */
 int kc_fill_random(void *dst, uint32_t type, size_t row_bytes, int rows, int cols, uint64_t seed);
 /* device read bandwidth in GB/s: best of a few reads of a buffer of `bytes` */
