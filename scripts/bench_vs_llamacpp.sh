@@ -90,4 +90,16 @@ for B in (4, 8, 16):
         else: v = [(B / b) / (1 / a) for a, b in zip(peer(k, "pp", 1, 0), peer(k, "pp", B, 0))]
         row.append(rng(v, "%.2f"))
     print(f"| cost({B}) / cost(1) | " + " | ".join(row) + " |")
+# Paired by round: a round's figures were taken minutes apart, so their ratio drifts far less than
+# either program's range over the rounds (a noisy guest moves both alike)
+prs = [(n, k) for n, k in cols if k not in ours]
+print("\nPaired, round by round: the peer's time over dspark-bench int8's (> 1: ours faster)\n")
+print("| | " + " | ".join(n for n, _ in prs) + " |\n|---|" + "---:|" * len(prs))
+def paired(label, o, p):  # o, p: per-round throughputs (ours, the peer's)
+    print(f"| {label} | " + " | ".join(" / ".join("%.2f" % (a / b) for a, b in zip(o, p[k])) for _, k in prs) + " |")
+paired("decode, context 128", [j["decode_tok_s"] for j in ours["int8"]], {k: peer(k, "tg", 0, 128) for _, k in prs})
+for n in (128, 512):
+    paired(f"prefill {n}", [j["prefill_tok_s"][str(n)] for j in ours["int8"]], {k: peer(k, "pf", n, 0) for _, k in prs})
+for B in (1, 2, 4, 8, 16):
+    paired(f"forward of B={B} after 128", [1e3 * B / ours_ms(j, B) for j in ours["int8"]], {k: peer(k, "pp", B, 0) for _, k in prs})
 PY
