@@ -4,16 +4,37 @@
 # file and on a second model, its strongest CPU path), so the machine's drift hits all alike. Prints a
 # markdown table of the medians' ranges, each figure also as a fraction of this machine's int8 roof
 # (bench-target's, for the instruction mix of our kernel path).
-#   LLAMA_BENCH=/path/to/llama-bench [LLAMA_STRONG=/path/to/q4_0.gguf] [EXACT=1] \
+#   [LLAMA_BENCH=/path/to/llama-bench] [LLAMA_STRONG=/path/to/q4_0.gguf | none] [EXACT=1] \
 #     scripts/bench_vs_llamacpp.sh [ROUNDS] [OUTDIR]
-# llama-bench is not built by this project: BENCHMARKS.md gives the commands (llama.cpp as vendored
-# in the PyPI sdist of llama-cpp-python; the Q4_0 copy made by its llama-quantize). THREADS
+# Without LLAMA_BENCH, llama.cpp's tools are built by scripts/build_llamacpp.sh (outside the
+# repository, 4-10 minutes the first time, reused after) and its strongest CPU path for this model is
+# a Q4_0 copy of the model made by its own llama-quantize (--allow-requantize), kept beside the
+# build; LLAMA_STRONG=none leaves that column out. So on a new machine type (Zen 1, say) the whole
+# table is one command: scripts/bench_vs_llamacpp.sh 3 (~25 minutes with the build). THREADS
 # (default 2) and DSPARK_MODEL are honoured.
 set -euo pipefail
 BIN=${BIN:-build/dspark-bench}
-LB=${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}
 MODEL=${DSPARK_MODEL:-$HOME/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf}
+[ -x "$BIN" ] || { echo "bench_vs_llamacpp: $BIN: not built (make)" >&2; exit 1; }
+[ -f "$MODEL" ] || { echo "bench_vs_llamacpp: $MODEL: no such model (make model)" >&2; exit 1; }
+if [ -z "${LLAMA_BENCH:-}" ]; then
+  LBIN=$(sh "$(dirname "$0")/build_llamacpp.sh" llama-bench llama-quantize | tail -n 1)
+  LLAMA_BENCH=$LBIN/llama-bench
+  if [ -z "${LLAMA_STRONG:-}" ]; then
+    LLAMA_STRONG=${LLAMACPP_DIR:-$HOME/.cache/dspark-bench/llamacpp}/$(basename "$MODEL" .gguf)-llamacpp-q4_0.gguf
+    if [ ! -f "$LLAMA_STRONG" ]; then
+      echo "bench_vs_llamacpp: making llama.cpp's Q4_0 copy $LLAMA_STRONG" >&2
+      "$LBIN/llama-quantize" --allow-requantize "$MODEL" "$LLAMA_STRONG.part" Q4_0 > "$LLAMA_STRONG.log" 2>&1 ||
+        { echo "bench_vs_llamacpp: llama-quantize failed, see $LLAMA_STRONG.log" >&2; exit 1; }
+      mv "$LLAMA_STRONG.part" "$LLAMA_STRONG"
+    fi
+  fi
+fi
+LB=$LLAMA_BENCH
+[ -x "$LB" ] || { echo "bench_vs_llamacpp: $LB: not an executable llama-bench" >&2; exit 1; }
 STRONG=${LLAMA_STRONG:-}
+[ "$STRONG" = none ] && STRONG=
+[ -z "$STRONG" ] || [ -f "$STRONG" ] || { echo "bench_vs_llamacpp: $STRONG: no such model" >&2; exit 1; }
 ROUNDS=${1:-3}
 OUT=${2:-build/bench-vs-llamacpp}
 T=${THREADS:-2}
