@@ -10,7 +10,8 @@
 # repository, 4-10 minutes the first time, reused after) and its strongest CPU path for this model is
 # a Q4_0 copy of the model made by its own llama-quantize (--allow-requantize), kept beside the
 # build; LLAMA_STRONG=none leaves that column out. So on a new machine type (Zen 1, say) the whole
-# table is one command: scripts/bench_vs_llamacpp.sh 3 (~25 minutes with the build). THREADS
+# table is one command: scripts/bench_vs_llamacpp.sh 3 (three rounds took 3-7 minutes on a 2-core
+# Zen 3, plus the build the first time). THREADS
 # (default 2) and DSPARK_MODEL are honoured.
 set -euo pipefail
 BIN=${BIN:-build/dspark-bench}
