@@ -964,9 +964,9 @@ static void add_part(void *arg, int tid, int nth) {
     size_t i0, i1;
     ew_share(e, tid, nth, &i0, &i1);
     float *o = e->out;
-    const float *y = e->b;
+    const float *x = e->a, *y = e->b; /* x is out: the residual add in place */
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) o[i] += y[i];
+    for (size_t i = i0; i < i1; i++) o[i] = x[i] + y[i];
 }
 
 static int cpu_add(backend *be, float *x, const float *y, size_t n) {
