@@ -4,6 +4,7 @@
 # spills are checked here before a device run times it.
 #
 #   bash scripts/cuda_sass_mix.sh [REGEX] [ARCH]     # default: k_matvec_blk sm_90 (H100/H200)
+#   SASS_SRC=/tmp/try.cu bash scripts/cuda_sass_mix.sh k_try   # a scratch kernel instead
 #
 # 1. compiles runtime/kernels/kernels_cuda.cu to a cubin for ARCH with the Makefile's -O2 (ptxas -v
 #    gives each kernel's registers, stack and spills);
@@ -18,11 +19,11 @@ set -euo pipefail
 RE=${1:-k_matvec_blk}
 ARCH=${2:-sm_90}
 OUT=${SASS_OUT:-build/sass}
-SRC=runtime/kernels/kernels_cuda.cu
+SRC=${SASS_SRC:-runtime/kernels/kernels_cuda.cu}
 TOOLS=${CUDA_TOOLS_DIR:-$HOME/.cache/dspark-bench/cuda-tools}
 VER=13.5.37
 die() { echo "cuda_sass_mix.sh: $*" >&2; exit 1; }
-[ -f "$SRC" ] || die "run it from the repository root ($SRC not found)"
+[ -f "$SRC" ] || die "$SRC not found (run it from the repository root, or set SASS_SRC to a .cu file)"
 NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -n "$NVCC" ] || die "nvcc not found (the CUDA toolkit is needed to compile the kernels)"
 case $ARCH in sm_[0-9]*) ;; *) die "ARCH '$ARCH' is not of the form sm_NN (sm_90: H100/H200, sm_80: A100)" ;; esac
@@ -46,7 +47,7 @@ fi
 
 mkdir -p "$OUT"
 CUBIN=$OUT/kernels_$ARCH.cubin
-"$NVCC" -O2 -std=c++17 -arch="$ARCH" -cubin -Xptxas -v -o "$CUBIN" "$SRC" > "$OUT/ptxas_$ARCH.txt" 2>&1 ||
+"$NVCC" -O2 -std=c++17 -arch="$ARCH" -cubin -Xptxas -v -Iruntime/kernels -o "$CUBIN" "$SRC" > "$OUT/ptxas_$ARCH.txt" 2>&1 ||
     { cat "$OUT/ptxas_$ARCH.txt" >&2; die "nvcc could not compile $SRC for $ARCH"; }
 "$CUOBJDUMP" -sass "$CUBIN" > "$OUT/kernels_$ARCH.sass" || die "cuobjdump could not read $CUBIN"
 
