@@ -8,8 +8,9 @@
 #
 # 1. compiles runtime/kernels/kernels_cuda.cu to a cubin for ARCH with the Makefile's -O2 (ptxas -v
 #    gives each kernel's registers, stack and spills);
-# 2. for every kernel whose mangled name matches REGEX: its hottest loop (the backward branch whose
-#    body holds the most instructions with a global load), the opcodes in it counted by class.
+# 2. for every kernel whose mangled name matches REGEX: its main loop (the backward branch whose body
+#    holds the most instructions and a global load: with nested loops, the outer one), the opcodes in
+#    it counted by class.
 # Reading it: in a GEMV every weight meets each token of the tile in one FFMA, so "instructions per
 # FFMA" is the issue cost of one weight for one token; an SM issues 4 x 32 lane-instructions a clock,
 # which caps a GEMV at (SMs x clock x 128 / that cost) weights a second (BENCHMARKS.md, issue 26).
@@ -59,7 +60,7 @@ awk -v re="$RE" '
     END { for (f in regs) printf "%s: %s registers, %s\n", f, regs[f], frame[f] }
 ' "$OUT/ptxas_$ARCH.txt" | sort > "$OUT/regs.txt"
 
-# SASS: per function, instructions as (address, opcode, branch target); hottest loop's opcode classes
+# SASS: per function, instructions as (address, opcode, branch target); the main loop's opcode classes
 awk -v re="$RE" '
     function hex(s,   i, v) { v = 0; s = tolower(s); sub(/^0x/, "", s); for (i = 1; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1; return v }
     function flush(   i, j, best, bi, n, lo, hi, has, op, cnt, keys, k, total) {
@@ -80,7 +81,7 @@ awk -v re="$RE" '
             else { split(op, p, "."); k = p[1] }
             cnt[k]++; total++
         }
-        printf "    hottest loop 0x%04x-0x%04x: %d instructions:", lo, hi, total
+        printf "    main loop 0x%04x-0x%04x: %d instructions:", lo, hi, total
         n = 0; for (k in cnt) keys[n++] = k
         for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (cnt[keys[j]] > cnt[keys[i]]) { t = keys[i]; keys[i] = keys[j]; keys[j] = t }
         for (i = 0; i < n; i++) printf " %s %d%s", keys[i], cnt[keys[i]], i + 1 < n ? "," : "\n"
@@ -102,5 +103,5 @@ awk -v re="$RE" '
 echo "# $SRC on $ARCH ($("$NVCC" --version | grep -o 'release [0-9.]*')), kernels matching '$RE'"
 echo "## registers (ptxas -v)"
 cat "$OUT/regs.txt"
-echo "## hottest loop per kernel (SASS: $OUT/kernels_$ARCH.sass)"
+echo "## main loop per kernel (SASS: $OUT/kernels_$ARCH.sass)"
 cat "$OUT/loops.txt"
