@@ -1,7 +1,8 @@
 # dspark-bench — one binary, one static library of its modules, CMocka test binaries.
 #
 #   make            build build/dspark-bench (installs missing Debian packages first)
-#   make model      fetch the embedded default target into ~/.cache/dspark-bench (sha256-checked)
+#   make model      fetch the embedded default target into ~/.cache/dspark-bench (sha256-checked);
+#                   MODEL=qwen2.5-coder-1.5b / qwen2.5-coder-0.5b the real pair (scripts/fetch_model.py)
 #   make run        the main job on the embedded default
 #   make test       every test suite (SAN=1: AddressSanitizer + UBSan build in build-san/)
 #   make bench      bench-target on the embedded default, JSON into bench/
@@ -98,8 +99,10 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libdspark.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdspark.a $(LDLIBS) $(CMOCKA_LIBS)
 
+# MODEL=NAME: smollm2-135m (the default), qwen2.5-coder-1.5b, qwen2.5-coder-0.5b (~1.1 GB / 0.5 GB, resumable)
+MODEL ?= smollm2-135m
 model:
-	@./scripts/fetch_model.sh
+	@python3 scripts/fetch_model.py $(MODEL)
 
 # The greedy scheduler prices verification with this machine's SPS(B) table: measured once (~10 s)
 run: $(BIN) model

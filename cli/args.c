@@ -7,6 +7,10 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
+#include "../runtime/backend.h"
+#include "../runtime/models.h"
+#include "../drafters/drafter.h"
+#include "../schedulers/scheduler.h"
 
 void args_help(const char *cmd, const char *usage, const opt_def *opts) {
     printf("usage: dspark-bench %s %s\n\n", cmd, usage);
@@ -16,6 +20,21 @@ void args_help(const char *cmd, const char *usage, const opt_def *opts) {
         printf("  %-28s %s\n", left, o->help);
     }
     printf("  %-28s %s\n", "--help", "show this help");
+    printf("\n");
+    args_registries(stdout);
+}
+
+void args_registries(FILE *f) {
+    char buf[1024];
+    drafter_list(buf, sizeof buf, 0);
+    fprintf(f, "registered names (a config's \"name\" / \"scheduler\" / \"backend\", or the options above):\n");
+    fprintf(f, "  drafters:   %s\n", buf);
+    drafter_list(buf, sizeof buf, 1);
+    fprintf(f, "  trainable:  %s\n", buf);
+    scheduler_list(buf, sizeof buf, 0);
+    fprintf(f, "  schedulers: %s\n", buf);
+    fprintf(f, "  backends:   %s\n", backend_names());
+    fprintf(f, "  models:     %s (`make model MODEL=NAME` fetches one; %s)\n", model_names(), model_cache_dir());
 }
 
 static int set_value(const opt_def *o, const char *v) {

@@ -4,6 +4,7 @@
 #define DS_ARGS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_U64 } opt_type;
 
@@ -31,5 +32,7 @@ typedef struct {
 int args_parse(const char *cmd, const char *usage, const opt_def *opts, int argc, char **argv, const char **pos,
                int max_pos, int *n_pos);
 void args_help(const char *cmd, const char *usage, const opt_def *opts);
+/* the registered drafters, schedulers and backends by name (every --help ends with them) */
+void args_registries(FILE *f);
 
 #endif

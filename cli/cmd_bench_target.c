@@ -139,7 +139,7 @@ int cmd_bench_target(int argc, char **argv) {
     int threads = 0, reps = 5, ctx = 128, ctx2 = 1024, decode_n = 128, max_b = 64, roof_only = 0;
     backend_opts bo = {0};
     opt_def opts[] = {
-        {"model", OPT_STR, &model_path, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
+        {"model", OPT_STR, &model_path, "NAME|PATH", "target model: a name (below) or a file (default: smollm2-135m)", 0, 0, 0},
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores", 0, 256, 0},
         {"reps", OPT_INT, &reps, "N", "repetitions per measurement, median reported (default 5)", 1, 1000, 0},
         {"context", OPT_INT, &ctx, "N", "context length before decode and SPS(B) steps (default 128)", 1, 1 << 20, 0},

@@ -18,7 +18,7 @@ int cmd_generate(int argc, char **argv) {
     float temperature = 0.7f, top_p = 0.9f;
     uint64_t seed = 42;
     opt_def opts[] = {
-        {"model", OPT_STR, &model_path, "PATH", "GGUF file or safetensors directory (default: embedded SmolLM2)", 0, 0, 0},
+        {"model", OPT_STR, &model_path, "NAME|PATH", "a name (below), GGUF file or safetensors directory (default: smollm2-135m)", 0, 0, 0},
         {"prompt", OPT_STR, &prompt, "TEXT", "user message (default: a built-in question)", 0, 0, 0},
         {"system", OPT_STR, &system, "TEXT", "system message (default: the template's own)", 0, 0, 0},
         {"raw", OPT_FLAG, &raw, NULL, "send the prompt as plain text, no chat template", 0, 0, 0},

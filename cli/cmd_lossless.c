@@ -48,7 +48,7 @@ int cmd_lossless(int argc, char **argv) {
         {"real", OPT_FLAG, &real, NULL, "only the exact cases on the real target, at --real-tokens (minutes)", 0, 0, 0},
         {"real-tokens", OPT_INT, &real_tokens, "N", "--real: tokens after the prefill token whose law is compared (3)", 1, 4, 0},
         {"two-sample", OPT_FLAG, &two, NULL, "two-sample tests of speculative vs autoregressive sampling instead", 0, 0, 0},
-        {"model", OPT_STR, &model, "PATH", "real target (default: embedded SmolLM2)", 0, 0, 0},
+        {"model", OPT_STR, &model, "NAME|PATH", "real target: a name (below) or a file (default: smollm2-135m)", 0, 0, 0},
         {"exact", OPT_FLAG, &exact, NULL, "targets on the fp32 matmul contract (default: int8, what runs by default)", 0, 0, 0},
         {"backend", OPT_STR, &be_name, "NAME", "the production round's and --two-sample's targets on this backend (default cpu; "
                                              "cuda has the fp32 contract only)", 0, 0, 0},

@@ -37,11 +37,11 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     int seen_seed = 0;
     opt_def opts[] = {
         {"config", OPT_STR, config_path, "FILE.json", "experiment config (flags below override it)", 0, 0, 0},
-        {"model", OPT_STR, &target, "PATH", "target model (default: embedded SmolLM2)", 0, 0, 0},
-        {"drafter", OPT_STR, &drafter, "NAME", "drafter family (vanilla); none = baseline only", 0, 0, 0},
+        {"model", OPT_STR, &target, "NAME|PATH", "target model: a name (below) or a file (default: smollm2-135m)", 0, 0, 0},
+        {"drafter", OPT_STR, &drafter, "NAME", "drafter family (registered names below); none = baseline only", 0, 0, 0},
         {"draft-layers", OPT_INT, &draft_layers, "K", "vanilla self-draft: the target's first K layers", 1, 1024, 0},
-        {"draft-model", OPT_STR, &draft_model, "PATH", "vanilla: a separate draft LM", 0, 0, 0},
-        {"scheduler", OPT_STR, &scheduler, "NAME", "fixed, threshold, greedy", 0, 0, 0},
+        {"draft-model", OPT_STR, &draft_model, "NAME|PATH", "vanilla: a separate draft LM (a name below or a file)", 0, 0, 0},
+        {"scheduler", OPT_STR, &scheduler, "NAME", "scheduler (registered names below)", 0, 0, 0},
         {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
         {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
         {"limit", OPT_INT, &limit, "N", "prompts per dataset, 0 = all", 0, 1000000, 0},

@@ -7,6 +7,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/base/cpu_features.h"
+#include "args.h"
 #include "commands.h"
 
 char *openblas_get_corename(void); /* OpenBLAS extension */
@@ -25,7 +26,7 @@ static const command COMMANDS[] = {
     {"run", cmd_run, "an experiment: baseline and speculative decoding on benchmark prompts, HDF5 trace"},
     {"serve", cmd_serve, "serving simulation: arrivals, continuous batching, throughput vs per-user speed per scheduler"},
     {"report", cmd_report, "Markdown tables (and gnuplot plots) from one or more traces"},
-    {"train", cmd_train, "train a drafter (dflash, dspark-markov, dspark-rnn) against the frozen target"},
+    {"train", cmd_train, "train a learned drafter (the trainable families below) against the frozen target"},
     {"calibrate", cmd_calibrate, "Sequential Temperature Scaling of a drafter's confidences from a trace (writes the checkpoint)"},
     {"lossless", cmd_lossless, "the losslessness gate: exact enumeration, chi-square, KS, negative controls"},
 };
@@ -34,6 +35,8 @@ static const command COMMANDS[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: dspark-bench COMMAND [options]   (dspark-bench COMMAND --help for its options)\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-14s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    fprintf(f, "\n");
+    args_registries(f);
 }
 
 int main(int argc, char **argv) {

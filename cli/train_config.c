@@ -7,6 +7,7 @@
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
 #include "../engine/draft_vocab.h"
+#include "../drafters/drafter.h"
 #include <sys/stat.h>
 #include <stdlib.h>
 
@@ -21,8 +22,17 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
     const cJSON *drafter = jcfg_get(&top, "drafter"), *dataj = jcfg_get(&top, "data"), *trainj = jcfg_get(&top, "train");
     DS_TRY(jcfg_close(&top));
     const cJSON *dname = cJSON_GetObjectItemCaseSensitive(drafter, "name");
-    DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname),
-             "%s: needs \"drafter\": {\"name\": \"dflash\" | \"dspark-markov\" | \"dspark-rnn\" | \"medusa\" | \"mtp\" | \"eagle3\" | \"vanilla\", ...}", config_path);
+    char trainable[512];
+    drafter_list(trainable, sizeof trainable, 1);
+    DS_CHECK(cJSON_IsObject(drafter) && cJSON_IsString(dname), "%s: needs \"drafter\": {\"name\": NAME, ...} (trainable: %s)",
+             config_path, trainable);
+    const drafter_ops *ops = drafter_find(dname->valuestring);
+    if (!ops) {
+        ds_error_prefix("%s: drafter", config_path);
+        return -1;
+    }
+    DS_CHECK(ops->trainable, "%s: drafter '%s' is not trained (training-free); trainable: %s", config_path,
+             dname->valuestring, trainable);
     tc->drafter = drafter;
     tc->drafter_name = dname;
 

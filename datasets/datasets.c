@@ -4,12 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../runtime/base/common.h"
 
 typedef struct {
     const char *name, *file, *field, *domain;
     const char *cats; /* NULL, or the records kept: their "category" is one of these (",a,b,") */
+    int bundled;      /* the file comes with the project (datasets/prompts/), not from the data root */
 } dataset_def;
 
 /* The paper's prompt files where they exist (DeepSpec eval_datasets), per MANIFEST.md. */
@@ -24,14 +27,22 @@ static const dataset_def DATASETS[] = {
     {"alpaca", "alpaca/alpaca_eval_805.json", "instruction", "chat"},
     {"arenahard", "arenahard/deepspec_arena-hard-v2.jsonl", "turns", "chat"},
     {"trainmix", "trainmix/trainmix.jsonl", "turns", NULL /* per record: category */},
+#define SB_MT ",writing,roleplay,reasoning,math,coding,extraction,stem,humanities,"
     /* Spec-Bench's six categories (its question.jsonl; multi-turn = the 80 MT-Bench questions, both turns) */
-    {"sb-mt", "specbench/question.jsonl", "turns", "chat",
-     ",writing,roleplay,reasoning,math,coding,extraction,stem,humanities,"},
+    {"sb-mt", "specbench/question.jsonl", "turns", "chat", SB_MT},
     {"sb-trans", "specbench/question.jsonl", "turns", "chat", ",translation,"},
     {"sb-sum", "specbench/question.jsonl", "turns", "chat", ",summarization,"},
     {"sb-qa", "specbench/question.jsonl", "turns", "chat", ",qa,"},
     {"sb-math", "specbench/question.jsonl", "turns", "math", ",math_reasoning,"},
     {"sb-rag", "specbench/question.jsonl", "turns", "chat", ",rag,"},
+    /* the first 8 of each Spec-Bench category, carried by the project (datasets/prompts/PROVENANCE.md) so
+     * the README's commands run on a machine with nothing but the clone */
+    {"sbmini-mt", "specbench-mini.jsonl", "turns", "chat", SB_MT, 1},
+    {"sbmini-trans", "specbench-mini.jsonl", "turns", "chat", ",translation,", 1},
+    {"sbmini-sum", "specbench-mini.jsonl", "turns", "chat", ",summarization,", 1},
+    {"sbmini-qa", "specbench-mini.jsonl", "turns", "chat", ",qa,", 1},
+    {"sbmini-math", "specbench-mini.jsonl", "turns", "math", ",math_reasoning,", 1},
+    {"sbmini-rag", "specbench-mini.jsonl", "turns", "chat", ",rag,", 1},
 };
 #define N_DATASETS (int)(sizeof DATASETS / sizeof *DATASETS)
 
@@ -53,12 +64,33 @@ static const struct {
 
 const char *dataset_names(void) {
     return "gsm8k, math500, aime25, mbpp, humaneval, livecodebench, mtbench, alpaca, arenahard, trainmix, train20k, builtin, "
-           "Spec-Bench's sb-mt, sb-trans, sb-sum, sb-qa, sb-math, sb-rag, or a .jsonl/.json path";
+           "Spec-Bench's sb-mt, sb-trans, sb-sum, sb-qa, sb-math, sb-rag (under the data root), their first 8 prompts "
+           "sbmini-mt, sbmini-trans, sbmini-sum, sbmini-qa, sbmini-math, sbmini-rag (with the project), or a .jsonl/.json path";
 }
 
 const char *dataset_default_root(void) {
     const char *env = getenv("DSPARK_DATA");
     return env && *env ? env : "../shared/datasets";
+}
+
+/* the project's own prompt files: beside the binary (build/../datasets/prompts; a test binary's is
+ * one folder deeper), else under the working directory */
+const char *dataset_bundled_dir(void) {
+    static char dir[4200];
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        for (int up = 0; up < 2; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash) break;
+            *slash = 0;
+            struct stat st;
+            snprintf(dir, sizeof dir, "%s/../datasets/prompts", exe);
+            if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return dir;
+        }
+    }
+    return "datasets/prompts";
 }
 
 void prompt_set_free(prompt_set *s) {
@@ -220,9 +252,15 @@ int dataset_load(const char *name, const char *root, int limit, int skip_bad, pr
     if (strcmp(name, "train20k") == 0) return trainset_load(root, out);
     for (int i = 0; i < N_DATASETS; i++) {
         if (strcmp(name, DATASETS[i].name) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", root, DATASETS[i].file);
-        if (load_file(&DATASETS[i], path, limit, skip_bad, out)) goto fail;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", DATASETS[i].bundled ? dataset_bundled_dir() : root, DATASETS[i].file);
+        if (load_file(&DATASETS[i], path, limit, skip_bad, out)) {
+            struct stat st;
+            if (!DATASETS[i].bundled && strncmp(name, "sb-", 3) == 0 && stat(root, &st) != 0)
+                ds_error("dataset '%s': the data root %s is missing (--data-root or $DSPARK_DATA names it); the "
+                         "project carries this set's first 8 prompts as 'sbmini-%s'", name, root, name + 3);
+            goto fail;
+        }
         return 0;
     }
     size_t nl = strlen(name);

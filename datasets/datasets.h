@@ -22,7 +22,8 @@ typedef struct {
 } prompt_set;
 
 /* name: gsm8k math500 aime25 mbpp humaneval livecodebench mtbench alpaca arenahard trainmix
- * builtin, Spec-Bench's categories sb-mt sb-trans sb-sum sb-qa sb-math sb-rag, or a path to a .jsonl / .json file (field: "turns"[0], "prompt", "question",
+ * builtin, Spec-Bench's categories sb-mt sb-trans sb-sum sb-qa sb-math sb-rag (their first 8 prompts,
+ * carried by the project: sbmini-mt ... sbmini-rag), or a path to a .jsonl / .json file (field: "turns"[0], "prompt", "question",
  * "problem", "instruction" or "text", whichever is present). root: the folder holding the shared
  * datasets (NULL: $DSPARK_DATA, else ../shared/datasets). limit <= 0: all. */
 int dataset_load(const char *name, const char *root, int limit, int skip_bad, prompt_set *out);
@@ -33,6 +34,8 @@ int trainset_load(const char *root, prompt_set *out);
  * n_eval = evaluation prompts compared against */
 int dataset_drop_eval_overlap(prompt_set *s, const char *root, int *n_eval, int *n_dropped);
 const char *dataset_default_root(void);
+/* where the prompt files that come with the project are (datasets/prompts) */
+const char *dataset_bundled_dir(void);
 /* "known: ..." list for messages */
 const char *dataset_names(void);
 

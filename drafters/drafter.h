@@ -62,6 +62,7 @@ typedef struct drafter_ops {
     /* optional: one line about the run so far for `run`'s summary (combine: how often each member's
      * draft was chosen) */
     void (*report)(const drafter *, char *buf, size_t n);
+    int trainable; /* `train` makes its checkpoints from a config's "drafter" object */
 } drafter_ops;
 
 struct drafter {
@@ -84,6 +85,8 @@ struct drafter {
  * walks the registry (NULL past the end). */
 const drafter_ops *drafter_find(const char *name);
 const drafter_ops *drafter_nth(int i);
+/* the registered names, ", "-separated (trainable_only: those `train` makes) */
+void drafter_list(char *buf, size_t cap, int trainable_only);
 int drafter_open(drafter *d, const char *name, const cJSON *cfg, target *t);
 void drafter_close(drafter *d);
 

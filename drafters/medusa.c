@@ -432,4 +432,5 @@ const drafter_ops drafter_medusa = {
      * on the real one over the whole vocabulary */
     "{\"heads\": 3, \"init_std\": 2.0, \"vocab_ids\": [5, 0, 7, 2, 6, 3]}",
     "{\"heads\": 3, \"init_std\": 2.0}",
+    .trainable = 1,
 };

@@ -614,4 +614,5 @@ const drafter_ops drafter_mtp = {
      * one over the whole vocabulary */
     "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"depth\": 3}",
+    .trainable = 1,
 };

@@ -27,12 +27,19 @@ static const drafter_ops *const DRAFTERS[] = {
 };
 #define N_DRAFTERS (int)(sizeof DRAFTERS / sizeof *DRAFTERS)
 
+void drafter_list(char *buf, size_t cap, int trainable_only) {
+    size_t w = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_DRAFTERS && w < cap; i++)
+        if (DRAFTERS[i]->trainable || !trainable_only)
+            w += (size_t)snprintf(buf + w, cap - w, "%s%s", w ? ", " : "", DRAFTERS[i]->name);
+}
+
 const drafter_ops *drafter_find(const char *name) {
     for (int i = 0; i < N_DRAFTERS; i++)
         if (strcmp(DRAFTERS[i]->name, name) == 0) return DRAFTERS[i];
-    char known[256];
-    int w = 0;
-    for (int i = 0; i < N_DRAFTERS; i++) w += snprintf(known + w, sizeof known - (size_t)w, "%s%s", i ? ", " : "", DRAFTERS[i]->name);
+    char known[512];
+    drafter_list(known, sizeof known, 0);
     ds_error("unknown drafter '%s' (known: %s)", name, known);
     return NULL;
 }

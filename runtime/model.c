@@ -1,4 +1,5 @@
 #include "model.h"
+#include "models.h"
 
 #include <cJSON.h>
 #include <limits.h>
@@ -474,7 +475,14 @@ done:
     return rc;
 }
 
-int model_load(model *m, const char *path) {
+int model_load(model *m, const char *name_or_path) {
+    char path[4096];
+    const model_name *named;
+    if (model_resolve(name_or_path, path, sizeof path, &named)) {
+        memset(m, 0, sizeof *m);
+        return -1;
+    }
+    if (named) fprintf(stderr, "model %s: %s\n", named->name, path);
     int rc = model_load_any(m, path);
     if (rc == 0 && model_check_finite(m)) {
         model_free(m);
@@ -487,7 +495,8 @@ static int model_load_any(model *m, const char *path) {
     struct stat st;
     if (stat(path, &st) != 0) {
         memset(m, 0, sizeof *m);
-        ds_error("model file not found: %s", path);
+        ds_error("model file not found: %s%s%s%s", path, strchr(path, '/') ? "" : " (not a file, nor a model name: ",
+                 strchr(path, '/') ? "" : model_names(), strchr(path, '/') ? "" : ")");
         return -1;
     }
     if (S_ISDIR(st.st_mode)) return model_load_safetensors(m, path);

@@ -52,8 +52,10 @@ typedef struct model {
     int n_owned;
 } model;
 
-/* Load by path: a .gguf file, or a directory (or its model.safetensors) holding config.json. */
-int model_load(model *m, const char *path);
+/* Load by path: a .gguf file, or a directory (or its model.safetensors) holding config.json; or by a
+ * registered name (models.h: smollm2-135m, qwen2.5-coder-1.5b, ...), resolved to its file in the cache
+ * and printed on stderr. */
+int model_load(model *m, const char *name_or_path);
 int model_load_gguf(model *m, const char *path);
 int model_load_safetensors(model *m, const char *dir);
 /* -1 with a message naming the tensor, layer and index of the first NaN/Inf weight (model_load

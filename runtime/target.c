@@ -5,14 +5,13 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "models.h"
 
 const char *target_default_path(void) {
-    static char buf[4096];
+    static char buf[4200];
     const char *env = getenv("DSPARK_MODEL");
     if (env && *env) return env;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(buf, sizeof buf, "%s/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
-    else snprintf(buf, sizeof buf, "%s/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    snprintf(buf, sizeof buf, "%s/%s", model_cache_dir(), model_name_nth(0)->file); /* smollm2-135m */
     return buf;
 }
 

@@ -4,6 +4,9 @@
 #include "testutil.h"
 
 #include "../runtime/backend.h"
+#include "../runtime/models.h"
+#include "../drafters/drafter.h"
+#include "../schedulers/scheduler.h"
 
 #include <cJSON.h>
 
@@ -84,14 +87,27 @@ static void test_bad_files(void **state) {
     expect_error(args, 1, "config.json");
 }
 
+/* every subcommand's --help (and the top-level one) names every registered drafter, scheduler,
+ * backend and model, read from the registries themselves */
 static void test_help(void **state) {
     (void)state;
-    const char *cmds[] = {"generate", "info", "bench-target"};
-    for (int i = 0; i < 3; i++) {
+    const char *cmds[] = {"generate", "info", "bench-target", "bench-train", "run", "serve", "report", "train",
+                          "calibrate", "lossless", ""};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         run_result r;
         run(&r, "%s --help", cmds[i]);
-        assert_int_equal(r.status, 0);
+        if (r.status != 0) fail_msg("`%s --help`: exit %d\n%s", cmds[i], r.status, r.out);
         assert_non_null(strstr(r.out, "usage: dspark-bench"));
+        const char *reg = strstr(r.out, "registered names");
+        if (!reg) fail_msg("`%s --help` lists no registered names:\n%s", cmds[i], r.out);
+        for (int k = 0; drafter_nth(k); k++)
+            if (!strstr(reg, drafter_nth(k)->name)) fail_msg("`%s --help` lacks drafter %s", cmds[i], drafter_nth(k)->name);
+        for (int k = 0; scheduler_nth(k); k++)
+            if (scheduler_nth(k)->lossless && !strstr(reg, scheduler_nth(k)->name))
+                fail_msg("`%s --help` lacks scheduler %s", cmds[i], scheduler_nth(k)->name);
+        for (int k = 0; model_name_nth(k); k++)
+            if (!strstr(reg, model_name_nth(k)->name)) fail_msg("`%s --help` lacks model %s", cmds[i], model_name_nth(k)->name);
+        assert_non_null(strstr(reg, backend_names()));
     }
     run_result r;
     run(&r, "--help");
@@ -224,9 +240,15 @@ static void test_train_errors(void **state) {
     expect_error(args, 1, "'steps' must be an integer");
     put(cfg, "{\"drafter\": {}, \"out\": \"/tmp/x\"}");
     expect_error(args, 1, "needs \"drafter\": {\"name\"");
+    /* an unknown family names every registered one; a training-free one names the trainable ones
+     * (both read from the registry, before any model is opened) */
+    put(cfg, "{\"drafter\": {\"name\": \"eagle-7\"}, \"out\": \"/tmp/x\"}");
+    expect_error(args, 1, "unknown drafter 'eagle-7' (known: vanilla, dflash, dspark-markov, dspark-rnn, ngram, suffix, "
+                          "medusa, mtp, eagle3, recycling, combine)");
+    put(cfg, "{\"drafter\": {\"name\": \"suffix\"}, \"out\": \"/tmp/x\"}");
+    expect_error(args, 1, "drafter 'suffix' is not trained (training-free); trainable: vanilla, dflash, dspark-markov, "
+                          "dspark-rnn, medusa, mtp, eagle3");
     if (need_real_model()) {
-        put(cfg, "{\"drafter\": {\"name\": \"eagle-7\"}, \"out\": \"/tmp/x\"}");
-        expect_error(args, 1, "block drafter kind 'eagle-7' unknown");
         put(cfg, "{\"drafter\": {\"name\": \"dflash\", \"taps\": [99]}, \"out\": \"/tmp/x\"}");
         expect_error(args, 1, "'taps': layer 99 does not exist");
         /* issue 11 (5): a cache built from other settings is refused by field (d965422 trained on it) */

@@ -74,6 +74,43 @@ static void test_json_array_and_errors(void **state) {
     prompt_set_free(&s);
 }
 
+/* The prompts that come with the project load with no data root at all (a fresh clone), the first 8
+ * of each Spec-Bench category; a full-set name without its root says which bundled name to use; and
+ * where the full file is present, each bundled set is the full set's first 8, text for text. */
+static void test_bundled_sets(void **state) {
+    (void)state;
+    static const struct {
+        const char *name, *domain;
+    } sets[] = {{"sbmini-mt", "chat"}, {"sbmini-trans", "chat"}, {"sbmini-sum", "chat"},
+                {"sbmini-qa", "chat"}, {"sbmini-math", "math"},  {"sbmini-rag", "chat"}};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+        prompt_set s, full;
+        if (dataset_load(sets[i].name, "/nonexistent-root", 0, 0, &s)) fail_msg("%s: %s", sets[i].name, ds_errmsg());
+        assert_int_equal(s.n, 8);
+        assert_string_equal(s.v[0].domain, sets[i].domain);
+        assert_string_equal(s.v[0].dataset, sets[i].name);
+        if (i == 0)
+            for (int k = 0; k < s.n; k++) assert_non_null(s.v[k].text2);
+        if (i == 2) assert_non_null(strstr(s.v[0].text, "Summarize"));
+        char full_name[32];
+        snprintf(full_name, sizeof full_name, "sb-%s", sets[i].name + 7);
+        if (dataset_load(full_name, NULL, 8, 0, &full) == 0) {
+            assert_int_equal(full.n, 8);
+            for (int k = 0; k < 8; k++) {
+                assert_string_equal(s.v[k].text, full.v[k].text);
+                assert_int_equal(!s.v[k].text2, !full.v[k].text2);
+                if (s.v[k].text2) assert_string_equal(s.v[k].text2, full.v[k].text2);
+            }
+            prompt_set_free(&full);
+        } else
+            printf("  (the full %s is not under %s: compared counts only)\n", full_name, dataset_default_root());
+        prompt_set_free(&s);
+    }
+    prompt_set s;
+    assert_int_equal(dataset_load("sb-trans", "/nonexistent-root", 0, 0, &s), -1);
+    if (!strstr(ds_errmsg(), "'sbmini-trans'")) fail_msg("message \"%s\" does not name sbmini-trans", ds_errmsg());
+}
+
 static void test_shared_sets(void **state) {
     (void)state;
     struct stat st;
@@ -156,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_train_mix_and_overlap),
         cmocka_unit_test(test_malformed_lines),
         cmocka_unit_test(test_json_array_and_errors),
+        cmocka_unit_test(test_bundled_sets),
         cmocka_unit_test(test_shared_sets),
     };
     return cmocka_run_group_tests_name("datasets", tests, NULL, NULL);
