@@ -1,21 +1,76 @@
 /* info — what a model file holds, read through the same loader the runtime uses. */
+#include <cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/base/common.h"
 #include "../runtime/base/cpu_features.h"
 #include "../runtime/formats/quant.h"
+#include "../runtime/models.h"
 #include "../runtime/target.h"
 #include "args.h"
 #include "commands.h"
 
+/* the ids of every line's "text" (what scripts/check_tokenizer.py compares with an independent BPE) */
+static int tokenize_file(const char *model_path, const char *file) {
+    gguf_file g = {0};
+    tokenizer tk;
+    char path[4096];
+    const model_name *named;
+    int have_tk = 0, rc = -1, line = 0;
+    char *txt = NULL;
+    size_t n;
+    ivec ids = {0};
+    DS_TRY(model_resolve(model_path, path, sizeof path, &named));
+    DS_TRY(gguf_open(&g, path));
+    DS_CHECK(gguf_get(&g, "tokenizer.ggml.model") != NULL, "%s: the model has no tokenizer", path);
+    DS_TRY(tokenizer_load_gguf(&tk, &g));
+    have_tk = 1;
+    DS_TRY(ds_read_file(file, &txt, &n));
+    for (size_t start = 0; start < n;) {
+        char *nl = memchr(txt + start, '\n', n - start);
+        size_t end = nl ? (size_t)(nl - txt) : n;
+        line++;
+        if (end > start) {
+            cJSON *j = cJSON_ParseWithLength(txt + start, end - start);
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
+            if (!cJSON_IsString(t)) {
+                cJSON_Delete(j);
+                DS_CHECK(0, "%s:%d: not a JSON object with a \"text\" string", file, line);
+            }
+            ids.n = 0;
+            int e = tokenizer_encode(&tk, t->valuestring, strlen(t->valuestring), 0, &ids);
+            cJSON_Delete(j);
+            DS_TRY(e);
+            putchar('[');
+            for (int i = 0; i < ids.n; i++) printf("%s%d", i ? "," : "", ids.v[i]);
+            printf("]\n");
+        }
+        start = end + 1;
+    }
+    rc = 0;
+fail:
+    free(txt);
+    free(ids.v);
+    if (have_tk) tokenizer_free(&tk);
+    gguf_close(&g);
+    return rc;
+}
+
 int cmd_info(int argc, char **argv) {
     const char *pos[1];
     int npos;
-    opt_def opts[] = {OPT_END};
-    int rc = args_parse("info", "[MODEL]   (default: the embedded SmolLM2-135M-Instruct)", opts, argc, argv, pos, 1, &npos);
+    const char *tok_file = NULL;
+    opt_def opts[] = {
+        {"tokenize", OPT_STR, &tok_file, "FILE.jsonl",
+         "instead: the token ids of each line's \"text\" (plain text, no special tokens), one JSON array a line on stdout",
+         0, 0, 0},
+        OPT_END};
+    int rc = args_parse("info", "[MODEL]   (a name or a file; default: smollm2-135m)", opts, argc, argv, pos, 1, &npos);
     if (rc) return rc < 0 ? -1 : 0;
     const char *path = npos ? pos[0] : target_default_path();
+    if (tok_file) return tokenize_file(path, tok_file);
     target t;
     if (target_open(&t, path, &(backend_opts){.n_threads = 1})) return -1;
     const model *m = &t.m;

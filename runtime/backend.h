@@ -109,6 +109,8 @@ struct backend {
     int (*swiglu)(backend *, float *out, const float *gate, const float *up, size_t n);
     /* x[i] += y[i] */
     int (*add)(backend *, float *x, const float *y, size_t n);
+    /* x[r][c] += b[c] for rows r < n_rows of width C (qwen2's Q/K/V projection biases) */
+    int (*add_bias)(backend *, float *x, const float *b, int n_rows, int C);
     void (*destroy)(backend *);
 
     /* optional (NULL where the backend has none): */

@@ -975,6 +975,30 @@ static int cpu_add(backend *be, float *x, const float *y, size_t n) {
     return 0;
 }
 
+typedef struct {
+    float *x;
+    const float *b;
+    int n_rows, C;
+} bias_args;
+
+static void bias_part(void *arg, int tid, int nth) {
+    const bias_args *a = arg;
+    long r0, r1;
+    team_share(a->n_rows, tid, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *o = a->x + (size_t)r * (size_t)a->C;
+        const float *b = a->b;
+#pragma omp simd
+        for (int i = 0; i < a->C; i++) o[i] = o[i] + b[i];
+    }
+}
+
+static int cpu_add_bias(backend *be, float *x, const float *b, int n_rows, int C) {
+    bias_args a = {x, b, n_rows, C};
+    team_run(be, team_worth(be, n_rows, 64, 4), bias_part, &a);
+    return 0;
+}
+
 static void cpu_destroy(backend *be) {
     cpu_ctx *c = be->ctx;
     if (c) {
@@ -1042,6 +1066,7 @@ backend *backend_cpu_new(const backend_opts *o) {
     be->attention = cpu_attention;
     be->swiglu = cpu_swiglu;
     be->add = cpu_add;
+    be->add_bias = cpu_add_bias;
     be->destroy = cpu_destroy;
     be->session = cpu_session;
     return be;

@@ -372,12 +372,17 @@ static int model_vecs(const model *m, const float **v, int *len) {
             v[n] = L->q_norm, len[n++] = c->head_dim;
             v[n] = L->k_norm, len[n++] = c->head_dim;
         }
+        if (L->bq) {
+            v[n] = L->bq, len[n++] = c->n_heads * c->head_dim;
+            v[n] = L->bk, len[n++] = c->n_kv_heads * c->head_dim;
+            v[n] = L->bv, len[n++] = c->n_kv_heads * c->head_dim;
+        }
     }
     return n;
 }
 
 static int cuda_prepare(backend *be, const model *m) {
-    int cap = 2 + 7 * m->cfg.n_layers, vcap = 1 + 4 * m->cfg.n_layers, rc = -1;
+    int cap = 2 + 7 * m->cfg.n_layers, vcap = 1 + 7 * m->cfg.n_layers, rc = -1;
     const qmat **ws = ds_malloc(sizeof *ws * (size_t)cap, "weight list");
     const float **vs = ds_malloc(sizeof *vs * (size_t)vcap, "norm list");
     int *len = ds_malloc(sizeof *len * (size_t)vcap, "norm list");
@@ -427,7 +432,7 @@ static void cuda_forget_mats(backend *be, const qmat *const *W, int n) {
 }
 
 static void cuda_forget(backend *be, const model *m) {
-    int cap = 2 + 7 * m->cfg.n_layers, vcap = 1 + 4 * m->cfg.n_layers;
+    int cap = 2 + 7 * m->cfg.n_layers, vcap = 1 + 7 * m->cfg.n_layers;
     const qmat **ws = ds_malloc(sizeof *ws * (size_t)cap, "weight list");
     const float **vs = ds_malloc(sizeof *vs * (size_t)vcap, "norm list");
     int *len = ds_malloc(sizeof *len * (size_t)vcap, "norm list");
@@ -529,20 +534,36 @@ fail:
     return -1;
 }
 
-static int op_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
-    cuda_ctx *c = be->ctx;
+/* the device copy of a host vector of C floats (a norm's weights, a bias): kept at prepare, or
+ * uploaded now (a drafter's), after the previous user of the upload buffer is done */
+static int vec_dev(cuda_ctx *c, const float *w, int C, const char *what, const float **wd) {
     const dev_slot *s = slot_find(c, w);
-    const float *wd;
     if (s) {
-        DS_CHECK(s->cols == C, "rmsnorm: a norm of %d kept with %d entries", C, s->cols);
-        wd = s->dev;
-    } else { /* not given up front (a drafter's): uploaded now, after the previous user is done */
-        DS_TRY(eager(c));
-        DS_TRY(dev_reserve((void **)&c->ntmp, &c->ntmp_len, sizeof(float) * (size_t)C, "norm upload"));
-        DS_TRY(cu_ok(cudaMemcpy(c->ntmp, w, sizeof(float) * (size_t)C, cudaMemcpyHostToDevice), "norm upload"));
-        wd = c->ntmp;
+        DS_CHECK(s->cols == C, "%s: a vector of %d kept with %d entries", what, C, s->cols);
+        *wd = s->dev;
+        return 0;
     }
+    DS_TRY(eager(c));
+    DS_TRY(dev_reserve((void **)&c->ntmp, &c->ntmp_len, sizeof(float) * (size_t)C, "vector upload"));
+    DS_TRY(cu_ok(cudaMemcpy(c->ntmp, w, sizeof(float) * (size_t)C, cudaMemcpyHostToDevice), "vector upload"));
+    *wd = c->ntmp;
+    return 0;
+fail:
+    return -1;
+}
+
+static int op_rmsnorm(backend *be, float *out, const float *x, const float *w, int n_rows, int C, float eps) {
+    const float *wd;
+    DS_TRY(vec_dev(be->ctx, w, C, "rmsnorm", &wd));
     return kc_ok(kc_rmsnorm(out, x, wd, n_rows, C, eps));
+fail:
+    return -1;
+}
+
+static int op_add_bias(backend *be, float *x, const float *b, int n_rows, int C) {
+    const float *bd;
+    DS_TRY(vec_dev(be->ctx, b, C, "add_bias", &bd));
+    return kc_ok(kc_add_bias(x, bd, n_rows, C));
 fail:
     return -1;
 }
@@ -788,6 +809,12 @@ static int cuda_add(backend *be, float *x, const float *y, size_t n) {
     prof_end(be->ctx, P_ADD);
     return rc;
 }
+static int cuda_add_bias(backend *be, float *x, const float *b, int n_rows, int C) {
+    prof_begin(be->ctx);
+    int rc = op_add_bias(be, x, b, n_rows, C);
+    prof_end(be->ctx, P_ADD);
+    return rc;
+}
 static int cuda_copy(backend *be, void *dst, const void *src, size_t n) {
     prof_begin(be->ctx);
     int rc = op_copy(be, dst, src, n);
@@ -883,6 +910,7 @@ backend *backend_cuda_new(const backend_opts *o) {
     be->attention = cuda_attention;
     be->swiglu = cuda_swiglu;
     be->add = cuda_add;
+    be->add_bias = cuda_add_bias;
     be->fill_random = cuda_fill_random;
     be->bandwidth = cuda_bandwidth;
     be->session = cuda_session;

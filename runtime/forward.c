@@ -145,6 +145,11 @@ static int forward_body(void *arg) {
             const qmat *ws[3] = {&L->wq, &L->wk, &L->wv};
             DS_TRY(be->matmul(be, 3, outs, ws, st->xb, T));
         }
+        if (L->bq) { /* qwen2: the projections' biases, before RoPE */
+            DS_TRY(be->add_bias(be, st->q, L->bq, T, nh * hd));
+            DS_TRY(be->add_bias(be, st->k, L->bk, T, nkv * hd));
+            DS_TRY(be->add_bias(be, st->v, L->bv, T, nkv * hd));
+        }
         if (L->q_norm) {
             DS_TRY(be->rmsnorm(be, st->q, st->q, L->q_norm, T * nh, hd, c->norm_eps));
             DS_TRY(be->rmsnorm(be, st->k, st->k, L->k_norm, T * nkv, hd, c->norm_eps));

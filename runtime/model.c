@@ -11,7 +11,7 @@
 #include "formats/quant.h"
 #include "jcfg.h"
 
-const char *model_arch_name(model_arch a) { return a == ARCH_QWEN3 ? "qwen3" : "llama"; }
+const char *model_arch_name(model_arch a) { return a == ARCH_QWEN3 ? "qwen3" : a == ARCH_QWEN2 ? "qwen2" : "llama"; }
 
 static int own(model *m, void *p) {
     void **n = ds_realloc(m->owned, sizeof(void *) * (size_t)(m->n_owned + 1), "model buffers");
@@ -183,7 +183,8 @@ int model_load_gguf(model *m, const char *path) {
     memcpy(arch, as, al);
     if (strcmp(arch, "llama") == 0) c->arch = ARCH_LLAMA;
     else if (strcmp(arch, "qwen3") == 0) c->arch = ARCH_QWEN3;
-    else DS_CHECK(0, "%s: architecture '%s' is not supported (supported: llama, qwen3)", path, arch);
+    else if (strcmp(arch, "qwen2") == 0) c->arch = ARCH_QWEN2;
+    else DS_CHECK(0, "%s: architecture '%s' is not supported (supported: llama, qwen2, qwen3)", path, arch);
 
     DS_TRY(hp_int(m, arch, "embedding_length", -1, 65536, &c->dim));
     DS_TRY(hp_int(m, arch, "block_count", -1, 512, &c->n_layers));
@@ -217,7 +218,7 @@ int model_load_gguf(model *m, const char *path) {
             DS_TRY(hp_float(m, arch, "rope.scaling.factor", 1.0, &c->rope_scale));
         }
     }
-    c->rope_neox = c->arch == ARCH_QWEN3; /* llama.cpp: LLAMA uses NORM rope, QWEN3 uses NEOX */
+    c->rope_neox = c->arch != ARCH_LLAMA; /* llama.cpp: LLAMA uses NORM rope, QWEN2 and QWEN3 NEOX */
     const gguf_tensor *emb = gguf_find_tensor(&m->gguf, "token_embd.weight");
     DS_CHECK(emb != NULL, "%s: missing tensor 'token_embd.weight'", path);
     DS_CHECK(emb->n_dims == 2 && emb->ne[1] > 0 && emb->ne[1] <= (1 << 22), "%s: token_embd.weight has a bad shape", path);
@@ -252,6 +253,13 @@ int model_load_gguf(model *m, const char *path) {
             DS_TRY(gguf_vec(m, NAME("attn_k_norm"), c->head_dim, &L->k_norm, 1));
         }
 #undef NAME
+#define BIAS(s) (snprintf(n, sizeof n, "blk.%d.%s.bias", l, s), n)
+        if (c->arch == ARCH_QWEN2) {
+            DS_TRY(gguf_vec(m, BIAS("attn_q"), q, &L->bq, 1));
+            DS_TRY(gguf_vec(m, BIAS("attn_k"), kv, &L->bk, 1));
+            DS_TRY(gguf_vec(m, BIAS("attn_v"), kv, &L->bv, 1));
+        }
+#undef BIAS
     }
     set_fingerprint(m, m->gguf.image, (size_t)m->gguf.data_offset, m->gguf.size);
     m->format = 0;
@@ -346,7 +354,8 @@ int model_load_safetensors(model *m, const char *dir) {
     DS_CHECK(cJSON_IsString(mt), "%s: no 'model_type' string", path);
     if (strcmp(mt->valuestring, "llama") == 0) c->arch = ARCH_LLAMA;
     else if (strcmp(mt->valuestring, "qwen3") == 0) c->arch = ARCH_QWEN3;
-    else DS_CHECK(0, "%s: model_type '%s' is not supported (supported: llama, qwen3)", path, mt->valuestring);
+    else if (strcmp(mt->valuestring, "qwen2") == 0) c->arch = ARCH_QWEN2; /* q/k/v biases always, no attention_bias key */
+    else DS_CHECK(0, "%s: model_type '%s' is not supported (supported: llama, qwen2, qwen3)", path, mt->valuestring);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
     DS_CHECK(!act || (cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0),
              "%s: hidden_act must be 'silu'", path);
@@ -403,6 +412,13 @@ int model_load_safetensors(model *m, const char *dir) {
             DS_TRY(st_vec(m, NAME("self_attn.k_norm"), c->head_dim, &L->k_norm));
         }
 #undef NAME
+#define BIAS(s) (snprintf(n, sizeof n, "model.layers.%d.%s.bias", l, s), n)
+        if (c->arch == ARCH_QWEN2) {
+            DS_TRY(st_vec(m, BIAS("self_attn.q_proj"), q, &L->bq));
+            DS_TRY(st_vec(m, BIAS("self_attn.k_proj"), kv, &L->bk));
+            DS_TRY(st_vec(m, BIAS("self_attn.v_proj"), kv, &L->bv));
+        }
+#undef BIAS
     }
     {
         uint64_t hl;
@@ -464,7 +480,10 @@ int model_check_finite(const model *m) {
         const qmat *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         static const char *names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
         if (vec_finite(L->attn_norm, c->dim, p, "attn_norm", l) || vec_finite(L->ffn_norm, c->dim, p, "ffn_norm", l) ||
-            vec_finite(L->q_norm, c->head_dim, p, "attn_q_norm", l) || vec_finite(L->k_norm, c->head_dim, p, "attn_k_norm", l))
+            vec_finite(L->q_norm, c->head_dim, p, "attn_q_norm", l) || vec_finite(L->k_norm, c->head_dim, p, "attn_k_norm", l) ||
+            vec_finite(L->bq, c->n_heads * c->head_dim, p, "attn_q.bias", l) ||
+            vec_finite(L->bk, c->n_kv_heads * c->head_dim, p, "attn_k.bias", l) ||
+            vec_finite(L->bv, c->n_kv_heads * c->head_dim, p, "attn_v.bias", l))
             goto done;
         for (int i = 0; i < 7; i++)
             if (qmat_finite(ws[i], row, p, names[i], l)) goto done;
@@ -525,6 +544,7 @@ uint64_t model_n_params(const model *m) {
     uint64_t q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
     uint64_t per = 2 * (uint64_t)c->dim + 2 * q * c->dim + 2 * kv * c->dim + 3 * (uint64_t)c->dim * c->hidden_dim;
     if (c->arch == ARCH_QWEN3) per += 2 * (uint64_t)c->head_dim;
+    if (c->arch == ARCH_QWEN2) per += q + 2 * kv;
     uint64_t n = per * (uint64_t)c->n_layers + (uint64_t)c->vocab_size * c->dim + c->dim;
     if (!c->tied) n += (uint64_t)c->vocab_size * c->dim;
     return n;

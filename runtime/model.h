@@ -1,4 +1,4 @@
-/* model.h — transformer configuration and weights (Llama family and Qwen3), loaded from GGUF or
+/* model.h — transformer configuration and weights (Llama family, Qwen2 and Qwen3), loaded from GGUF or
  * from safetensors + HF config.json.
  *
  * Weight matrices stay in their file format (a GGUF Q4_1 matrix is used as Q4_1: the backend
@@ -12,7 +12,8 @@
 #include "formats/quant.h"
 #include "formats/safetensors.h"
 
-typedef enum { ARCH_LLAMA = 0, ARCH_QWEN3 = 1 } model_arch;
+/* qwen2 = the Llama block + F32 biases on the Q, K and V projections, NEOX RoPE, untied head */
+typedef enum { ARCH_LLAMA = 0, ARCH_QWEN3 = 1, ARCH_QWEN2 = 2 } model_arch;
 
 typedef struct {
     model_arch arch;
@@ -32,6 +33,7 @@ typedef struct {
 typedef struct {
     float *attn_norm, *ffn_norm; /* [dim] */
     float *q_norm, *k_norm;      /* [head_dim], Qwen3 only */
+    float *bq, *bk, *bv;         /* [n_heads*hd], [n_kv*hd], [n_kv*hd]: Qwen2 only (added before RoPE) */
     qmat wq, wk, wv, wo;         /* [n_heads*hd][dim], [n_kv*hd][dim], [n_kv*hd][dim], [dim][n_heads*hd] */
     qmat w_gate, w_up, w_down;   /* [hidden][dim], [hidden][dim], [dim][hidden] */
 } layer_weights;

@@ -46,7 +46,7 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
     rng_seed(&r, seed);
     gguf_writer g;
     gw_init(&g);
-    const char *arch = s->qwen3 ? "qwen3" : "llama";
+    const char *arch = s->family == 1 ? "qwen3" : s->family == 2 ? "qwen2" : "llama";
     char k[128];
     int hd = s->dim / s->n_heads, q = s->n_heads * hd, kv = s->n_kv_heads * hd;
     gw_kv_str(&g, "general.architecture", arch);
@@ -94,7 +94,20 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
         put_mat(&g, NM("ffn_up"), s->mat_type, s->dim, s->hidden, w);
         randn_fill(&r, w, (size_t)s->dim * s->hidden, 1.0f / sqrtf((float)s->hidden));
         put_mat(&g, NM("ffn_down"), s->mat_type, s->hidden, s->dim, w);
-        if (s->qwen3) {
+        if (s->family == 2) { /* biases large enough that a forward without them is far off */
+            char b[96];
+            int64_t neq[1] = {q}, nek[1] = {kv};
+            randn_fill(&r, w, (size_t)q, 0.5f);
+            snprintf(b, sizeof b, "blk.%d.attn_q.bias", l);
+            gw_tensor(&g, b, GGML_F32, 1, neq, w, (size_t)q * 4);
+            randn_fill(&r, w, (size_t)kv, 0.5f);
+            snprintf(b, sizeof b, "blk.%d.attn_k.bias", l);
+            gw_tensor(&g, b, GGML_F32, 1, nek, w, (size_t)kv * 4);
+            randn_fill(&r, w, (size_t)kv, 0.5f);
+            snprintf(b, sizeof b, "blk.%d.attn_v.bias", l);
+            gw_tensor(&g, b, GGML_F32, 1, nek, w, (size_t)kv * 4);
+        }
+        if (s->family == 1) {
             int64_t neh[1] = {hd};
             for (int i = 0; i < hd; i++) w[i] = 1.0f + 0.2f * (float)(rng_uniform(&r) - 0.5);
             gw_tensor(&g, NM("attn_q_norm"), GGML_F32, 1, neh, w, (size_t)hd * 4);
@@ -102,6 +115,10 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
             gw_tensor(&g, NM("attn_k_norm"), GGML_F32, 1, neh, w, (size_t)hd * 4);
         }
 #undef NM
+    }
+    if (s->family == 2) { /* qwen2's head is its own matrix */
+        randn_fill(&r, w, (size_t)s->vocab * s->dim, s->emb_scale > 0 ? s->emb_scale : 0.5f);
+        put_mat(&g, "output.weight", s->emb_type, s->dim, s->vocab, w);
     }
     free(w);
     uint8_t *img = gw_finish(&g, size);

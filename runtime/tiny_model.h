@@ -1,4 +1,4 @@
-/* tiny_model.h — random Llama / Qwen3 models small enough to build in memory: the forward tests,
+/* tiny_model.h — random Llama / Qwen2 / Qwen3 models small enough to build in memory: the forward tests,
  * the training tests and the losslessness gate's model-backed worlds use them. */
 #ifndef DS_TINY_MODEL_H
 #define DS_TINY_MODEL_H
@@ -10,7 +10,7 @@ typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, hidden, vocab;
     uint32_t mat_type;   /* GGML_F32, GGML_Q4_1 or GGML_Q8_0 for the layer matrices */
     uint32_t emb_type;
-    int qwen3;           /* per-head q/k norms */
+    int family;          /* 0 llama; 1 qwen3 (per-head q/k norms); 2 qwen2 (q/k/v biases, an untied head) */
     float rope_base;
     float emb_scale;     /* std of the (tied) embedding; 0: 0.5. Smaller: flatter output laws */
 } tiny_spec;

@@ -211,8 +211,10 @@ int tokenizer_load_gguf(tokenizer *tk, const gguf_file *g) {
             tk->pre = PRE_SMOLLM;
         else if (strcmp(tk->pre_name, "gpt-2") == 0 || strcmp(tk->pre_name, "default") == 0)
             tk->pre = PRE_GPT2;
+        else if (strcmp(tk->pre_name, "qwen2") == 0)
+            tk->pre = PRE_QWEN2;
         else
-            DS_CHECK(0, "%s: pre-tokenizer '%s' is not supported (supported: smollm, starcoder, gpt-2)", g->name,
+            DS_CHECK(0, "%s: pre-tokenizer '%s' is not supported (supported: smollm, starcoder, gpt-2, qwen2)", g->name,
                      tk->pre_name);
     }
     const gguf_value *toks = gguf_get(g, "tokenizer.ggml.tokens");
@@ -438,9 +440,73 @@ done:
     return rc;
 }
 
-/* GPT-2 pre-tokenizer regex, hand-coded over code points of one fragment:
+#define CAT(i) ((i) >= m ? 0 : is_space(cp[i]) ? 1 : is_letter(cp[i]) ? 2 : is_number(cp[i]) ? 3 : 4)
+
+/* GPT-2 pre-tokenizer regex, hand-coded over the code points cp[0..m); the end of the word at i:
  *   's|'t|'re|'ve|'m|'ll|'d | ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+ | \s+(?!\S) | \s+        */
-static int split_gpt2(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out) {
+static size_t word_gpt2(const uint32_t *cp, size_t m, size_t i) {
+    size_t j = i;
+    uint32_t c = cp[i];
+    if (c == '\'' && i + 1 < m) {
+        uint32_t d = cp[i + 1], e = i + 2 < m ? cp[i + 2] : 0;
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+    }
+    size_t k = i + (c == ' ' && i + 1 < m && CAT(i + 1) != 1 ? 1 : 0); /* optional leading space */
+    int cat = CAT(k);
+    if (cat == 2 || cat == 3 || cat == 4) {
+        j = k;
+        while (j < m && CAT(j) == cat) j++;
+        return j;
+    }
+    size_t w = i;
+    while (w < m && CAT(w) == 1) w++;
+    if (w - i > 1 && w < m) return w - 1; /* \s+(?!\S): leave the last space to the next word */
+    return w > i ? w : i + 1;              /* \s+ */
+}
+
+static int is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
+static uint32_t lower_ascii(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Qwen2's pre-tokenizer regex (its tokenizer.json; llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2), in order:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N} | ?[^\s\p{L}\p{N}]+[\r\n]* |
+ *   \s*[\r\n]+ | \s+(?!\S) | \s+
+ * A digit is always a word of its own; a letter run takes one leading non-letter that is not a line
+ * break (a space, a tab, a quote); punctuation keeps the line breaks that follow it. */
+static size_t word_qwen2(const uint32_t *cp, size_t m, size_t i) {
+    uint32_t c = cp[i];
+    if (c == '\'' && i + 1 < m) {
+        uint32_t d = lower_ascii(cp[i + 1]), e = i + 2 < m ? lower_ascii(cp[i + 2]) : 0;
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+    }
+    int cat = CAT(i);
+    if (cat == 2 || (cat != 3 && !is_crlf(c) && CAT(i + 1) == 2)) { /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+        size_t j = cat == 2 ? i : i + 1;
+        while (j < m && CAT(j) == 2) j++;
+        return j;
+    }
+    if (cat == 3) return i + 1; /* \p{N} */
+    size_t k = i + (c == ' ' && CAT(i + 1) == 4 ? 1 : 0);
+    if (CAT(k) == 4) { /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
+        size_t j = k;
+        while (j < m && CAT(j) == 4) j++;
+        while (j < m && is_crlf(cp[j])) j++;
+        return j;
+    }
+    /* whitespace from i (cat == 1 here) */
+    size_t w = i, last_nl = m;
+    while (w < m && CAT(w) == 1) {
+        if (is_crlf(cp[w])) last_nl = w;
+        w++;
+    }
+    if (last_nl < m) return last_nl + 1;   /* \s*[\r\n]+: through the last line break of the run */
+    if (w - i > 1 && w < m) return w - 1;  /* \s+(?!\S) */
+    return w > i ? w : i + 1;              /* \s+ */
+}
+
+/* Split one fragment into words by the file's pre-tokenizer and BPE each. */
+static int split_words(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out) {
     /* decode once: code points and their byte offsets */
     size_t cap = n + 1, m = 0;
     uint32_t *cp = ds_malloc(sizeof(uint32_t) * cap, "code points");
@@ -455,35 +521,13 @@ static int split_gpt2(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out
     off[m] = n;
     /* invalid bytes were read as U+FFFD: re-encode words from code points, as llama.cpp does */
     DS_TRYP(fix = ds_malloc(4 * m + 4, "word buffer"));
-#define CAT(i) ((i) >= m ? 0 : is_space(cp[i]) ? 1 : is_letter(cp[i]) ? 2 : is_number(cp[i]) ? 3 : 4)
     for (size_t i = 0; i < m;) {
-        size_t j = i;
-        uint32_t c = cp[i];
-        if (c == '\'' && i + 1 < m) {
-            uint32_t d = cp[i + 1], e = i + 2 < m ? cp[i + 2] : 0;
-            if (d == 's' || d == 't' || d == 'm' || d == 'd') j = i + 2;
-            else if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) j = i + 3;
-        }
-        if (j == i) {
-            size_t k = i + (c == ' ' && i + 1 < m && CAT(i + 1) != 1 ? 1 : 0); /* optional leading space */
-            int cat = CAT(k);
-            if (cat == 2 || cat == 3 || cat == 4) {
-                j = k;
-                while (j < m && CAT(j) == cat) j++;
-            } else {
-                size_t w = i;
-                while (w < m && CAT(w) == 1) w++;
-                if (w - i > 1 && w < m) j = w - 1; /* \s+(?!\S): leave the last space to the next word */
-                else if (w > i) j = w;              /* \s+ */
-                else j = i + 1;
-            }
-        }
+        size_t j = tk->pre == PRE_QWEN2 ? word_qwen2(cp, m, i) : word_gpt2(cp, m, i);
         size_t fl = 0;
         for (size_t k = i; k < j; k++) fl += (size_t)utf8_put(cp[k], (char *)fix + fl);
         if (bpe_word(tk, fix, fl, out)) goto done;
         i = j;
     }
-#undef CAT
     rc = 0;
 fail:
 done:
@@ -492,22 +536,23 @@ done:
     free(fix);
     return rc;
 }
+#undef CAT
 
 /* Pre-tokenize one text piece (no special tokens inside) and BPE every word. */
 static int encode_piece(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out) {
-    if (tk->pre != PRE_SMOLLM) return split_gpt2(tk, s, n, out);
+    if (tk->pre != PRE_SMOLLM) return split_words(tk, s, n, out);
     /* smollm: every \p{N} code point becomes its own fragment first */
     size_t start = 0;
     for (size_t i = 0; i < n;) {
         size_t at = i;
         uint32_t c = utf8_next(s, n, &i);
         if (is_number(c)) {
-            if (at > start && split_gpt2(tk, s + start, at - start, out)) return -1;
-            if (split_gpt2(tk, s + at, i - at, out)) return -1;
+            if (at > start && split_words(tk, s + start, at - start, out)) return -1;
+            if (split_words(tk, s + at, i - at, out)) return -1;
             start = i;
         }
     }
-    if (n > start) return split_gpt2(tk, s + start, n - start, out);
+    if (n > start) return split_words(tk, s + start, n - start, out);
     return 0;
 }
 
@@ -601,21 +646,24 @@ int chat_template_init(chat_template *ct, const tokenizer *tk) {
         return 0;
     }
     ct->family = 1;
-    /* a default system message appears as a literal '<|im_start|>system\n...<|im_end|>' */
-    const char *p = strstr(t, "<|im_start|>system\\n");
-    size_t skip = 20;
-    if (!p) {
-        p = strstr(t, "<|im_start|>system\n");
-        skip = 19;
-    }
-    if (p) {
-        const char *q = strstr(p, "<|im_end|>");
-        if (q && q > p + skip && !memchr(p + skip, '{', (size_t)(q - p - skip)) && !memchr(p + skip, '+', (size_t)(q - p - skip))) {
-            ct->default_system = ds_strndup(p + skip, (size_t)(q - p - skip), "system message");
-            if (!ct->default_system) return -1;
+    /* a default system message appears as a literal '<|im_start|>system\n...<|im_end|>': the first
+     * such literal of the template (Qwen's has two other '<|im_start|>system' before it, one for tool
+     * use and one followed by the caller's message) */
+    for (int form = 0; form < 2 && !ct->default_system; form++) {
+        const char *mark = form == 0 ? "<|im_start|>system\\n" : "<|im_start|>system\n";
+        size_t skip = strlen(mark);
+        for (const char *p = strstr(t, mark); p; p = strstr(p + 1, mark)) {
+            const char *q = strstr(p, "<|im_end|>");
+            if (q && q > p + skip && !memchr(p + skip, '{', (size_t)(q - p - skip)) &&
+                !memchr(p + skip, '+', (size_t)(q - p - skip))) {
+                DS_TRYP(ct->default_system = ds_strndup(p + skip, (size_t)(q - p - skip), "system message"));
+                break;
+            }
         }
     }
     return 0;
+fail:
+    return -1;
 }
 
 void chat_template_free(chat_template *ct) {

@@ -451,6 +451,8 @@ static void test_forward_tiny(void **state) {
     forward_case(&q41, "cuda-q41.gguf", gpu, cpu, 0);
     forward_case(&f32, "cuda-f32.gguf", gpu, cpu, 0);
     forward_case(&qwen, "cuda-qwen3.gguf", gpu, cpu, 0);
+    const tiny_spec qwen2 = {128, 3, 4, 2, 256, 500, GGML_Q8_0, GGML_Q8_0, 2, 1000000.0f}; /* q/k/v biases */
+    forward_case(&qwen2, "cuda-qwen2.gguf", gpu, cpu, 0);
 }
 
 /* Each forward captured and run as a CUDA graph (DSPARK_CUDA_GRAPH) against the same kernels launched

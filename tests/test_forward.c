@@ -24,6 +24,7 @@ typedef struct {
 static const tiny_spec SPEC_Q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
 static const tiny_spec SPEC_F32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
 static const tiny_spec SPEC_QWEN = {64, 2, 4, 1, 96, 300, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
+static const tiny_spec SPEC_QWEN2 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 2, 1000000.0f};
 /* three KV heads on two threads: two whole (request, head) pairs and one cut in slices */
 static const tiny_spec SPEC_KV3 = {96, 2, 6, 3, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
 
@@ -98,6 +99,9 @@ static void naive_forward(const model *m, const int *tok, int T, double *logits 
             matvec(&L->wq, xb, Q + (size_t)t * nh * hd);
             matvec(&L->wk, xb, K + (size_t)t * nkv * hd);
             matvec(&L->wv, xb, Vv + (size_t)t * nkv * hd);
+            for (int i = 0; L->bq && i < nh * hd; i++) Q[(size_t)t * nh * hd + i] += L->bq[i];
+            for (int i = 0; L->bk && i < nkv * hd; i++) K[(size_t)t * nkv * hd + i] += L->bk[i];
+            for (int i = 0; L->bv && i < nkv * hd; i++) Vv[(size_t)t * nkv * hd + i] += L->bv[i];
             for (int h = 0; h < nh + nkv; h++) {
                 double *v = h < nh ? Q + ((size_t)t * nh + h) * hd : K + ((size_t)t * nkv + h - nh) * hd;
                 if (L->q_norm) rmsnorm_d(v, h < nh ? L->q_norm : L->k_norm, hd, c->norm_eps, v);
@@ -175,6 +179,16 @@ static void check_against_naive(const tiny_spec *s, const char *name) {
 static void test_naive_reference_f32(void **state) { (void)state; check_against_naive(&SPEC_F32, "f32.gguf"); }
 static void test_naive_reference_q41(void **state) { (void)state; check_against_naive(&SPEC_Q41, "q41.gguf"); }
 static void test_naive_reference_qwen3(void **state) { (void)state; check_against_naive(&SPEC_QWEN, "qwen.gguf"); }
+/* qwen2: the Q/K/V biases before RoPE, NEOX pairs, the untied head */
+static void test_naive_reference_qwen2(void **state) {
+    (void)state;
+    check_against_naive(&SPEC_QWEN2, "qwen2.gguf");
+    fixture *f = open_tiny(&SPEC_QWEN2, 11, "qwen2-shape.gguf");
+    assert_int_equal(f->m.cfg.arch, ARCH_QWEN2);
+    assert_true(f->m.cfg.rope_neox && !f->m.cfg.tied && f->m.output.data != f->m.tok_embd.data);
+    assert_non_null(f->m.layers[1].bv);
+    close_tiny(f);
+}
 
 /* ------------------------------------------------------------------------------- invariants */
 
@@ -519,6 +533,7 @@ int main(void) {
         cmocka_unit_test(test_naive_reference_f32),
         cmocka_unit_test(test_naive_reference_q41),
         cmocka_unit_test(test_naive_reference_qwen3),
+        cmocka_unit_test(test_naive_reference_qwen2),
         cmocka_unit_test(test_batch_equals_single),
         cmocka_unit_test(test_int8_same_on_every_path),
         cmocka_unit_test(test_crop_then_refeed),

@@ -1,4 +1,4 @@
-/* test_quant — dequantization of F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K and Q6_K against gguf-py's
+/* test_quant — dequantization of F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K and Q5_0 against gguf-py's
  * independent decoders (tests/fixtures/dequant.json, made by tests/ref/make_fixtures.py), the
  * vectorised decoders against the scalar ones, and the type table. */
 #include "testutil.h"
@@ -43,7 +43,7 @@ static void test_against_gguf_py(void **state) {
         free(bytes);
         seen++;
     }
-    assert_int_equal(seen, 7);
+    assert_int_equal(seen, 8);
     cJSON_Delete(j);
 }
 

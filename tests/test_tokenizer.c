@@ -189,12 +189,12 @@ static void byte_text(int b, char *o) {
     }
 }
 
-static int build_tok(tokenizer *tk, const char *const *extra, int n_extra, const char *const *merges, int n_merges,
-                     const int32_t *types, int dup) {
+static int build_tok_pre(tokenizer *tk, const char *pre, const char *const *extra, int n_extra, const char *const *merges,
+                         int n_merges, const int32_t *types, int dup) {
     gguf_builder g;
     gb_init(&g);
     gb_str(&g, "tokenizer.ggml.model", "gpt2");
-    gb_str(&g, "tokenizer.ggml.pre", "gpt-2");
+    gb_str(&g, "tokenizer.ggml.pre", pre);
     int n = 256 + n_extra;
     char **toks = malloc(sizeof(char *) * (size_t)n);
     for (int b = 0; b < 256; b++) {
@@ -217,6 +217,108 @@ static int build_tok(tokenizer *tk, const char *const *extra, int n_extra, const
     for (int i = 0; i < n; i++) free(toks[i]);
     free(toks);
     return rc;
+}
+
+static int build_tok(tokenizer *tk, const char *const *extra, int n_extra, const char *const *merges, int n_merges,
+                     const int32_t *types, int dup) {
+    return build_tok_pre(tk, "gpt-2", extra, n_extra, merges, n_merges, types, dup);
+}
+
+/* the tokens and merges that build `word` left to right, byte by byte (each prefix a token) */
+static void add_chain(const char *word, char **extra, int *n_extra, char **merges, int *n_merges) {
+    char prefix[256] = "", piece[8];
+    for (size_t i = 0; word[i]; i++) {
+        byte_text((unsigned char)word[i], piece);
+        if (i > 0) {
+            char next[256], m[520];
+            snprintf(next, sizeof next, "%s%s", prefix, piece);
+            snprintf(m, sizeof m, "%s %s", prefix, piece);
+            int have = 0;
+            for (int k = 0; k < *n_extra; k++) have |= strcmp(extra[k], next) == 0;
+            if (!have) {
+                extra[(*n_extra)++] = strdup(next);
+                merges[(*n_merges)++] = strdup(m);
+            }
+        }
+        strncat(prefix, piece, sizeof prefix - strlen(prefix) - 1);
+    }
+}
+
+/* Qwen2's pre-tokenizer, word by word: every expected word is one token of the vocabulary built
+ * here, and so are the words a wrong split would make (digits grouped, a space or a line break
+ * joined to what follows, a case-sensitive contraction), so any wrong boundary changes the ids. */
+static void test_qwen2_pretokenizer(void **state) {
+    (void)state;
+    static const char *const want[] = {"x", "'S", "\tfoo", " ", "1", "2", " ", " bar", "\n\n", "baz", ".\n\n", "y",
+                                       "   \n", " ", " z", "q", "\n", "w", "'LL", "ama", "!!", "  "};
+    static const char *const wrong[] = {"12", " 1", " 12", "\nw", "\n\nbaz", "\tf", "'", "S", "   \n ", "!!  ", "'LLama"};
+    const char *text = "x'S\tfoo 12  bar\n\nbaz.\n\ny   \n  zq\nw'LLama!!  ";
+    char *extra[256], *merges[256];
+    int ne = 0, nm = 0;
+    /* the wrong words' merges rank first: a wrong word becomes its own token, never the right pieces
+     * (".\n\n" before all: its merges must outrank "\n\n"'s for the word to be one token) */
+    add_chain(".\n\n", extra, &ne, merges, &nm);
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) add_chain(wrong[i], extra, &ne, merges, &nm);
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) add_chain(want[i], extra, &ne, merges, &nm);
+    tokenizer tk;
+    assert_int_equal(build_tok_pre(&tk, "qwen2", (const char *const *)extra, ne, (const char *const *)merges, nm, NULL, 0), 0);
+    ivec out = {0};
+    assert_int_equal(tokenizer_encode(&tk, text, strlen(text), 0, &out), 0);
+    char got[1024] = "", exp[1024] = "";
+    for (int i = 0; i < out.n; i++) {
+        char p[64];
+        int w = tokenizer_piece(&tk, out.v[i], 1, p, sizeof p - 1);
+        p[w > 0 ? w : 0] = 0;
+        strncat(got, p, sizeof got - strlen(got) - 2);
+        strcat(got, "|");
+    }
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        strncat(exp, want[i], sizeof exp - strlen(exp) - 2);
+        strcat(exp, "|");
+    }
+    if (strcmp(got, exp) != 0) fail_msg("qwen2 words:\n got  %s\n want %s", got, exp);
+    /* the same vocabulary under GPT-2's rules splits differently (the test can see a wrong rule) */
+    tokenizer g2;
+    assert_int_equal(build_tok_pre(&g2, "gpt-2", (const char *const *)extra, ne, (const char *const *)merges, nm, NULL, 0), 0);
+    ivec o2 = {0};
+    assert_int_equal(tokenizer_encode(&g2, text, strlen(text), 0, &o2), 0);
+    assert_true(o2.n != out.n || memcmp(o2.v, out.v, sizeof(int) * (size_t)out.n) != 0);
+    ivec_free(&out), ivec_free(&o2);
+    tokenizer_free(&tk), tokenizer_free(&g2);
+    for (int i = 0; i < ne; i++) free(extra[i]);
+    for (int i = 0; i < nm; i++) free(merges[i]);
+}
+
+/* Qwen's chat template: its default system message is the literal after two other
+ * '<|im_start|>system' (tool use, the caller's own), and a conversation renders as Qwen's does */
+static void test_qwen_chat_template(void **state) {
+    (void)state;
+    tokenizer tk;
+    const char *extra[] = {"ab", "<|im_start|>", "<|im_end|>"}, *merges[] = {"a b"};
+    int32_t *types = malloc(sizeof(int32_t) * 259);
+    for (int i = 0; i < 259; i++) types[i] = i >= 257 ? 3 : 1; /* the markers are control tokens */
+    assert_int_equal(build_tok(&tk, extra, 3, merges, 1, NULL, 0), 0);
+    free(types);
+    free(tk.chat_template);
+    tk.chat_template = strdup(
+        "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+        "        {{- messages[0]['content'] }}\n    {%- else %}\n        {{- 'You are Qwen, created by Alibaba Cloud. You "
+        "are a helpful assistant.' }}\n    {%- endif %}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+        "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+        "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+        "    {%- endif %}\n{%- endif %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n");
+    chat_template ct;
+    assert_int_equal(chat_template_init(&ct, &tk), 0);
+    assert_int_equal(ct.family, 1);
+    assert_non_null(ct.default_system);
+    assert_string_equal(ct.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    chat_msg m = {"user", "ab"};
+    char *r = chat_render(&ct, &m, 1, 1);
+    assert_string_equal(r, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                           "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n");
+    free(r);
+    chat_template_free(&ct);
+    tokenizer_free(&tk);
 }
 
 static void test_merge_priority(void **state) {
@@ -303,6 +405,8 @@ int main(void) {
         cmocka_unit_test(test_merge_priority),
         cmocka_unit_test(test_malformed_metadata),
         cmocka_unit_test(test_unknown_chat_template),
+        cmocka_unit_test(test_qwen2_pretokenizer),
+        cmocka_unit_test(test_qwen_chat_template),
     };
     int fails = cmocka_run_group_tests_name("tokenizer (built vocabularies)", local, NULL, NULL);
     return fails + cmocka_run_group_tests_name("tokenizer (SmolLM2 vs llama.cpp)", tests, setup_real, teardown_real);

@@ -97,6 +97,23 @@ static void dequant_bf16(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* Q5_0: 5-bit codes, the low nibbles as Q4_0 (element j in the low half of byte j, j + 16 in the
+ * high half) and the fifth bits in qh (bit j for element j), value (code - 16) * d */
+static void dequant_q5_0(const void *src, float *dst, int64_t n) {
+    const block_q5_0 *b = src;
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = ds_f16_to_f32(b[i].d);
+        uint32_t qh;
+        memcpy(&qh, b[i].qh, 4);
+        for (int j = 0; j < 16; j++) {
+            int lo = (b[i].qs[j] & 0x0F) | (int)(((qh >> j) & 1u) << 4);
+            int hi = (b[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+            dst[i * 32 + j] = (float)(lo - 16) * d;
+            dst[i * 32 + j + 16] = (float)(hi - 16) * d;
+        }
+    }
+}
+
 static void dequant_q4_0(const void *src, float *dst, int64_t n) {
     const block_q4_0 *b = src;
     for (int64_t i = 0; i < n / QK4_0; i++) {
@@ -244,7 +261,7 @@ static const ggml_type_info TYPES[GGML_TYPE_LIMIT] = {
     [GGML_F16] = {"F16", 1, 2, dequant_f16},
     [GGML_Q4_0] = {"Q4_0", 32, 18, dequant_q4_0},
     [GGML_Q4_1] = {"Q4_1", 32, 20, DEQUANT_Q4_1},
-    [GGML_Q5_0] = {"Q5_0", 32, 22, NULL},
+    [GGML_Q5_0] = {"Q5_0", 32, 22, dequant_q5_0},
     [GGML_Q5_1] = {"Q5_1", 32, 24, NULL},
     [GGML_Q8_0] = {"Q8_0", 32, 34, DEQUANT_Q8_0},
     [GGML_Q8_1] = {"Q8_1", 32, 36, NULL},

@@ -35,12 +35,14 @@ typedef uint16_t ds_bf16;
 
 typedef struct { ds_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
 typedef struct { ds_f16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { ds_f16 d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;
 typedef struct { ds_f16 d; int8_t qs[QK8_0]; } block_q8_0;
 typedef struct { ds_f16 d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; ds_f16 d; } block_q6_K;
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");

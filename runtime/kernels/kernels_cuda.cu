@@ -846,6 +846,18 @@ extern "C" int kc_add(float *x, const float *y, size_t n) {
     return launch("add", k_add, dim3((unsigned)((n + 255) / 256)), dim3(256), x, y, n);
 }
 
+// x[r][c] += b[c]: qwen2's Q/K/V biases
+__global__ void k_add_bias(float *x, const float *b, size_t n, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += b[i % (size_t)C];
+}
+
+extern "C" int kc_add_bias(float *x, const float *b, int n_rows, int C) {
+    size_t n = (size_t)n_rows * (size_t)C;
+    if (!n) return 0;
+    return launch("add_bias", k_add_bias, dim3((unsigned)((n + 255) / 256)), dim3(256), x, b, n, C);
+}
+
 // a device-to-device copy that a graph can hold (16 bytes at a time where both ends and n allow)
 __global__ void k_copy(uint8_t *dst, const uint8_t *src, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;

@@ -79,6 +79,8 @@ int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_kvsrc *tab_
                  int n_kv_heads, int hd, float scale, float *scores, size_t stride);
 int kc_swiglu(float *out, const float *g, const float *u, size_t n);
 int kc_add(float *x, const float *y, size_t n);
+/* x[r][c] += b[c] for n_rows rows of width C */
+int kc_add_bias(float *x, const float *b, int n_rows, int C);
 /* n bytes device to device on the kernels' stream (a kernel while recording) */
 int kc_copy(void *dst, const void *src, size_t n);
 /* n bytes of random but valid blocks of the type (scales small and finite): timing models */

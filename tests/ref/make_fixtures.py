@@ -18,7 +18,7 @@ Needs:
 
 Outputs:
   tests/fixtures/dequant.json        gguf-py dequantization of seeded random blocks
-                                     (F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)
+                                     (F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, Q5_0)
   tests/fixtures/tokenizer_ids.json  llama.cpp tokenizer ids (+ detokenized round trip)
   tests/fixtures/smollm2_ref.json    numpy-reference vs llama.cpp greedy / teacher-forced data
 
@@ -115,6 +115,7 @@ def make_dequant():
         ("Q8_0", 8, 34, 32, [0]),
         ("Q4_K", 12, 144, 256, [0, 2]),
         ("Q6_K", 14, 210, 256, [208]),
+        ("Q5_0", 6, 22, 32, [0]),  # appended last: the earlier types' random blocks stay the same
     ]
     out = {"generator": "tests/ref/make_fixtures.py (gguf-py dequantize)", "seed": 20240611, "types": []}
     for name, tid, bsz, belems, scale_offs in specs:
