@@ -347,7 +347,7 @@ static int ensure_sbuf(backend *be, size_t len) {
     return 0;
 }
 
-static void act_free(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps); }
+static void act_free(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph); }
 
 /* a's buffers for n activations (replacing the old ones) */
 static int act_alloc(qk_act *a, size_t n) {
@@ -356,7 +356,8 @@ static int act_alloc(qk_act *a, size_t n) {
     a->e = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation scales");
     a->s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
     a->ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
-    return a->q && a->e && a->s && a->ps ? 0 : -1;
+    a->ph = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation half sums");
+    return a->q && a->e && a->s && a->ps && a->ph ? 0 : -1;
 }
 
 static int ensure_act(cpu_ctx *c, int T, int cols) {
@@ -429,7 +430,7 @@ static int cpu_rmsnorm(backend *be, float *out, const float *x, const float *w, 
 typedef struct {
     const backend *be;
     cpu_ctx *c;
-    int n, T, cols, gemm, need_act, own, exact;
+    int n, T, cols, gemm, need_act, need_half, own, exact;
     float *const *out;
     const qmat *const *W;
     const qk_mat *const *pk;
@@ -452,11 +453,13 @@ static void matmul_part(void *arg, int tid, int nth) {
         qk_act *m = &c->own[tid];
         m->T = T, m->cols = cols, m->nb = cols / 32;
         k->quantize(x, 0, T, cols, m);
+        if (a->need_half) qk_half_sums(m, 0, T);
         act = m;
     } else if (a->need_act) { /* each thread quantizes its share of the tokens, then all read all */
         long t0, t1;
         team_share(T, tid, nth, &t0, &t1);
         k->quantize(x, (int)t0, (int)t1, cols, &c->act);
+        if (a->need_half) qk_half_sums(&c->act, (int)t0, (int)t1);
         team_sync(a->be, nth);
     }
     for (int i = 0; i < n; i++) {
@@ -529,7 +532,7 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         pk[i] = NULL;
         if (!qk_supported(W[i]) || (gemm && be->exact)) continue;
         DS_TRYP(pk[i] = packed_get(c, W[i]));
-        if (be->exact) need_sums |= W[i]->type == GGML_Q4_1;
+        if (be->exact) need_sums |= qk_nibbles(pk[i]->kind); /* Q4_1's and Q4_K's m sum(x) */
         else need_act = 1;
     }
     /* packing a later matrix may have grown (moved) the table: where the earlier ones live now */
@@ -564,7 +567,9 @@ static int cpu_matmul(backend *be, int n, float *const *out, const qmat *const *
         const packed_slot *s = last ? slot_find(c, last->succ) : NULL;
         succ = s ? &s->m : NULL;
     }
-    matmul_args a = {be, c, n, T, cols, gemm, need_act, own, be->exact, out, W, pk, x, succ};
+    int need_half = 0; /* Q6_K's halves: the activations' sums over each block's first 16 */
+    for (int i = 0; i < n; i++) need_half |= need_act && pk[i] && pk[i]->kind == QK_Q6_K;
+    matmul_args a = {be, c, n, T, cols, gemm, need_act, need_half, own, be->exact, out, W, pk, x, succ};
     team_run(be, 1, matmul_part, &a);
     return 0;
 fail:

@@ -25,19 +25,21 @@ static void put_mat(gguf_writer *g, const char *name, uint32_t type, int cols, i
     size_t n = (size_t)cols * rows;
     if (type == GGML_F32) {
         gw_tensor(g, name, type, 2, ne, w, n * 4);
-    } else if (type == GGML_Q4_1) {
-        block_q4_1 *b = malloc(sizeof *b * n / 32);
-        if (!b) return;
-        quantize_q4_1(w, b, (int64_t)n);
-        gw_tensor(g, name, type, 2, ne, b, sizeof *b * n / 32);
-        free(b);
-    } else {
-        block_q8_0 *b = malloc(sizeof *b * n / 32);
-        if (!b) return;
-        quantize_q8_0(w, b, (int64_t)n);
-        gw_tensor(g, name, type, 2, ne, b, sizeof *b * n / 32);
-        free(b);
+        return;
     }
+    const ggml_type_info *ti = ggml_type_get(type);
+    size_t bytes = n / (size_t)ti->blck * (size_t)ti->size;
+    void *b = malloc(bytes);
+    if (!b) return; /* gw_finish reports the writer's state; the caller's load then fails */
+    switch (type) {
+    case GGML_Q4_1: quantize_q4_1(w, b, (int64_t)n); break;
+    case GGML_Q5_0: quantize_q5_0(w, b, (int64_t)n); break;
+    case GGML_Q4_K: quantize_q4_k(w, b, (int64_t)n); break;
+    case GGML_Q6_K: quantize_q6_k(w, b, (int64_t)n); break;
+    default: quantize_q8_0(w, b, (int64_t)n); break;
+    }
+    gw_tensor(g, name, type, 2, ne, b, bytes);
+    free(b);
 }
 
 /* A random Llama (or Qwen3) GGUF with no tokenizer, in memory. */

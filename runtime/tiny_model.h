@@ -8,7 +8,8 @@
 
 typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, hidden, vocab;
-    uint32_t mat_type;   /* GGML_F32, GGML_Q4_1 or GGML_Q8_0 for the layer matrices */
+    uint32_t mat_type;   /* GGML_F32, Q4_1, Q8_0, Q5_0, Q4_K or Q6_K for the layer matrices (K types: dim and
+                          * hidden multiples of 256) */
     uint32_t emb_type;
     int family;          /* 0 llama; 1 qwen3 (per-head q/k norms); 2 qwen2 (q/k/v biases, an untied head) */
     float rope_base;

@@ -25,6 +25,9 @@ static const tiny_spec SPEC_Q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0
 static const tiny_spec SPEC_F32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
 static const tiny_spec SPEC_QWEN = {64, 2, 4, 1, 96, 300, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
 static const tiny_spec SPEC_QWEN2 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 2, 1000000.0f};
+/* the real pair's block types: Q4_K layers, a Q6_K embedding and head (as the 1.5B), and Q5_0 (as the 0.5B) */
+static const tiny_spec SPEC_QWEN2_K = {256, 2, 4, 2, 512, 300, GGML_Q4_K, GGML_Q6_K, 2, 1000000.0f};
+static const tiny_spec SPEC_QWEN2_Q5 = {256, 2, 4, 2, 512, 300, GGML_Q5_0, GGML_Q8_0, 2, 1000000.0f};
 /* three KV heads on two threads: two whole (request, head) pairs and one cut in slices */
 static const tiny_spec SPEC_KV3 = {96, 2, 6, 3, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
 
@@ -179,6 +182,13 @@ static void check_against_naive(const tiny_spec *s, const char *name) {
 static void test_naive_reference_f32(void **state) { (void)state; check_against_naive(&SPEC_F32, "f32.gguf"); }
 static void test_naive_reference_q41(void **state) { (void)state; check_against_naive(&SPEC_Q41, "q41.gguf"); }
 static void test_naive_reference_qwen3(void **state) { (void)state; check_against_naive(&SPEC_QWEN, "qwen.gguf"); }
+/* the exact contract on the real pair's types against the naive double forward */
+static void test_naive_reference_kquants(void **state) {
+    (void)state;
+    check_against_naive(&SPEC_QWEN2_K, "qwen2-k.gguf");
+    check_against_naive(&SPEC_QWEN2_Q5, "qwen2-q5.gguf");
+}
+
 /* qwen2: the Q/K/V biases before RoPE, NEOX pairs, the untied head */
 static void test_naive_reference_qwen2(void **state) {
     (void)state;
@@ -229,9 +239,9 @@ static void test_batch_equals_single(void **state) {
 }
 
 /* the int8 contract gives the same logits, bit for bit, on every kernel path this CPU runs */
-static void test_int8_same_on_every_path(void **state) {
-    (void)state;
-    fixture *f = open_tiny_c(&SPEC_Q41, 8, "paths.gguf", 0);
+/* the int8 contract on every kernel path: bit-identical logits (prefill, then a 3-token batch) */
+static void same_on_every_path(const tiny_spec *spec, const char *name, float **ref_out, int *n_out) {
+    fixture *f = open_tiny_c(spec, 8, name, 0);
     int V = f->m.cfg.vocab_size, n = 37, tk[37];
     tokens(tk, n, V, 21);
     float *ref = malloc(sizeof(float) * (size_t)n * V), *got = malloc(sizeof(float) * (size_t)n * V);
@@ -250,19 +260,33 @@ static void test_int8_same_on_every_path(void **state) {
         fwd_state_free(&fs);
         backend_free(be);
     }
+    free(got);
+    close_tiny(f);
+    *ref_out = ref;
+    *n_out = n * V;
+}
+
+static void test_int8_same_on_every_path(void **state) {
+    (void)state;
+    float *ref;
+    int n;
+    same_on_every_path(&SPEC_Q41, "paths.gguf", &ref, &n);
     /* the contract's numbers, pinned: a change of any kernel, attention or the KV cache moves them,
      * and must come with a new DS_CONTRACT_VERSION (caches of a target's outputs are keyed by it) */
     uint64_t h = 1469598103934665603ull;
     const uint8_t *bytes = (const uint8_t *)ref;
-    for (size_t i = 0; i < sizeof(float) * (size_t)n * V; i++) h = (h ^ bytes[i]) * 1099511628211ull;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ bytes[i]) * 1099511628211ull;
     const uint64_t pinned = 0xe3898f634a010c08ull; /* DS_CONTRACT_VERSION 1 */
     if (h != pinned)
         fail_msg("the int8 contract's logits changed (digest 0x%016llx, pinned 0x%016llx for contract c%d): if that is "
                  "meant, bump DS_CONTRACT_VERSION in runtime/backend.h and pin the new digest here",
                  (unsigned long long)h, (unsigned long long)pinned, DS_CONTRACT_VERSION);
     free(ref);
-    free(got);
-    close_tiny(f);
+    /* the real pair's types through the whole forward */
+    same_on_every_path(&SPEC_QWEN2_K, "paths-k.gguf", &ref, &n);
+    free(ref);
+    same_on_every_path(&SPEC_QWEN2_Q5, "paths-q5.gguf", &ref, &n);
+    free(ref);
 }
 
 static void test_crop_then_refeed(void **state) {
@@ -534,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_naive_reference_q41),
         cmocka_unit_test(test_naive_reference_qwen3),
         cmocka_unit_test(test_naive_reference_qwen2),
+        cmocka_unit_test(test_naive_reference_kquants),
         cmocka_unit_test(test_batch_equals_single),
         cmocka_unit_test(test_int8_same_on_every_path),
         cmocka_unit_test(test_crop_then_refeed),

@@ -26,16 +26,40 @@ typedef struct {
     qk_mat pp; /* panel layout (int8 contract) */
 } tmat;
 
+static uint16_t rand_f16(rng_t *r, double lo, double hi, int any_sign) {
+    double v = lo + (hi - lo) * rng_uniform(r);
+    return ds_f32_to_f16((float)(any_sign && rng_uniform(r) < 0.5 ? -v : v));
+}
+
+/* Random blocks of the file's layout: random code bytes, fp16 scales of a size real files have
+ * (Q4_K's D positive, its Dmin either sign; Q6_K's int8 scales anywhere in -128..127) */
+static void random_blocks(uint32_t type, uint8_t *p, size_t n_blocks, rng_t *r) {
+    size_t bs = (size_t)ggml_type_get(type)->size;
+    for (size_t i = 0; i < n_blocks * bs; i++) p[i] = (uint8_t)(rng_u64(r) & 255);
+    for (size_t i = 0; i < n_blocks; i++) {
+        uint8_t *b = p + i * bs;
+        if (type == GGML_Q5_0) ((block_q5_0 *)b)->d = rand_f16(r, 0.001, 0.03, 1);
+        else if (type == GGML_Q4_K) {
+            ((block_q4_K *)b)->d = rand_f16(r, 0.0002, 0.004, 0);
+            ((block_q4_K *)b)->dmin = rand_f16(r, 0.0002, 0.004, 1);
+        } else if (type == GGML_Q6_K) ((block_q6_K *)b)->d = rand_f16(r, 0.00002, 0.0004, 1);
+    }
+}
+
 static void tmat_make(tmat *m, uint32_t type, int rows, int cols, rng_t *r) {
     m->type = type, m->rows = rows, m->cols = cols;
     size_t n = (size_t)rows * cols;
-    float *f = malloc(sizeof(float) * n);
-    for (size_t i = 0; i < n; i++) f[i] = (float)(rng_uniform(r) * 2 - 1) * (i % 97 == 0 ? 4.0f : 0.3f);
-    size_t rb = (size_t)cols / 32 * (type == GGML_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0));
+    const ggml_type_info *ti = ggml_type_get(type);
+    size_t rb = (size_t)cols / (size_t)ti->blck * (size_t)ti->size;
     m->blocks = malloc(rb * rows);
-    if (type == GGML_Q4_1) quantize_q4_1(f, m->blocks, (int64_t)n);
-    else quantize_q8_0(f, m->blocks, (int64_t)n);
-    free(f);
+    if (type == GGML_Q4_1 || type == GGML_Q8_0) {
+        float *f = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) f[i] = (float)(rng_uniform(r) * 2 - 1) * (i % 97 == 0 ? 4.0f : 0.3f);
+        if (type == GGML_Q4_1) quantize_q4_1(f, m->blocks, (int64_t)n);
+        else quantize_q8_0(f, m->blocks, (int64_t)n);
+        free(f);
+    } else
+        random_blocks(type, m->blocks, n / (size_t)ti->blck, r);
     m->w = (qmat){type, rows, cols, rb, m->blocks};
     if (qk_pack(&m->w, QK_ROWS, &m->pk) || qk_pack(&m->w, QK_PANELS, &m->pp)) fail_msg("%s", ds_errmsg());
 }
@@ -46,17 +70,47 @@ static void tmat_free(tmat *m) {
     free(m->blocks);
 }
 
-/* code j of block b of row r and the block's d, m (from the GGUF blocks, not the packed copy) */
-static void block_of(const tmat *m, int r, int b, int *q, double *d, double *mn) {
+/* Block b (32 weights) of row r read from the GGUF blocks, written here from ggml's layouts (not
+ * kernels_cpu.c's packer): weight j = D k[j] c[j] + M exactly, with integer codes c, integer
+ * multipliers k (Q6_K's half scales, else 1) and D, M doubles (Q4_K: D = d sc, M = -dmin mn). Checked
+ * against the type table's decoder (itself checked against gguf-py) to float rounding. */
+static void block_of(const tmat *m, int r, int b, int *c, int *k, double *D, double *M) {
     const uint8_t *row = (const uint8_t *)m->blocks + (size_t)r * m->w.row_bytes;
+    for (int j = 0; j < 32; j++) k[j] = 1;
+    *M = 0;
     if (m->type == GGML_Q4_1) {
         const block_q4_1 *bl = (const block_q4_1 *)row + b;
-        for (int j = 0; j < 16; j++) q[j] = bl->qs[j] & 15, q[j + 16] = bl->qs[j] >> 4;
-        *d = ds_f16_to_f32(bl->d), *mn = ds_f16_to_f32(bl->m);
-    } else {
+        for (int j = 0; j < 16; j++) c[j] = bl->qs[j] & 15, c[j + 16] = bl->qs[j] >> 4;
+        *D = ds_f16_to_f32(bl->d), *M = ds_f16_to_f32(bl->m);
+    } else if (m->type == GGML_Q8_0) {
         const block_q8_0 *bl = (const block_q8_0 *)row + b;
-        for (int j = 0; j < 32; j++) q[j] = bl->qs[j];
-        *d = ds_f16_to_f32(bl->d), *mn = 0;
+        for (int j = 0; j < 32; j++) c[j] = bl->qs[j];
+        *D = ds_f16_to_f32(bl->d);
+    } else if (m->type == GGML_Q5_0) {
+        const block_q5_0 *bl = (const block_q5_0 *)row + b;
+        for (int j = 0; j < 32; j++) {
+            int hb = (bl->qh[j / 8] >> (j % 8)) & 1; /* the fifth bits, little-endian over 4 bytes */
+            c[j] = ((j < 16 ? bl->qs[j] & 15 : bl->qs[j - 16] >> 4) | hb << 4) - 16;
+        }
+        *D = ds_f16_to_f32(bl->d);
+    } else if (m->type == GGML_Q4_K) {
+        const block_q4_K *bl = (const block_q4_K *)row + b / 8;
+        int s = b % 8;
+        const uint8_t *sc = bl->scales;
+        int scale = s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+        int mn = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+        for (int j = 0; j < 32; j++) c[j] = s % 2 ? bl->qs[32 * (s / 2) + j] >> 4 : bl->qs[32 * (s / 2) + j] & 15;
+        *D = (double)ds_f16_to_f32(bl->d) * scale, *M = -(double)ds_f16_to_f32(bl->dmin) * mn;
+    } else { /* Q6_K: 256 weights in two halves of 128, each 4 groups of 32 sharing ql bytes and qh */
+        const block_q6_K *bl = (const block_q6_K *)row + b / 8;
+        int e0 = 32 * (b % 8), half = e0 / 128, grp = e0 % 128 / 32;
+        for (int j = 0; j < 32; j++) {
+            uint8_t l = bl->ql[64 * half + (grp == 1 || grp == 3 ? 32 : 0) + j];
+            int lo = grp < 2 ? l & 15 : l >> 4, hi = (bl->qh[32 * half + j] >> (2 * grp)) & 3;
+            c[j] = (lo | hi << 4) - 32;
+            k[j] = bl->scales[(e0 + j) / 16];
+        }
+        *D = ds_f16_to_f32(bl->d);
     }
 }
 
@@ -74,8 +128,9 @@ static void alloc_act(qk_act *a, int T, int cols) {
     a->e = malloc(sizeof(float) * (size_t)T * cols / 32);
     a->s = malloc(sizeof(float) * (size_t)T * cols / 32);
     a->ps = malloc(sizeof(int32_t) * (size_t)T * cols / 32);
+    a->ph = malloc(sizeof(int32_t) * (size_t)T * cols / 32);
 }
-static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps); }
+static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph); }
 
 static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed) {
     rng_t r;
@@ -88,6 +143,27 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
     qk_act a;
     alloc_act(&a, T, cols);
     qk_quantize(x, T, cols, &a);
+    qk_half_sums(&a, 0, T);
+    /* the decoding here agrees with the type table's (to float rounding) */
+    {
+        const ggml_type_info *ti = ggml_type_get(type);
+        float *wf = malloc(sizeof(float) * (size_t)cols);
+        for (int row = 0; row < rows; row++) {
+            ti->to_float((const uint8_t *)m.blocks + (size_t)row * m.w.row_bytes, wf, cols);
+            for (int b = 0; b < nb; b++) {
+                int c[32], kk[32];
+                double D, M;
+                block_of(&m, row, b, c, kk, &D, &M);
+                for (int j = 0; j < 32; j++) {
+                    double w = D * kk[j] * c[j] + M, got = wf[32 * b + j];
+                    if (!(fabs(got - w) <= 0x1p-22 * (fabs(D * kk[j] * c[j]) + fabs(M))))
+                        fail_msg("%s row %d block %d weight %d: decoded %.9g here, %.9g by the type table",
+                                 ggml_type_name(type), row, b, j, w, got);
+                }
+            }
+        }
+        free(wf);
+    }
     float *ref_i8 = malloc(sizeof(float) * (size_t)T * rows), *out = malloc(sizeof(float) * (size_t)T * rows);
     float *one = malloc(sizeof(float) * (size_t)rows);
     qk_scalar.rows_i8(&m.pp, 0, rows, &a, ref_i8, (size_t)rows, NULL);
@@ -107,7 +183,7 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
         /* batch invariance: each token alone gives the same bits */
         for (int t = 0; t < T; t++) {
             qk_act a1 = {1, cols, nb, a.q + (size_t)t * cols, a.e + (size_t)t * nb, a.s + (size_t)t * nb,
-                         a.ps + (size_t)t * nb};
+                         a.ps + (size_t)t * nb, a.ph + (size_t)t * nb};
             k->rows_i8(&m.pp, 0, rows, &a1, one, 1, NULL);
             assert_memory_equal(one, out + (size_t)t * rows, sizeof(float) * (size_t)rows);
         }
@@ -118,13 +194,13 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
             for (int row = 0; row < rows; row++) {
                 double y = 0, mag = 0;
                 for (int b = 0; b < nb; b++) {
-                    int q[32];
+                    int q[32], kk[32];
                     double d, mn, sx = 0;
-                    block_of(&m, row, b, q, &d, &mn);
+                    block_of(&m, row, b, q, kk, &d, &mn);
                     for (int j = 0; j < 32; j++) {
                         double xv = x[(size_t)t * cols + 32 * b + j];
-                        y += (d * q[j] + mn) * xv;
-                        mag += fabs(d * q[j] * xv);
+                        y += (d * kk[j] * q[j] + mn) * xv;
+                        mag += fabs(d * kk[j] * q[j] * xv);
                         sx += fabs(xv);
                     }
                     mag += fabs(mn) * sx;
@@ -146,18 +222,18 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
         for (int row = 0; row < rows; row++) {
             double yq = 0, ytrue = 0, round_mag = 0, qbound = 0;
             for (int b = 0; b < nb; b++) {
-                int q[32];
+                int q[32], kk[32];
                 double d, mn;
-                block_of(&m, row, b, q, &d, &mn);
+                block_of(&m, row, b, q, kk, &d, &mn);
                 const int8_t *p = a.q + (size_t)t * cols + 32 * b;
                 double e = a.e[(size_t)t * nb + b];
                 long i = 0, sp = 0;
                 for (int j = 0; j < 32; j++) {
                     double xv = x[(size_t)t * cols + 32 * b + j];
-                    i += (long)q[j] * p[j];
+                    i += (long)kk[j] * q[j] * p[j];
                     sp += p[j];
-                    ytrue += (d * q[j] + mn) * xv;
-                    qbound += fabs(d * q[j] + mn) * (e / 2 + 3.01 * 0x1p-24 * fabs(xv));
+                    ytrue += (d * kk[j] * q[j] + mn) * xv;
+                    qbound += fabs(d * kk[j] * q[j] + mn) * (e / 2 + 3.01 * 0x1p-24 * fabs(xv));
                 }
                 yq += (double)i * d * e + mn * e * (double)sp;
                 round_mag += fabs((double)i * d * e) + fabs(mn * e * (double)sp);
@@ -180,6 +256,20 @@ static void test_q4_1(void **state) {
     check_matrix(GGML_Q4_1, 37, 576, 9, 1);  /* nb = 18: a partial last step of 2 blocks */
     check_matrix(GGML_Q4_1, 21, 1536, 5, 2); /* nb = 48 */
     check_matrix(GGML_Q4_1, 8, 96, 3, 3);    /* nb = 3: only the partial step */
+}
+
+/* the real pair's types: Q4_K (the 1.5B's matrices), Q6_K (its head and some FFN downs), Q5_0 (most
+ * of the 0.5B's), over several super-blocks, slices that cut panels, and every pass shape */
+static void test_k_quants(void **state) {
+    (void)state;
+    static const int Ts[] = {1, 2, 3, 4, 5, 8, 9, 13};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        check_matrix(GGML_Q4_K, 37, 768, Ts[i], 50 + i);  /* nb = 24: three super-blocks */
+        check_matrix(GGML_Q6_K, 21, 512, Ts[i], 60 + i);
+        check_matrix(GGML_Q5_0, 19, 224, Ts[i], 70 + i);  /* nb = 7 */
+    }
+    check_matrix(GGML_Q4_K, 16, 256, 6, 80);              /* one super-block, one whole panel */
+    check_matrix(GGML_Q6_K, 40, 1536, 7, 81);
 }
 
 static void test_q8_0(void **state) {
@@ -673,7 +763,7 @@ static void test_paths_present(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_batch_passes),
+        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_batch_passes),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),

@@ -198,7 +198,7 @@ static void dequant_q8_0_any(const void *src, float *dst, int64_t n) {
 #endif
 
 /* Q4_K: 8 sub-blocks of 32, 6-bit scale and min each, packed in scales[12]. */
-static void q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+void q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     if (j < 4) {
         *sc = s[j] & 63;
         *mn = s[j + 4] & 63;
@@ -321,3 +321,85 @@ void quantize_q8_0(const float *x, block_q8_0 *b, int64_t n) {
     }
 }
 
+void quantize_q5_0(const float *x, block_q5_0 *b, int64_t n) {
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *v = x + 32 * i;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 15.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        uint32_t qh = 0;
+        b[i].d = ds_f32_to_f16(d);
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int j = 0; j < 32; j++) {
+            long q = lroundf(v[j] * id) + 16;
+            q = q < 0 ? 0 : q > 31 ? 31 : q;
+            b[i].qs[j % 16] |= (uint8_t)((q & 15) << (4 * (j / 16)));
+            qh |= (uint32_t)(q >> 4) << j;
+        }
+        memcpy(b[i].qh, &qh, 4);
+    }
+}
+
+/* Q4_K: per sub-block of 32 its min and range, both onto 6-bit multiples of the super-block's D, Dmin */
+void quantize_q4_k(const float *x, block_q4_K *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float *v = x + QK_K * i;
+        float scale[8], minv[8], smax = 0, mmax = 0;
+        for (int j = 0; j < 8; j++) {
+            float lo = 0, hi = 0;
+            for (int l = 0; l < 32; l++) lo = fminf(lo, v[32 * j + l]), hi = fmaxf(hi, v[32 * j + l]);
+            scale[j] = (hi - lo) / 15.0f, minv[j] = -lo;
+            smax = fmaxf(smax, scale[j]), mmax = fmaxf(mmax, minv[j]);
+        }
+        float D = ds_f16_to_f32(ds_f32_to_f16(smax / 63.0f)), Dm = ds_f16_to_f32(ds_f32_to_f16(mmax / 63.0f));
+        b[i].d = ds_f32_to_f16(D), b[i].dmin = ds_f32_to_f16(Dm);
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) {
+            long s = D > 0 ? lroundf(scale[j] / D) : 0, m = Dm > 0 ? lroundf(minv[j] / Dm) : 0;
+            sc[j] = (uint8_t)(s > 63 ? 63 : s), mn[j] = (uint8_t)(m > 63 ? 63 : m);
+        }
+        for (int j = 0; j < 4; j++) {
+            b[i].scales[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+            b[i].scales[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+            b[i].scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+        }
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int j = 0; j < 8; j++) {
+            float d = D * sc[j], m = Dm * mn[j], id = d > 0 ? 1.0f / d : 0.0f;
+            for (int l = 0; l < 32; l++) {
+                long q = lroundf((v[32 * j + l] + m) * id);
+                q = q < 0 ? 0 : q > 15 ? 15 : q;
+                b[i].qs[32 * (j / 2) + l] |= (uint8_t)(q << (4 * (j % 2)));
+            }
+        }
+    }
+}
+
+/* Q6_K: per sub-block of 16 its absmax onto an int8 multiple of the super-block's d, codes q + 32 */
+void quantize_q6_k(const float *x, block_q6_K *b, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float *v = x + QK_K * i;
+        float scale[16], smax = 0;
+        for (int k = 0; k < 16; k++) {
+            float a = 0;
+            for (int l = 0; l < 16; l++) a = fmaxf(a, fabsf(v[16 * k + l]));
+            scale[k] = a / 31.0f, smax = fmaxf(smax, scale[k]);
+        }
+        float d = ds_f16_to_f32(ds_f32_to_f16(smax / 127.0f));
+        b[i].d = ds_f32_to_f16(d);
+        memset(b[i].ql, 0, sizeof b[i].ql);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int k = 0; k < 16; k++) {
+            long s = d > 0 ? lroundf(scale[k] / d) : 0;
+            b[i].scales[k] = (int8_t)(s > 127 ? 127 : s);
+        }
+        for (int e = 0; e < QK_K; e++) {
+            float ds = d * b[i].scales[e / 16], id = ds > 0 ? 1.0f / ds : 0.0f;
+            long q = lroundf(v[e] * id) + 32;
+            q = q < 0 ? 0 : q > 63 ? 63 : q;
+            int h = e / 128, g = e % 128 / 32, l = e % 32;
+            b[i].ql[64 * h + 32 * (g % 2) + l] |= (uint8_t)((q & 15) << (4 * (g / 2)));
+            b[i].qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * g));
+        }
+    }
+}

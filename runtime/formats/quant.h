@@ -67,7 +67,13 @@ float ds_bf16_to_f32(ds_bf16 h);
 ds_bf16 ds_f32_to_bf16(float f);    /* round to nearest even */
 
 void quantize_q4_1(const float *x, block_q4_1 *b, int64_t n);
+/* sub-block j (0..7) of a Q4_K super-block: its 6-bit scale and min from the 12 packed bytes */
+void q4k_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *mn);
 void quantize_q8_0(const float *x, block_q8_0 *b, int64_t n);
+/* the real pair's types, as simply (no error search): synthetic models of every type the runtime reads */
+void quantize_q5_0(const float *x, block_q5_0 *b, int64_t n);
+void quantize_q4_k(const float *x, block_q4_K *b, int64_t n);
+void quantize_q6_k(const float *x, block_q6_K *b, int64_t n);
 
 /* Scalar reference decoders (the vectorised ones in the table must agree bit for bit). */
 void dequant_q4_1_ref(const void *src, float *dst, int64_t n);

@@ -45,60 +45,117 @@ int qk_argmax(const float *x, int n) {
     return best;
 }
 
-int qk_supported(const qmat *w) { return (w->type == GGML_Q4_1 || w->type == GGML_Q8_0) && w->cols % 32 == 0; }
-
-/* the codes and scales of block i of GGUF row src: q[32] in element order, d, m (0 for Q8_0) */
-static void gguf_block(const qmat *w, const uint8_t *src, size_t i, int *q, float *d, float *m) {
-    if (w->type == GGML_Q4_1) {
-        const block_q4_1 *b = (const block_q4_1 *)src + i;
-        for (int j = 0; j < 16; j++) q[j] = b->qs[j] & 15, q[j + 16] = b->qs[j] >> 4; /* ggml: low nibbles first */
-        *d = ds_f16_to_f32(b->d), *m = ds_f16_to_f32(b->m);
-    } else {
-        const block_q8_0 *b = (const block_q8_0 *)src + i;
-        for (int j = 0; j < 32; j++) q[j] = b->qs[j];
-        *d = ds_f16_to_f32(b->d), *m = 0;
+int qk_supported(const qmat *w) {
+    switch (w->type) {
+    case GGML_Q4_1: case GGML_Q8_0: case GGML_Q5_0: return w->cols % 32 == 0;
+    case GGML_Q4_K: case GGML_Q6_K: return w->cols % 256 == 0;
+    default: return 0;
     }
 }
 
-static void pack_rows(const qmat *w, uint8_t *p, size_t nb, size_t rb, size_t qoff) {
-    int q4 = w->type == GGML_Q4_1;
+int qk_kind_of(uint32_t type) {
+    return type == GGML_Q4_1 ? QK_Q4_1 : type == GGML_Q4_K ? QK_Q4_K : type == GGML_Q6_K ? QK_Q6_K : QK_Q8_0;
+}
+
+/* block i (32 weights) of a GGUF row, whatever its type: the codes in element order and what the
+ * packed forms keep of its scales */
+typedef struct {
+    int q[32];        /* Q4_1, Q4_K: 0..15; Q8_0: -128..127; Q5_0: q - 16; Q6_K: q - 32 */
+    float d, m;       /* Q8_0, Q5_0, Q4_1 (m = 0 but for Q4_1) */
+    uint16_t D, Dmin; /* Q4_K, Q6_K: the super-block's fp16 scales (Dmin: Q4_K) */
+    int sc, mn;       /* Q4_K: the block's 6-bit scale and min */
+    int sl, sh;       /* Q6_K: the int8 scales of its halves */
+} qblock;
+
+static void gguf_block(const qmat *w, const uint8_t *src, size_t i, qblock *o) {
+    memset(o, 0, sizeof *o);
+    if (w->type == GGML_Q4_1) {
+        const block_q4_1 *b = (const block_q4_1 *)src + i;
+        for (int j = 0; j < 16; j++) o->q[j] = b->qs[j] & 15, o->q[j + 16] = b->qs[j] >> 4; /* ggml: low nibbles first */
+        o->d = ds_f16_to_f32(b->d), o->m = ds_f16_to_f32(b->m);
+    } else if (w->type == GGML_Q8_0) {
+        const block_q8_0 *b = (const block_q8_0 *)src + i;
+        for (int j = 0; j < 32; j++) o->q[j] = b->qs[j];
+        o->d = ds_f16_to_f32(b->d);
+    } else if (w->type == GGML_Q5_0) {
+        const block_q5_0 *b = (const block_q5_0 *)src + i;
+        uint32_t qh;
+        memcpy(&qh, b->qh, 4);
+        for (int j = 0; j < 16; j++) {
+            o->q[j] = ((b->qs[j] & 15) | (int)(((qh >> j) & 1u) << 4)) - 16;
+            o->q[j + 16] = ((b->qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
+        }
+        o->d = ds_f16_to_f32(b->d);
+    } else if (w->type == GGML_Q4_K) {
+        const block_q4_K *b = (const block_q4_K *)src + i / 8;
+        int j = (int)(i % 8);
+        uint8_t sc, mn;
+        for (int l = 0; l < 32; l++) o->q[l] = (b->qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+        q4k_scale_min(j, b->scales, &sc, &mn);
+        o->D = b->d, o->Dmin = b->dmin, o->sc = sc, o->mn = mn;
+    } else { /* Q6_K: element 32 j + l of the super-block is in its half n = j / 4, group g = j % 4 */
+        const block_q6_K *b = (const block_q6_K *)src + i / 8;
+        int j = (int)(i % 8), n = j / 4, g = j % 4;
+        for (int l = 0; l < 32; l++) {
+            int lo = (b->ql[64 * n + 32 * (g % 2) + l] >> (4 * (g / 2))) & 15, hi = (b->qh[32 * n + l] >> (2 * g)) & 3;
+            o->q[l] = (lo | hi << 4) - 32;
+        }
+        o->D = b->d, o->sl = b->scales[2 * j], o->sh = b->scales[2 * j + 1];
+    }
+}
+
+static void pack_rows(const qmat *w, int kind, uint8_t *p, size_t nb, size_t rb, size_t qoff) {
+    int q4 = qk_nibbles(kind);
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         uint8_t *row = p + (size_t)r * rb;
         float *d = (float *)(row + qoff), *m = d + nb;
         for (size_t i = 0; i < nb; i++) {
-            int q[32];
-            float mm;
-            gguf_block(w, src, i, q, &d[i], &mm);
+            qblock k;
+            gguf_block(w, src, i, &k);
+            if (kind == QK_Q4_K) { /* exact in fp32: an fp16 times a 6-bit integer */
+                k.d = ds_f16_to_f32(k.D) * (float)k.sc;
+                k.m = -(ds_f16_to_f32(k.Dmin) * (float)k.mn);
+            }
+            if (kind == QK_Q6_K) { /* d of each half of 16 (exact: an fp16 times an int8) */
+                d[2 * i] = ds_f16_to_f32(k.D) * (float)k.sl;
+                d[2 * i + 1] = ds_f16_to_f32(k.D) * (float)k.sh;
+            } else d[i] = k.d;
             if (q4) {
-                m[i] = mm;
-                for (int j = 0; j < 32; j++) row[32 * (i / 2) + j] |= (uint8_t)(q[j] << (4 * (i % 2)));
+                m[i] = k.m;
+                for (int j = 0; j < 32; j++) row[32 * (i / 2) + j] |= (uint8_t)(k.q[j] << (4 * (i % 2)));
             } else {
-                for (int j = 0; j < 32; j++) row[32 * i + j] = (uint8_t)(int8_t)q[j];
+                for (int j = 0; j < 32; j++) row[32 * i + j] = (uint8_t)(int8_t)k.q[j];
             }
         }
     }
 }
 
-static void pack_panels(const qmat *w, uint8_t *p, size_t nb, size_t pb, size_t bb, size_t qoff) {
-    int q4 = w->type == GGML_Q4_1;
+static void pack_panels(const qmat *w, int kind, uint8_t *p, size_t nb, size_t pb, size_t bb, size_t qoff) {
+    int q4 = qk_nibbles(kind);
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         int rr = r % QK_PANEL;
-        uint8_t *pan = p + (size_t)(r / QK_PANEL) * pb;
+        uint8_t *pan = p + (size_t)(r / QK_PANEL) * pb, *scr = pan + qoff;
         for (size_t i = 0; i < nb; i++) {
-            uint8_t *blk = pan + i * bb;
-            uint16_t *sc = (uint16_t *)(pan + qoff) + i * (q4 ? 2 : 1) * QK_PANEL;
-            int q[32];
-            float d, m;
-            gguf_block(w, src, i, q, &d, &m);
-            /* the file's fp16 scales, back from the exact fp32 they were widened to */
-            sc[rr] = ds_f32_to_f16(d);
-            if (q4) sc[QK_PANEL + rr] = ds_f32_to_f16(m);
-            for (int k = 0; k < 32; k++) {
-                int step = k / 4, j = k % 4;
-                if (q4) blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(q[k] << (4 * (step / 4)));
-                else blk[64 * step + 4 * rr + j] = (uint8_t)(int8_t)q[k];
+            uint8_t *blk = pan + i * bb, *at = scr + qk_scale_at(kind, (int)i), *sup = scr + qk_super_at(kind, (int)i);
+            qblock k;
+            gguf_block(w, src, i, &k);
+            /* fp16 scales: the file's own, back from the exact fp32 they were widened to */
+            if (kind == QK_Q8_0 || kind == QK_Q4_1) {
+                ((uint16_t *)at)[rr] = ds_f32_to_f16(k.d);
+                if (kind == QK_Q4_1) ((uint16_t *)at)[QK_PANEL + rr] = ds_f32_to_f16(k.m);
+            } else if (kind == QK_Q4_K) {
+                ((uint16_t *)sup)[rr] = k.D, ((uint16_t *)sup)[QK_PANEL + rr] = k.Dmin;
+                at[rr] = (uint8_t)k.sc, at[QK_PANEL + rr] = (uint8_t)k.mn;
+            } else {
+                ((uint16_t *)sup)[rr] = k.D;
+                at[rr] = (uint8_t)(int8_t)k.sl, at[QK_PANEL + rr] = (uint8_t)(int8_t)k.sh;
+            }
+            for (int c = 0; c < 32; c++) {
+                int step = c / 4, j = c % 4;
+                if (q4) blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(k.q[c] << (4 * (step / 4)));
+                else blk[64 * step + 4 * rr + j] = (uint8_t)(int8_t)k.q[c];
             }
         }
     }
@@ -110,25 +167,35 @@ int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
         ds_error("no fused kernel for a %s matrix of %d columns", ggml_type_name(w->type), w->cols);
         return -1;
     }
-    int q4 = w->type == GGML_Q4_1;
+    int kind = qk_kind_of(w->type), q4 = qk_nibbles(kind);
     size_t nb = (size_t)w->cols / 32, qoff, rb, bb = 0, n_units;
     if (layout == QK_PANELS) {
         bb = q4 ? 4 * 64 : 8 * 64;
         qoff = nb * bb;
-        rb = (qoff + nb * (q4 ? 2 : 1) * QK_PANEL * sizeof(uint16_t) + 63) / 64 * 64; /* panels 64-byte aligned */
+        rb = (qoff + nb * qk_scale_block_bytes(kind) + 63) / 64 * 64; /* panels 64-byte aligned */
         n_units = ((size_t)w->rows + QK_PANEL - 1) / QK_PANEL;
     } else {
         qoff = q4 ? (nb + 1) / 2 * 32 : nb * 32;
-        rb = qoff + (q4 ? 8 : 4) * nb;
+        rb = qoff + (q4 || kind == QK_Q6_K ? 8 : 4) * nb; /* fp32 d (and m, or a second d) per block */
         n_units = (size_t)w->rows;
     }
     uint8_t *p = ds_aligned_alloc(rb * n_units, "repacked weights");
     if (!p) return -1;
     memset(p, 0, rb * n_units); /* nibbles are ORed in; padding rows and an odd block's pair stay 0 */
-    if (layout == QK_PANELS) pack_panels(w, p, nb, rb, bb, qoff);
-    else pack_rows(w, p, nb, rb, qoff);
-    *out = (qk_mat){w->type, w->rows, w->cols, (int)nb, layout, rb, qoff, bb, p};
+    if (layout == QK_PANELS) pack_panels(w, kind, p, nb, rb, bb, qoff);
+    else pack_rows(w, kind, p, nb, rb, qoff);
+    *out = (qk_mat){w->type, kind, w->rows, w->cols, (int)nb, layout, rb, qoff, bb, p};
     return 0;
+}
+
+void qk_half_sums(qk_act *a, int t0, int t1) {
+    for (int t = t0; t < t1; t++)
+        for (int b = 0; b < a->nb; b++) {
+            const int8_t *q = a->q + (size_t)t * a->cols + 32 * b;
+            int32_t s = 0;
+            for (int j = 0; j < 16; j++) s += q[j];
+            a->ph[(size_t)t * a->nb + b] = s;
+        }
 }
 
 void qk_split(const qk_mat *m, int tid, int nth, int *r0, int *r1) {

@@ -46,8 +46,36 @@
 
 typedef enum { QK_ROWS, QK_PANELS } qk_layout;
 
+/* How a packed matrix's codes and scales are laid out, whatever the file's type:
+ *  QK_Q8_0  signed codes (Q8_0; Q5_0 as q - 16, exact), fp16 d per block
+ *  QK_Q4_1  nibble codes, fp16 d and m per block
+ *  QK_Q4_K  nibble codes (Q4_K's q), per super-block of 8 blocks fp16 D and Dmin, per block its 6-bit
+ *           scale sc and min mn as bytes: the block's d = D sc and m = -(Dmin mn), both exact in fp32,
+ *           then Q4_1's operations
+ *  QK_Q6_K  signed codes q - 32 (as Q8_0), per super-block fp16 D, per block the int8 scales sl, sh
+ *           of its two halves of 16: i_b = sl (c . p)_lo + sh (c . p)_hi exactly in int32, then Q8_0's
+ *           operations with d = D */
+typedef enum { QK_Q8_0, QK_Q4_1, QK_Q4_K, QK_Q6_K } qk_kind;
+
+/* Panel layout, scale region (at qoff): bytes of the scales per block (Q4_K/Q6_K: averaged over a
+ * super-block, whose fp16 header comes first), and where block b's own bytes and its super-block's
+ * header are. Q4_K: [D[16] Dmin[16] | (sc[16] mn[16]) x 8] = 320 bytes a super-block; Q6_K:
+ * [D[16] | (sl[16] sh[16]) x 8] = 288. */
+static inline size_t qk_scale_block_bytes(int kind) {
+    return kind == QK_Q8_0 ? 2 * 16 : kind == QK_Q4_1 ? 4 * 16 : kind == QK_Q4_K ? 40 : 36;
+}
+static inline size_t qk_scale_at(int kind, int b) {
+    if (kind == QK_Q8_0) return (size_t)b * 32;
+    if (kind == QK_Q4_1) return (size_t)b * 64;
+    size_t head = kind == QK_Q4_K ? 64 : 32;
+    return (size_t)(b / 8) * (head + 256) + head + (size_t)(b % 8) * 32;
+}
+static inline size_t qk_super_at(int kind, int b) { return (size_t)(b / 8) * (kind == QK_Q4_K ? 320 : 288); }
+static inline int qk_nibbles(int kind) { return kind == QK_Q4_1 || kind == QK_Q4_K; }
+
 typedef struct {
-    uint32_t type;      /* GGML_Q4_1 or GGML_Q8_0 */
+    uint32_t type;      /* the file's type: GGML_Q4_1, Q8_0, Q5_0, Q4_K or Q6_K */
+    int kind;           /* qk_kind: the packed form the kernels read */
     int rows, cols, nb; /* nb = cols / 32 */
     qk_layout layout;
     size_t rb;          /* bytes per packed row (QK_ROWS) or per panel of 16 rows (QK_PANELS) */
@@ -63,6 +91,7 @@ typedef struct {
     float *e;           /* [T][nb] scale */
     float *s;           /* [T][nb] e * sum(p): the block sum of the quantized activations */
     int32_t *ps;        /* [T][nb] sum(p), the integer (a Q8_0 kernel with biased codes subtracts 128 of it) */
+    int32_t *ph;        /* [T][nb] sum(p) over the block's first 16 (Q6_K's halves; qk_half_sums), or NULL */
 } qk_act;
 
 /* The first two panels of the rows a thread computes next (NULL where there are none, or unknown):
@@ -190,8 +219,13 @@ int qk_argmax(const float *x, int n);
 
 /* The table of a path (NULL if this CPU cannot run it). */
 const qk_kernels *qk_kernels_for(cpu_isa isa);
-/* 1 for the weight types with fused kernels (Q4_1, Q8_0, with cols a multiple of 32) */
+/* 1 for the weight types with fused kernels (Q4_1, Q8_0, Q5_0 with cols a multiple of 32; Q4_K, Q6_K
+ * with cols a multiple of 256) */
 int qk_supported(const qmat *w);
+/* the packed form of a supported type (qk_kind) */
+int qk_kind_of(uint32_t type);
+/* a->ph for tokens t0..t1-1 from a->q (what a QK_Q6_K matrix reads besides ps) */
+void qk_half_sums(qk_act *a, int t0, int t1);
 /* repack w into out in the given layout (out->data freed with qk_mat_free); -1 with a message */
 int qk_pack(const qmat *w, qk_layout layout, qk_mat *out);
 /* thread tid of nth takes rows [r0, r1) of m: whole panels on the panel layout */

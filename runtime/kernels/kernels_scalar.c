@@ -12,7 +12,7 @@ static const uint8_t *row_ptr(const qk_mat *w, int r) { return w->data + (size_t
 static int q4_code(const uint8_t *row, int b, int j) { return (row[32 * (b >> 1) + j] >> (4 * (b & 1))) & 15; }
 
 static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const float *xsum, int T, float *out, size_t ld) {
-    int nb = w->nb, q4 = w->type == GGML_Q4_1;
+    int nb = w->nb, q4 = qk_nibbles(w->kind), q6 = w->kind == QK_Q6_K;
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = row_ptr(w, r);
         const float *d = (const float *)(row + w->qoff), *m = d + nb;
@@ -24,6 +24,14 @@ static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const floa
                 float p = 0;
                 if (q4) {
                     for (int j = 0; j < 32; j++) p += (float)q4_code(row, b, j) * xb[j];
+                } else if (q6) { /* each half of 16 has its own d */
+                    const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
+                    float h = 0;
+                    for (int j = 0; j < 16; j++) p += (float)qs[j] * xb[j];
+                    for (int j = 16; j < 32; j++) h += (float)qs[j] * xb[j];
+                    y += d[2 * b] * p;
+                    y += d[2 * b + 1] * h;
+                    continue;
                 } else {
                     const int8_t *qs = (const int8_t *)row + 32 * (size_t)b;
                     for (int j = 0; j < 32; j++) p += (float)qs[j] * xb[j];
@@ -36,25 +44,40 @@ static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const floa
     }
 }
 
-/* code k of row r in block b of the panel layout, and the block's scales of that row */
+/* code k of row r in block b of the panel layout */
 static int panel_code(const qk_mat *w, int r, int b, int k) {
     const uint8_t *blk = w->data + (size_t)(r / QK_PANEL) * w->rb + (size_t)b * w->bb;
     int rr = r % QK_PANEL, step = k / 4, j = k % 4;
-    if (w->type == GGML_Q4_1) return (blk[64 * (step % 4) + 4 * rr + j] >> (4 * (step / 4))) & 15;
+    if (qk_nibbles(w->kind)) return (blk[64 * (step % 4) + 4 * rr + j] >> (4 * (step / 4))) & 15;
     return (int8_t)blk[64 * step + 4 * rr + j];
 }
 
-/* d (k = 0) or m (k = 1) of row r in block b of the panel layout */
+/* the d (k = 0) and m (k = 1) of row r in block b of the panel layout, as the kernels use them:
+ * Q4_K's D sc and -(Dmin mn) are exact products; Q6_K's d is D (its halves' scales are integers) */
 static float panel_scale(const qk_mat *w, int r, int b, int k) {
-    int per = (w->type == GGML_Q4_1 ? 2 : 1) * QK_PANEL;
-    const uint16_t *sc = (const uint16_t *)(w->data + (size_t)(r / QK_PANEL) * w->rb + w->qoff) + (size_t)b * per;
-    return ds_f16_to_f32(sc[k * QK_PANEL + r % QK_PANEL]);
+    const uint8_t *scr = w->data + (size_t)(r / QK_PANEL) * w->rb + w->qoff;
+    const uint8_t *at = scr + qk_scale_at(w->kind, b);
+    const uint16_t *sup = (const uint16_t *)(scr + qk_super_at(w->kind, b));
+    int rr = r % QK_PANEL;
+    switch (w->kind) {
+    case QK_Q4_K:
+        if (k == 0) return ds_f16_to_f32(sup[rr]) * (float)at[rr];
+        return -(ds_f16_to_f32(sup[QK_PANEL + rr]) * (float)at[QK_PANEL + rr]);
+    case QK_Q6_K: return k == 0 ? ds_f16_to_f32(sup[rr]) : 0.0f;
+    default: return ds_f16_to_f32(((const uint16_t *)at)[k * QK_PANEL + rr]);
+    }
+}
+
+/* Q6_K: the int8 scale of half h of row r's block b */
+static int panel_half_scale(const qk_mat *w, int r, int b, int h) {
+    const uint8_t *at = w->data + (size_t)(r / QK_PANEL) * w->rb + w->qoff + qk_scale_at(w->kind, b);
+    return (int8_t)at[h * QK_PANEL + r % QK_PANEL];
 }
 
 /* the int8 contract of kernels_cpu.h, operation for operation */
 static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld, const qk_next *nx) {
     (void)nx; /* a reference: nothing fetched ahead */
-    int nb = w->nb, q4 = w->type == GGML_Q4_1;
+    int nb = w->nb, q4 = qk_nibbles(w->kind), q6 = w->kind == QK_Q6_K;
     for (int r = r0; r < r1; r++) {
         for (int t = 0; t < a->T; t++) {
             const int8_t *p = a->q + (size_t)t * a->cols;
@@ -63,7 +86,13 @@ static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out
             for (int b = 0; b < nb; b++) {
                 const int8_t *pb = p + 32 * b;
                 int32_t i = 0;
-                for (int j = 0; j < 32; j++) i += panel_code(w, r, b, j) * pb[j];
+                if (q6) { /* i_b = sl (c . p)_lo + sh (c . p)_hi, exactly */
+                    int32_t lo = 0, hi = 0;
+                    for (int j = 0; j < 16; j++) lo += panel_code(w, r, b, j) * pb[j];
+                    for (int j = 16; j < 32; j++) hi += panel_code(w, r, b, j) * pb[j];
+                    i = panel_half_scale(w, r, b, 0) * lo + panel_half_scale(w, r, b, 1) * hi;
+                } else
+                    for (int j = 0; j < 32; j++) i += panel_code(w, r, b, j) * pb[j];
                 float de = panel_scale(w, r, b, 0) * e[b], sb = (float)i * de;
                 if (q4) {
                     float mo = panel_scale(w, r, b, 1) * xs[b];
