@@ -12,5 +12,6 @@ int cmd_train(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_bench_train(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_score(int argc, char **argv);
 
 #endif

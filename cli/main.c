@@ -21,6 +21,7 @@ typedef struct {
 static const command COMMANDS[] = {
     {"info", cmd_info, "describe a model file: architecture, sizes, tensor types, tokenizer, chat template"},
     {"generate", cmd_generate, "chat generation with the target model (streams text, tok/s on stderr)"},
+    {"score", cmd_score, "token ids, teacher-forced top-k logits and greedy continuations of given sequences (JSON lines)"},
     {"bench-target", cmd_bench_target, "benchmark the target runtime: prefill, decode, SPS(B) curve (JSON)"},
     {"bench-train", cmd_bench_train, "training throughput of a config, side by side with the reference path"},
     {"run", cmd_run, "an experiment: baseline and speculative decoding on benchmark prompts, HDF5 trace"},

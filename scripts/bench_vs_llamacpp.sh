@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_vs_llamacpp.sh — the target runtime beside llama.cpp on the same machine and threads, in one
-# run, alternating ROUNDS times (bench-target int8, optionally --exact, llama-bench on the same Q4_1
-# file and on a second model, its strongest CPU path), so the machine's drift hits all alike. Prints a
+# run, alternating ROUNDS times (bench-target int8, optionally --exact, llama-bench on the same file
+# and on a second model, its strongest CPU path), so the machine's drift hits all alike. Prints a
 # markdown table of the medians' ranges, each figure also as a fraction of this machine's int8 roof
 # (bench-target's, for the instruction mix of our kernel path).
 #   [LLAMA_BENCH=/path/to/llama-bench] [LLAMA_STRONG=/path/to/q4_0.gguf | none] [EXACT=1] \
@@ -12,10 +12,16 @@
 # build; LLAMA_STRONG=none leaves that column out. So on a new machine type (Zen 1, say) the whole
 # table is one command: scripts/bench_vs_llamacpp.sh 3 (three rounds took 3-7 minutes on a 2-core
 # Zen 3, plus the build the first time). THREADS
-# (default 2) and DSPARK_MODEL are honoured.
+# (default 2) and DSPARK_MODEL (a file, or a model name: DSPARK_MODEL=qwen2.5-coder-1.5b LLAMA_STRONG=none,
+# two rounds in 8 minutes on a 2-core Zen 4) are honoured.
 set -euo pipefail
 BIN=${BIN:-build/dspark-bench}
 MODEL=${DSPARK_MODEL:-$HOME/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf}
+case "$MODEL" in */*) ;; *) # a model name: its file in the cache (scripts/fetch_model.py's table)
+  F=$(python3 "$(dirname "$0")/fetch_model.py" --list | awk -v n="$MODEL" '$1 == n { print $2 }')
+  [ -n "$F" ] || { echo "bench_vs_llamacpp: unknown model name '$MODEL'" >&2; exit 1; }
+  MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/dspark-bench/$F ;;
+esac
 [ -x "$BIN" ] || { echo "bench_vs_llamacpp: $BIN: not built (make)" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "bench_vs_llamacpp: $MODEL: no such model (make model)" >&2; exit 1; }
 if [ -z "${LLAMA_BENCH:-}" ]; then
@@ -53,7 +59,7 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "round $r/$ROUNDS: bench-target --exact" >&2
     "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --reps 11 --exact --out "$OUT/exact-$r.json" > "$OUT/exact-$r.txt"
   fi
-  echo "round $r/$ROUNDS: llama-bench (same Q4_1 file)" >&2
+  echo "round $r/$ROUNDS: llama-bench (same file)" >&2
   llama q41 "$MODEL"
   if [ -n "$STRONG" ]; then
     echo "round $r/$ROUNDS: llama-bench ($STRONG)" >&2
@@ -78,7 +84,7 @@ print(f"CPU: {j0['cpu']}, {j0['threads']} threads ({j0['roof']['logical_cpus']} 
 print(f"int8 roof ({j0['roof']['instruction']}, registers only): {rng(roof, '%.0f')} G MAC/s on {j0['threads']} threads; "
       f"bandwidth {rng([j['bandwidth_GBps'] for j in ours['int8']])} GB/s; {macs / 1e6:.1f} M MAC per token\n")
 cols = [("dspark-bench int8", "int8")] + ([("dspark-bench exact", "exact")] if "exact" in ours else []) + \
-       [("llama.cpp Q4_1", "q41")] + ([("llama.cpp " + os.path.basename(strong), "strong")] if "strong" in peers else [])
+       [("llama.cpp, same file", "q41")] + ([("llama.cpp " + os.path.basename(strong), "strong")] if "strong" in peers else [])
 print("| | " + " | ".join(c[0] for c in cols) + " |\n|---|" + "---:|" * len(cols))
 def frac(tok_s):  # tokens/s -> % of the roof, median roof
     return 100 * tok_s * macs / 1e9 / sorted(roof)[len(roof) // 2]

@@ -44,6 +44,8 @@ static void expect_error(const char *args, int status, const char *needle) {
     if (!strstr(r.out, needle)) fail_msg("`%s`: output lacks \"%s\":\n%s", args, needle, r.out);
 }
 
+static void put(const char *path, const char *text) { write_file(path, text, strlen(text)); }
+
 static void test_bad_usage(void **state) {
     (void)state;
     expect_error("", 2, "usage: dspark-bench COMMAND");
@@ -92,7 +94,7 @@ static void test_bad_files(void **state) {
 static void test_help(void **state) {
     (void)state;
     const char *cmds[] = {"generate", "info", "bench-target", "bench-train", "run", "serve", "report", "train",
-                          "calibrate", "lossless", ""};
+                          "calibrate", "lossless", "score", ""};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         run_result r;
         run(&r, "%s --help", cmds[i]);
@@ -138,6 +140,47 @@ static void test_real_model_commands(void **state) {
     assert_int_equal(a.status, 0);
     assert_string_equal(strtok(a.out, "["), strtok(b.out, "["));
     assert_string_not_equal(a.out, strtok(c.out, "["));
+    /* score: a prompt's greedy tokens, then the same ids teacher-forced: each position's top-1 is the
+     * next greedy token (one forward of many tokens agrees with the one-token steps; int8 contract) */
+    const char *in = tmp_path("score.jsonl");
+    put(in, "{\"prompt\": \"Name three colors.\", \"greedy\": 6}\n");
+    run(&a, "score --in %s --top 2 2>/dev/null", in);
+    assert_int_equal(a.status, 0);
+    cJSON *j = cJSON_Parse(a.out);
+    assert_non_null(j);
+    const cJSON *ids = cJSON_GetObjectItem(j, "ids"), *g = cJSON_GetObjectItem(j, "greedy"),
+                *top = cJSON_GetObjectItem(j, "top");
+    int np = cJSON_GetArraySize(ids);
+    assert_int_equal(cJSON_GetArraySize(g), 6);
+    assert_int_equal(cJSON_GetArraySize(top), np);
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(top, np - 1), 0), 0)->valueint,
+                     cJSON_GetArrayItem(g, 0)->valueint);
+    char seq[4096] = "{\"ids\": [";
+    for (int i = 0; i < np + 6; i++)
+        snprintf(seq + strlen(seq), sizeof seq - strlen(seq), "%s%d", i ? ", " : "",
+                 i < np ? cJSON_GetArrayItem(ids, i)->valueint : cJSON_GetArrayItem(g, i - np)->valueint);
+    strcat(seq, "]}\n");
+    put(in, seq);
+    run(&b, "score --in %s --top 1 2>/dev/null", in);
+    assert_int_equal(b.status, 0);
+    cJSON *k = cJSON_Parse(b.out);
+    assert_non_null(k);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(k, "top"), np + i), 0), 0)->valueint,
+                         cJSON_GetArrayItem(g, i + 1)->valueint);
+    cJSON_Delete(j);
+    cJSON_Delete(k);
+    /* bad input: one line naming the file and line */
+    char args[700];
+    put(in, "{\"ids\": [1, 2]}\n{\"ids\": [1, 99999999]}\n");
+    snprintf(args, sizeof args, "score --in %s", in);
+    expect_error(args, 1, ":2: an id outside the vocabulary (0..49151)");
+    put(in, "{\"ids\": [1, 2]\n");
+    expect_error(args, 1, ":1: malformed or truncated JSON line");
+    put(in, "{\"prompt\": \"x\", \"ids\": [1]}\n");
+    expect_error(args, 1, ":1: needs one of \"prompt\" (a string) or \"ids\" (an array)");
+    expect_error("score", 1, "--in FILE.jsonl is required");
+    remove(in);
 }
 
 static void test_run_and_report(void **state) {
@@ -226,7 +269,6 @@ static void test_run_and_report(void **state) {
     remove(h5);
 }
 
-static void put(const char *path, const char *text) { write_file(path, text, strlen(text)); }
 
 static void test_train_errors(void **state) {
     (void)state;

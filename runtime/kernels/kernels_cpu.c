@@ -106,6 +106,7 @@ static void gguf_block(const qmat *w, const uint8_t *src, size_t i, qblock *o) {
 
 static void pack_rows(const qmat *w, int kind, uint8_t *p, size_t nb, size_t rb, size_t qoff) {
     int q4 = qk_nibbles(kind);
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         uint8_t *row = p + (size_t)r * rb;
@@ -133,6 +134,8 @@ static void pack_rows(const qmat *w, int kind, uint8_t *p, size_t nb, size_t rb,
 
 static void pack_panels(const qmat *w, int kind, uint8_t *p, size_t nb, size_t pb, size_t bb, size_t qoff) {
     int q4 = qk_nibbles(kind);
+    /* panels are disjoint: packed on every core (a 1.5B model's 1 GB took 14 s on one), the same bytes */
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < w->rows; r++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
         int rr = r % QK_PANEL;

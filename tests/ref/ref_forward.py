@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent numpy reference forward pass for GGUF Llama-architecture models.
+"""Independent numpy reference forward pass for GGUF Llama- and Qwen2-architecture models.
 
 This file is deliberately independent of the C code base: tensors are read with
 gguf-py's GGUFReader, dequantized with gguf.quants.dequantize (the Python port of
@@ -12,6 +12,10 @@ Conventions (GGUF / llama.cpp Llama layout):
     rotates ADJACENT pairs (2i, 2i+1) of each head, angle = pos * base^(-2i/n_rot).
   * Grouped-query attention: query head h uses kv head h // (n_head / n_head_kv).
   * Tied embeddings: when output.weight is absent, token_embd.weight is the LM head.
+  * qwen2: Q/K/V projections carry biases (blk.N.attn_{q,k,v}.bias), added before RoPE; RoPE
+    rotates HALVES (i, i + n_rot/2) (llama.cpp's NEOX mode for this architecture).
+  * store="float32" keeps the dequantized weights in float32 (a 1.5B model in 7 GB instead of 14);
+    every product is still computed in float64 (numpy upcasts the weights at each matmul).
 
 All hyperparameters come from the GGUF metadata ({arch}.block_count, ...).
 
@@ -44,13 +48,15 @@ def _field(reader: GGUFReader, key: str, default=None):
 class RefModel:
     """float64 reference Llama model loaded from a GGUF file."""
 
-    def __init__(self, path: str, dtype=np.float64):
+    def __init__(self, path: str, dtype=np.float64, store=None):
         self.path = path
         self.dtype = dtype
         r = GGUFReader(path)
         arch = _field(r, "general.architecture")
-        if arch != "llama":
-            raise ValueError(f"unsupported architecture {arch!r} (only 'llama')")
+        if arch not in ("llama", "qwen2"):
+            raise ValueError(f"unsupported architecture {arch!r} (llama, qwen2)")
+        self.neox = arch == "qwen2"
+        store = store or dtype
         self.arch = arch
         g = lambda k, d=None: _field(r, f"{arch}.{k}", d)  # noqa: E731
         self.n_layer = int(g("block_count"))
@@ -76,7 +82,7 @@ class RefModel:
             a = dequantize(t.data, t.tensor_type)
             # ggml ne = [ne0, ne1, ...] -> numpy shape reversed
             shape = tuple(int(x) for x in reversed(t.shape))
-            return np.ascontiguousarray(a.reshape(shape), dtype=dtype)
+            return np.ascontiguousarray(a.reshape(shape), dtype=store)
 
         self.tok_embd = W("token_embd.weight")  # (vocab, n_embd)
         self.n_vocab = self.tok_embd.shape[0]
@@ -97,6 +103,9 @@ class RefModel:
                 "wup": W(p + "ffn_up.weight"),
                 "wdown": W(p + "ffn_down.weight"),
             }
+            if arch == "qwen2":
+                for b in ("q", "k", "v"):
+                    L["b" + b] = W(p + f"attn_{b}.bias").astype(np.float64)
             assert L["wq"].shape == (self.n_head * self.head_dim, self.n_embd)
             assert L["wk"].shape == (self.n_head_kv * self.head_dim, self.n_embd)
             assert L["wdown"].shape == (self.n_embd, self.n_ff)
@@ -114,6 +123,12 @@ class RefModel:
         c = np.cos(ang)[:, None, :]
         s = np.sin(ang)[:, None, :]
         out = x.copy()
+        if self.neox:  # pairs (i, i + n_rot/2)
+            h = self.n_rot // 2
+            x0, x1 = x[..., 0:h], x[..., h:self.n_rot]
+            out[..., 0:h] = x0 * c - x1 * s
+            out[..., h:self.n_rot] = x0 * s + x1 * c
+            return out
         x0 = x[..., 0:self.n_rot:2]
         x1 = x[..., 1:self.n_rot:2]
         out[..., 0:self.n_rot:2] = x0 * c - x1 * s
@@ -144,12 +159,13 @@ class RefModel:
         kpos = np.arange(n_past + T)
         mask = np.where(kpos[None, :] <= pos[:, None], 0.0, -np.inf)  # (T, n_kv)
 
-        x = self.tok_embd[ids].copy()  # (T, n_embd)
+        x = self.tok_embd[ids].astype(np.float64)  # (T, n_embd)
         for il, L in enumerate(self.layers):
             xb = self.rmsnorm(x, L["attn_norm"])
-            q = (xb @ L["wq"].T).reshape(T, H, D)
-            k = (xb @ L["wk"].T).reshape(T, Hkv, D)
-            v = (xb @ L["wv"].T).reshape(T, Hkv, D)
+            q, k, v = xb @ L["wq"].T, xb @ L["wk"].T, xb @ L["wv"].T
+            if "bq" in L:
+                q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
+            q, k, v = q.reshape(T, H, D), k.reshape(T, Hkv, D), v.reshape(T, Hkv, D)
             q = self.rope(q, pos)
             k = self.rope(k, pos)
             if cache is not None:
