@@ -294,6 +294,23 @@ static void test_batch_passes(void **state) {
     }
 }
 
+/* the AVX2 path's one-pass sweep for large matrices (3 to 8 tokens a pass), here forced on small ones:
+ * every kind, the classes with no block, one or several, slices cutting panels, 3..19 tokens */
+static void test_avx2_sweep(void **state) {
+    (void)state;
+    size_t keep = qk_sweep2_bytes;
+    qk_sweep2_bytes = 0;
+    static const int Ts[] = {3, 4, 5, 8, 9, 11, 19};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        check_matrix(GGML_Q4_1, 37, 576, Ts[i], 90 + i);
+        check_matrix(GGML_Q8_0, 17, 96, Ts[i], 100 + i);
+        check_matrix(GGML_Q4_K, 21, 768, Ts[i], 110 + i);
+        check_matrix(GGML_Q6_K, 19, 512, Ts[i], 120 + i);
+        check_matrix(GGML_Q5_0, 23, 224, Ts[i], 130 + i);
+    }
+    qk_sweep2_bytes = keep;
+}
+
 /* codes at the extremes: Q8_0 -128 and 127 against activations at +-127 (the int16 pair sums of
  * the AVX2 path are at their largest, 2 * 128 * 127, and must not saturate) */
 static void test_q8_0_extremes(void **state) {
@@ -763,7 +780,7 @@ static void test_paths_present(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_batch_passes),
+        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_avx2_sweep), cmocka_unit_test(test_batch_passes),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),

@@ -8,6 +8,8 @@
 #include "../base/common.h"
 #include "../formats/quant.h"
 
+size_t qk_sweep2_bytes = (size_t)1 << 20;
+
 const qk_kernels *qk_kernels_for(cpu_isa isa) {
     if (!cpu_isa_supported(isa)) return NULL;
     switch (isa) {

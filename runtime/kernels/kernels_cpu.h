@@ -253,4 +253,8 @@ static inline void qk_quantize_finish(qk_act *a, size_t i, float amax, float fin
 
 extern const qk_kernels qk_scalar, qk_avx2, qk_avx512;
 
+/* the AVX2 path takes 3 to 8 tokens in one pass over a matrix of at least this many packed bytes (1
+ * MB; streamed from memory, a pass a token pair would read it 4 times at B = 8); tests lower it */
+extern size_t qk_sweep2_bytes;
+
 #endif
