@@ -7,53 +7,45 @@
 #include "../runtime/base/common.h"
 #include "../runtime/base/cpu_features.h"
 #include "../runtime/formats/quant.h"
+#include "../runtime/jcfg.h"
 #include "../runtime/models.h"
 #include "../runtime/target.h"
 #include "args.h"
 #include "commands.h"
 
-/* the ids of every line's "text" (what scripts/check_tokenizer.py compares with an independent BPE) */
+/* the ids of one record's "text" as a JSON array line */
+static int tokenize_line(void *ctx, const cJSON *rec, int index, int line, const char *file) {
+    (void)index;
+    const tokenizer *tk = ctx;
+    ivec ids = {0};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rec, "text");
+    DS_CHECK(cJSON_IsString(t), "%s:%d: not a JSON object with a \"text\" string", file, line);
+    DS_TRY(tokenizer_encode(tk, t->valuestring, strlen(t->valuestring), 0, &ids));
+    putchar('[');
+    for (int i = 0; i < ids.n; i++) printf("%s%d", i ? "," : "", ids.v[i]);
+    printf("]\n");
+    ivec_free(&ids);
+    return 0;
+fail:
+    ivec_free(&ids);
+    return -1;
+}
+
+/* the ids of every line's "text" (what scripts/check_tokenizer.py compares with an independent BPE):
+ * the tokenizer alone, no weights packed */
 static int tokenize_file(const char *model_path, const char *file) {
     gguf_file g = {0};
     tokenizer tk;
     char path[4096];
     const model_name *named;
-    int have_tk = 0, rc = -1, line = 0;
-    char *txt = NULL;
-    size_t n;
-    ivec ids = {0};
+    int rc = -1;
     DS_TRY(model_resolve(model_path, path, sizeof path, &named));
     DS_TRY(gguf_open(&g, path));
     DS_CHECK(gguf_get(&g, "tokenizer.ggml.model") != NULL, "%s: the model has no tokenizer", path);
     DS_TRY(tokenizer_load_gguf(&tk, &g));
-    have_tk = 1;
-    DS_TRY(ds_read_file(file, &txt, &n));
-    for (size_t start = 0; start < n;) {
-        char *nl = memchr(txt + start, '\n', n - start);
-        size_t end = nl ? (size_t)(nl - txt) : n;
-        line++;
-        if (end > start) {
-            cJSON *j = cJSON_ParseWithLength(txt + start, end - start);
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
-            if (!cJSON_IsString(t)) {
-                cJSON_Delete(j);
-                DS_CHECK(0, "%s:%d: not a JSON object with a \"text\" string", file, line);
-            }
-            ids.n = 0;
-            int e = tokenizer_encode(&tk, t->valuestring, strlen(t->valuestring), 0, &ids);
-            cJSON_Delete(j);
-            DS_TRY(e);
-            putchar('[');
-            for (int i = 0; i < ids.n; i++) printf("%s%d", i ? "," : "", ids.v[i]);
-            printf("]\n");
-        }
-        start = end + 1;
-    }
-    rc = 0;
+    rc = jcfg_each_record(file, tokenize_line, &tk);
+    tokenizer_free(&tk);
 fail:
-    free(txt);
-    free(ids.v);
-    if (have_tk) tokenizer_free(&tk);
     gguf_close(&g);
     return rc;
 }

@@ -12,6 +12,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
+#include "../runtime/kernels/kernels_cpu.h"
 #include "../runtime/target.h"
 #include "args.h"
 #include "commands.h"
@@ -28,7 +29,15 @@ static void top_k(const float *z, int V, int k, int *id) {
     }
 }
 
-static int score_line(target *t, const cJSON *in, int k, const char *file, int line, FILE *out) {
+typedef struct {
+    target *t;
+    int k;
+} score_ctx;
+
+static int score_line(void *ctx, const cJSON *in, int index, int line, const char *file) {
+    (void)index;
+    target *t = ((score_ctx *)ctx)->t;
+    int k = ((score_ctx *)ctx)->k;
     ivec ids = {0};
     kv_cache *kv = NULL;
     float *z = NULL;
@@ -76,7 +85,7 @@ static int score_line(target *t, const cJSON *in, int k, const char *file, int l
         const float *last = z + (size_t)(ids.n - 1) * V;
         float *zn = z; /* row 0 is free now */
         for (int n = 0; n < greedy; n++) {
-            top_k(last, V, 1, id);
+            id[0] = qk_argmax(last, V); /* the first of the largest: the lower id on a tie, as top_k */
             cJSON_AddItemToArray(gr, cJSON_CreateNumber(id[0]));
             if (n + 1 < greedy) DS_TRY(model_forward_one(&t->m, &t->fs, kv, id, 1, 0, zn));
             last = zn;
@@ -84,8 +93,8 @@ static int score_line(target *t, const cJSON *in, int k, const char *file, int l
     }
     char *txt = cJSON_PrintUnformatted(o);
     DS_CHECK(txt != NULL, "out of memory printing the result");
-    fprintf(out, "%s\n", txt);
-    fflush(out);
+    printf("%s\n", txt);
+    fflush(stdout);
     free(txt);
     rc = 0;
 fail:
@@ -113,32 +122,11 @@ int cmd_score(int argc, char **argv) {
                         &npos);
     if (rc) return rc < 0 ? -1 : 0;
     DS_CHECK(file != NULL, "score: --in FILE.jsonl is required");
-    char *txt = NULL;
-    size_t n;
     target t;
     bo.n_threads = threads;
-    DS_TRY(ds_read_file(file, &txt, &n));
-    if (target_open(&t, model_path, &bo)) {
-        free(txt);
-        return -1;
-    }
-    rc = 0;
-    int line = 0;
-    for (size_t start = 0; start < n && rc == 0;) {
-        char *nl = memchr(txt + start, '\n', n - start);
-        size_t end = nl ? (size_t)(nl - txt) : n;
-        line++;
-        if (end > start) {
-            cJSON *j = cJSON_ParseWithLength(txt + start, end - start);
-            if (!j) {
-                ds_error("%s:%d: malformed or truncated JSON line", file, line);
-                rc = -1;
-            } else rc = score_line(&t, j, k, file, line, stdout);
-            cJSON_Delete(j);
-        }
-        start = end + 1;
-    }
-    free(txt);
+    DS_TRY(target_open(&t, model_path, &bo));
+    score_ctx c = {&t, k};
+    rc = jcfg_each_record(file, score_line, &c);
     target_close(&t);
     return rc;
 fail:

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
+#include "../runtime/jcfg.h"
 #include "datasets.h"
 
 /* ShareGPT ids MANIFEST.md says to drop (AlpacaEval overlap) */
@@ -66,42 +67,22 @@ fail:
 /* a JSON array or JSONL file, every record handed to fn */
 typedef int (*rec_fn)(prompt_set *out, const cJSON *rec, int index, const char *path);
 
+typedef struct {
+    prompt_set *out;
+    rec_fn fn;
+} rec_ctx;
+
+static int rec_adapt(void *ctx, const cJSON *rec, int index, int line, const char *path) {
+    (void)line;
+    const rec_ctx *c = ctx;
+    return c->fn(c->out, rec, index, path);
+}
+
 static int each_record(const char *root, const char *file, prompt_set *out, rec_fn fn) {
-    char path[4096], *txt = NULL;
-    size_t n;
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", root, file);
-    if (ds_read_file(path, &txt, &n)) return -1;
-    int rc = 0, index = 0;
-    if (n && txt[0] == '[') {
-        cJSON *arr = cJSON_ParseWithLength(txt, n);
-        free(txt);
-        if (!cJSON_IsArray(arr)) {
-            cJSON_Delete(arr);
-            ds_error("%s: not a valid JSON array of records", path);
-            return -1;
-        }
-        for (const cJSON *r = arr->child; r && rc == 0; r = r->next) rc = fn(out, r, index++, path);
-        cJSON_Delete(arr);
-        return rc;
-    }
-    int line = 0;
-    for (size_t a = 0; a < n && rc == 0;) {
-        char *nl = memchr(txt + a, '\n', n - a);
-        size_t b = nl ? (size_t)(nl - txt) : n;
-        line++;
-        if (b > a) {
-            cJSON *r = cJSON_ParseWithLength(txt + a, b - a);
-            if (!r) {
-                ds_error("%s:%d: malformed or truncated JSON line", path, line);
-                rc = -1;
-            } else
-                rc = fn(out, r, index++, path);
-            cJSON_Delete(r);
-        }
-        a = b + 1;
-    }
-    free(txt);
-    return rc;
+    rec_ctx c = {out, fn};
+    return jcfg_each_record(path, rec_adapt, &c);
 }
 
 static const char *str_field(const cJSON *rec, const char *f) {

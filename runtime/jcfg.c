@@ -201,3 +201,41 @@ int jcfg_diff(const cJSON *want, const cJSON *have, char *msg, size_t n) {
     }
     return 0;
 }
+
+int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx) {
+    char *txt;
+    size_t n, i = 0;
+    if (ds_read_file(path, &txt, &n)) return -1;
+    int rc = 0, index = 0;
+    while (i < n && (txt[i] == ' ' || txt[i] == '\n' || txt[i] == '\r' || txt[i] == '\t')) i++;
+    if (i < n && txt[i] == '[') {
+        cJSON *arr = cJSON_ParseWithLength(txt, n);
+        free(txt);
+        if (!cJSON_IsArray(arr)) {
+            cJSON_Delete(arr);
+            ds_error("%s: not a valid JSON array of records", path);
+            return -1;
+        }
+        for (const cJSON *r = arr->child; r && rc == 0; r = r->next, index++) rc = fn(ctx, r, index, index + 1, path);
+        cJSON_Delete(arr);
+        return rc;
+    }
+    int line = 0;
+    for (size_t a = 0; a < n && rc == 0;) {
+        char *nl = memchr(txt + a, '\n', n - a);
+        size_t b = nl ? (size_t)(nl - txt) : n;
+        line++;
+        if (b > a) {
+            cJSON *r = cJSON_ParseWithLength(txt + a, b - a);
+            if (!r) {
+                ds_error("%s:%d: malformed or truncated JSON line", path, line);
+                rc = -1;
+            } else
+                rc = fn(ctx, r, index++, line, path);
+            cJSON_Delete(r);
+        }
+        a = b + 1;
+    }
+    free(txt);
+    return rc;
+}

@@ -50,4 +50,11 @@ int jcfg_diff(const cJSON *want, const cJSON *have, char *msg, size_t n);
 /* An object's keys are unique (cJSON keeps duplicates as separate members). */
 int jcfg_check_unique(const cJSON *obj, const char *path);
 
+/* Every record of a file of records, a JSON array or JSON lines (one object a '\n'-separated line,
+ * empty lines skipped), handed to fn in order: index counts records from 0, line is the record's
+ * line in a JSONL file (index + 1 in an array). A line that does not parse is an error naming
+ * path:line; fn's error stops the walk. */
+typedef int (*jcfg_record_fn)(void *ctx, const cJSON *rec, int index, int line, const char *path);
+int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx);
+
 #endif
