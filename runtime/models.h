@@ -11,7 +11,6 @@ typedef struct {
     const char *file;   /* the file in the cache */
     long long size;     /* bytes of the checked file */
     const char *sha256; /* of the whole file (fetch_model.py checks it; test_models compares the tables) */
-    const char *about;
 } model_name;
 
 /* NULL past the last */
