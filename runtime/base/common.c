@@ -60,6 +60,23 @@ void *ds_aligned_alloc(size_t n, const char *what) {
     return p;
 }
 
+/* large read-mostly buffers (the repacked weights): 2 MB aligned and marked for transparent huge pages,
+ * so streaming a 1 GB model walks ~500 TLB entries instead of ~250,000 (the kernel's THP mode here is
+ * "madvise"; where it is "never" the advice is a no-op and the buffer works the same) */
+void *ds_huge_alloc(size_t n, const char *what) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) return ds_aligned_alloc(n, what);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, n) != 0) {
+        ds_error("out of memory allocating %zu bytes for %s", n, what);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE); /* advice only: its failure changes no result */
+#endif
+    return p;
+}
+
 char *ds_strndup(const char *s, size_t n, const char *what) {
     char *p = ds_malloc(n + 1, what);
     if (!p) return NULL;

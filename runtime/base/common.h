@@ -47,6 +47,7 @@ void *ds_malloc(size_t n, const char *what);
 void *ds_calloc(size_t n, size_t size, const char *what);
 void *ds_realloc(void *p, size_t n, const char *what);
 void *ds_aligned_alloc(size_t n, const char *what); /* 64-byte aligned, release with free() */
+void *ds_huge_alloc(size_t n, const char *what);    /* 2 MB aligned, huge pages advised; release with free() */
 char *ds_strndup(const char *s, size_t n, const char *what);
 
 /* Checked arithmetic: return 0 and store the result, or -1 on overflow. */

@@ -184,7 +184,7 @@ int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
         rb = qoff + (q4 || kind == QK_Q6_K ? 8 : 4) * nb; /* fp32 d (and m, or a second d) per block */
         n_units = (size_t)w->rows;
     }
-    uint8_t *p = ds_aligned_alloc(rb * n_units, "repacked weights");
+    uint8_t *p = ds_huge_alloc(rb * n_units, "repacked weights");
     if (!p) return -1;
     memset(p, 0, rb * n_units); /* nibbles are ORed in; padding rows and an odd block's pair stay 0 */
     if (layout == QK_PANELS) pack_panels(w, kind, p, nb, rb, bb, qoff);
