@@ -29,6 +29,12 @@ typedef struct {
     float *conf; /* [cap] conditional survival estimates c_k (calibrated when the drafter has
                   * temperatures), or NULL: what schedulers read */
     float *conf_raw; /* [cap] the same before calibration (the trace's raw column), or NULL */
+    /* optional (NULL: draft all gamma): asked by a drafter whose every draft costs a forward before it
+     * spends one on draft k + 1, with k drafts and their conf made; 0 stops the block at k. A stop
+     * after x_k leaves x_1..x_k to verification as they are, so any rule here is lossless (the
+     * decision for position k + 1 reads only the drafts before it). */
+    int (*more)(void *ctx, int k, const float *conf);
+    void *more_ctx;
 } draft_block;
 
 int draft_block_init(draft_block *b, int cap, int V, int with_conf);

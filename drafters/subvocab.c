@@ -10,6 +10,7 @@
 #include "../runtime/formats/safetensors.h"
 #include "../runtime/jcfg.h"
 #include "../runtime/model.h"
+#include "../runtime/tokenizer.h"
 
 void subvocab_hash(const int *ids, int n, char out[20]) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -49,6 +50,32 @@ int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorde
 fail:
     subvocab_free(s);
     return -1;
+}
+
+int subvocab_by_rank(subvocab *s, const tokenizer *tk, int V, int Vd) {
+    int *ids = NULL, n = 0, rc = -1;
+    char *in = NULL;
+    subvocab_full(s, V);
+    if (Vd >= V) return 0;
+    DS_CHECK(Vd >= 1, "a draft vocabulary needs at least one token (got %d)", Vd);
+    DS_TRYP(ids = ds_malloc(sizeof(int) * (size_t)V, "draft vocabulary"));
+    DS_TRYP(in = ds_calloc((size_t)V, 1, "draft vocabulary"));
+    for (int pass = 0; pass < 2 && n < Vd; pass++) /* pinned ones first, then the rest by id */
+        for (int v = 0; v < V && n < Vd; v++) {
+            int ty = v < tk->n_vocab && tk->type ? tk->type[v] : TOK_NORMAL;
+            int pin = ty == TOK_CONTROL || ty == TOK_USER || ty == TOK_BYTE || tokenizer_is_eog(tk, v) ||
+                      v == tk->eos || v == tk->bos;
+            if (v >= tk->n_vocab || ty == TOK_UNUSED || in[v] || pin != (pass == 0)) continue;
+            in[v] = 1, n++;
+        }
+    DS_CHECK(n == Vd, "a draft vocabulary of %d tokens from a vocabulary of %d usable ones", Vd, n);
+    n = 0;
+    for (int v = 0; v < V; v++)
+        if (in[v]) ids[n++] = v; /* ascending, as every draft vocabulary */
+    rc = subvocab_set(s, V, ids, n, NULL);
+fail:
+    free(ids), free(in);
+    return rc;
 }
 
 int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *recorded_hash) {

@@ -27,6 +27,12 @@ void subvocab_full(subvocab *s, int V);
 /* ids[0..Vd) (distinct, in 0..V); Vd >= V or ids == NULL means the whole vocabulary. A recorded
  * hash ("" or NULL: none) must match the ids' own. -1 with a message naming the bad id. */
 int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorded_hash);
+/* Vd ids with no data: every control, user-defined, byte and end-of-generation token (what any
+ * output may need), then the lowest remaining ids. A byte-level BPE numbers its tokens in the order
+ * its merges were learned, most frequent pair first, so the low ids are the tokenizer corpus's
+ * common pieces: FR-Spec's frequency ranking without a cache, for a separate draft LM. */
+struct tokenizer;
+int subvocab_by_rank(subvocab *s, const struct tokenizer *tk, int V, int Vd);
 /* the ids from a checkpoint's "vocab.ids" tensor (path: its safetensors file), then subvocab_set */
 int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *recorded_hash);
 /* 0 when the checkpoint file at path drafts over exactly s's vocabulary (or s is the whole one) */

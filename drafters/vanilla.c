@@ -130,16 +130,19 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     d->impl = v;
     v->be = t->be;
     jcfg r;
-    int k = 4;
+    int k = 4, vd = 0;
     const char *path = NULL, *ck = NULL;
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     int has_layers = jcfg_get(&r, "layers") != NULL;
     DS_TRY(jcfg_int(&r, "layers", 1, 1 << 20, &k));
     DS_TRY(jcfg_str(&r, "model", &path));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
+    DS_TRY(jcfg_int(&r, "draft_vocab", 1, 1 << 24, &vd));
     int distilled = ck || jcfg_get(&r, "n_layers") != NULL;
     DS_CHECK(has_layers + !!path + distilled <= 1,
              "drafter: give one of \"layers\" (self-draft), \"model\" (a separate LM) or \"checkpoint\" (a distilled LM)");
+    DS_CHECK(!vd || !distilled, "drafter: \"draft_vocab\" is for \"model\" and \"layers\"; a distilled LM carries its own");
+    DS_CHECK(!vd || t->has_tokenizer, "drafter: \"draft_vocab\" ranks the target's tokens, and this target has no tokenizer");
     if (distilled) DS_TRY(open_lm(v, d, &r, ck, t));
     else if (path) {
         DS_TRY(jcfg_close(&r));
@@ -168,8 +171,14 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
                  k, t->m.cfg.n_layers);
         snprintf(d->fingerprint, sizeof d->fingerprint, "self:%s:%d", t->m.fingerprint, k);
     }
-    if (!v->svp) { /* the whole vocabulary through the LM's own head */
-        subvocab_full(&v->sv, v->m->cfg.vocab_size);
+    if (!v->svp) { /* the whole vocabulary through the LM's own head, or its first draft_vocab ids by rank */
+        if (vd) {
+            DS_TRY(subvocab_by_rank(&v->sv, &t->tk, v->m->cfg.vocab_size, vd));
+            snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe),
+                     ", draft vocabulary %d of %d (by merge rank)", v->sv.Vd, v->m->cfg.vocab_size);
+            snprintf(d->fingerprint + strlen(d->fingerprint), sizeof d->fingerprint - strlen(d->fingerprint), ":v%d", vd);
+        } else
+            subvocab_full(&v->sv, v->m->cfg.vocab_size);
         DS_TRY(subvocab_gather_head(&v->sv, &v->m->output));
         v->svp = &v->sv;
     } else
@@ -245,6 +254,11 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     for (int k = 0; k < gamma; k++) {
         DS_TRY(draft_from_logits(d, r, v->z, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr, v->qalt));
         out->n = k + 1;
+        if (k + 1 < gamma && out->more && out->conf && !out->more(out->more_ctx, k + 1, out->conf)) {
+            if (d->fault == FAULT_DRAFT_STOP_PEEKS && out->q[(size_t)k * out->V + out->tok[k]] < out->conf_raw[k])
+                out->n = k; /* the control: a stop that also drops x_k by its own value */
+            break;
+        }
         if (k + 1 < gamma) {
             DS_TRY(step(v, s, &out->tok[k], 1));
             s->tok[s->n_cached++] = out->tok[k];
@@ -324,6 +338,7 @@ const drafter_ops drafter_vanilla = {
     "vanilla",
     "small autoregressive LM: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} "
     "the distilled LM `train` makes, {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH} "
+    "(either with \"draft_vocab\": N, a head over the N first token ids by merge rank) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
     vanilla_close,

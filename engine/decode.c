@@ -137,8 +137,30 @@ done:
     return rc;
 }
 
+/* the draft_block.more hook: the scheduler's draft_more, priced with the loop's measured cost of a
+ * draft (the time between the drafter's consecutive asks: one forward and its sampling) */
+typedef struct {
+    scheduler *s;
+    const sps_table *sps;
+    int rows_other;
+    double t_last, *draft_s; /* the running mean lives in the decode context */
+} draft_pace;
+
+static int pace_more(void *ctx, int k, const float *conf) {
+    draft_pace *p = ctx;
+    double now = ds_now();
+    if (k > 1) { /* an interval of one draft step */
+        double dt = now - p->t_last;
+        *p->draft_s = *p->draft_s > 0 ? 0.8 * *p->draft_s + 0.2 * dt : dt;
+    }
+    p->t_last = now;
+    sched_draft q = {k, conf, p->rows_other, *p->draft_s, p->sps};
+    return p->s->ops->draft_more(p->s, &q);
+}
+
 struct decode_ctx {
     int R_max, gamma, V;
+    double draft_s; /* measured seconds of one draft step (pace_more), 0 until seen */
     draft_block *blocks;
     int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
     float *conf, *logits, *p, *hidden, *hrows;
@@ -203,6 +225,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
     DS_CHECK(na >= 1 && na <= c->R_max, "decode: a round of %d requests (the context holds %d)", na, c->R_max);
     /* draft */
     double t0 = ds_now();
+    int rows = 0; /* the rows of the requests drafted so far (their anchors and drafts) */
     for (int a = 0; a < na; a++) {
         request *q = act[a];
         int budget = q->max_new - request_n_out(q) - 1; /* the round's own token is always emitted */
@@ -211,10 +234,17 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         c->n_draft[a] = 0;
         c->ids[a] = q->id;
         if (d && g > 0) {
-            DS_TRY(d->ops->propose(d, q, g, &cfg->sp, &c->blocks[a]));
+            st->asked += g;
+            draft_pace pace = {cfg->s, cfg->sps, rows, 0, &c->draft_s};
+            c->blocks[a].more = cfg->s && cfg->s->ops->draft_more ? pace_more : NULL;
+            c->blocks[a].more_ctx = &pace;
+            int prc = d->ops->propose(d, q, g, &cfg->sp, &c->blocks[a]);
+            c->blocks[a].more = NULL, c->blocks[a].more_ctx = NULL;
+            DS_TRY(prc);
             c->n_draft[a] = c->blocks[a].n;
             if (d->has_conf) memcpy(c->conf + (size_t)a * gamma, c->blocks[a].conf, sizeof(float) * (size_t)c->n_draft[a]);
         }
+        rows += 1 + c->n_draft[a];
     }
     double t1 = ds_now();
     /* schedule */

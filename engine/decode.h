@@ -28,6 +28,8 @@ typedef struct {
 
 typedef struct {
     long rounds, emitted, drafted, verified, accepted;
+    long asked;             /* drafts asked of the drafter (gamma, or less near the budget): drafted < asked
+                             * when the scheduler's draft_more stopped a block */
     double t_draft, t_sched, t_verify, t_prefill;
     long pos_attempted[65], pos_accepted[65]; /* per draft position 1..gamma */
     long batch_rounds, batch_tokens;           /* target forwards of rounds, and their rows */

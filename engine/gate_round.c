@@ -52,6 +52,8 @@ typedef struct {
     outcomes *law;
     double thr;              /* the tuned threshold (reports) */
     char tuned[96];
+    float c1, c2[128];       /* the drafter's c_1 and samples of c_2 (rw_tune) */
+    int n_c2;
 } rworld;
 
 static void rw_close(rworld *w) {
@@ -147,6 +149,33 @@ static int rw_target_law(rworld *w) {
     return rc;
 }
 
+/* A fixed draft cost for a scheduler that prices drafts (the loop's measured one would make replays
+ * differ): on the grid, the cost under which draft 2 is always made and draft 3 is made for about
+ * half of the sampled c_2, so the stopping rule binds by path. Without confidences the hook is
+ * never asked; a tiny cost keeps it deterministic. */
+static int rw_tune_draft_cost(rworld *w) {
+    w->s.draft_cost = 1e-9;
+    if (!w->d.has_conf || w->n_c2 < 1) return 0;
+    int best = -1;
+    for (double D = 1e-4; D < 1e2; D *= 1.25) {
+        float conf[2] = {w->c1, 0};
+        scheduler s = w->s;
+        s.draft_cost = D;
+        sched_draft q = {1, conf, 0, D, &w->sps};
+        if (!s.ops->draft_more(&s, &q)) continue;
+        int more = 0;
+        for (int i = 0; i < w->n_c2; i++) {
+            conf[1] = w->c2[i];
+            q.k = 2;
+            more += s.ops->draft_more(&s, &q);
+        }
+        int off = abs(2 * more - w->n_c2);
+        if (more > 0 && more < w->n_c2 && (best < 0 || off < best)) best = off, w->s.draft_cost = D;
+    }
+    snprintf(w->tuned + strlen(w->tuned), sizeof w->tuned - strlen(w->tuned), " draft cost %.3g", w->s.draft_cost);
+    return 0;
+}
+
 /* Scheduler parameters under which it really verifies and its stopping rule binds: from the
  * drafter's own confidences (c_1 is fixed by the context, c_2 depends on x_1), the threshold
  * c_1 * median(c_2) and an SPS curve on which Algorithm 1 verifies x_2 exactly when c_2 is above
@@ -168,6 +197,8 @@ static int rw_tune(rworld *w, int retro) {
             a1 = blk.conf[0];
             c2[i] = blk.conf[1];
         }
+        w->c1 = a1, w->n_c2 = ns;
+        memcpy(w->c2, c2, sizeof(float) * (size_t)ns);
         draft_block_free(&blk);
         for (int i = 1; i < ns; i++) /* insertion sort: a few values */
             for (int j = i; j > 0 && c2[j] < c2[j - 1]; j--) {
@@ -295,6 +326,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
         if (src) goto fail;
         w->has_sched = 1;
         if (w->d.has_conf) w->s.threshold = w->thr;
+        if (w->s.ops->draft_more) DS_TRY(rw_tune_draft_cost(w));
     }
     w->cfg.s = &w->s;
     w->cfg.sps = &w->sps;
@@ -321,13 +353,15 @@ static void set_fault(rworld *w, verify_fault f) {
 typedef struct {
     double tv, verify_ratio; /* E[verified] / E[drafted] over the whole run */
     double accept_ratio;     /* E[accepted] / E[verified] */
+    double draft_ratio;      /* E[drafted] / E[asked]: < 1 where draft_more stopped blocks */
     long paths;
 } exact_out;
 
 static int rw_exact(rworld *w, exact_out *o) {
     draw_enum en;
     const outcomes *L = w->law;
-    long double *law = ds_calloc((size_t)L->n, sizeof(long double), "gate law"), outside = 0, ev = 0, ed = 0, ea = 0;
+    long double *law = ds_calloc((size_t)L->n, sizeof(long double), "gate law"), outside = 0, ev = 0, ed = 0, ea = 0,
+                eq = 0;
     request *r = &w->req[0], *rs[1] = {r};
     int rc = -1;
     if (!law || draw_enum_init(&en)) {
@@ -351,12 +385,14 @@ static int rw_exact(rworld *w, exact_out *o) {
         ev += en.weight * st.verified;
         ed += en.weight * st.drafted;
         ea += en.weight * st.accepted;
+        eq += en.weight * st.asked;
     } while (draw_enum_next(&en));
     long double d = outside;
     for (int i = 0; i < L->n; i++) d += fabsl(law[i] - L->p[i]);
     o->tv = (double)(d / 2);
     o->verify_ratio = ed > 0 ? (double)(ev / ed) : 0;
     o->accept_ratio = ev > 0 ? (double)(ea / ev) : 0;
+    o->draft_ratio = eq > 0 ? (double)(ed / eq) : 0;
     o->paths = en.paths;
     rc = 0;
 fail:
@@ -576,6 +612,8 @@ static const control_case CONTROLS[] = {
     {"dspark-markov", "async-topk-now", S_TOPK, K_EXACT, FAULT_NONE}, /* async-topk with no delay */
     {"combine", "fixed", S_TOPK, K_EXACT, FAULT_COMBINE_PEEKS}, /* the choice reads the target's row and the draws */
     {"combine", "fixed", S_TOPK, K_SAMPLE, FAULT_COMBINE_PEEKS},
+    {"vanilla", "greedy", S_TOPK, K_EXACT, FAULT_DRAFT_STOP_PEEKS}, /* the draft-length stop reads x_k */
+    {"vanilla", "greedy", S_TOPP, K_EXACT, FAULT_DRAFT_STOP_PEEKS},
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
     {"dspark-markov", "threshold", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
 };
@@ -599,11 +637,14 @@ static int run_exact(gate_report *rep, rworld *w, const char *sched, int setting
     if (rc) return -1;
     char name[160];
     /* every scheduler but fixed has a rule that stops short of the proposed drafts: it must bind */
-    int binds = o.verify_ratio > 0 && (!strcmp(w->s.ops->name, "fixed") || o.verify_ratio < 1);
+    /* (or a draft-side rule: drafts made fewer than asked) */
+    int binds = o.verify_ratio > 0 && (!strcmp(w->s.ops->name, "fixed") || o.verify_ratio < 1 || o.draft_ratio < 1);
     snprintf(name, sizeof name, "%s%sround exact %s %s %s%s%s: %ld paths, verifies %.0f%% of drafts, accepts %.0f%%",
              control ? "control " : "", w->has_own ? "" : "SmolLM2 ", w->d.ops->name, sched, SETTING_NAMES[setting],
              fault ? " mutant " : "", fault ? VERIFY_FAULT_NAMES[fault] : "", o.paths, 100 * o.verify_ratio,
              100 * o.accept_ratio);
+    if (o.draft_ratio < 1)
+        snprintf(name + strlen(name), sizeof name - strlen(name), ", drafts %.0f%% of asked", 100 * o.draft_ratio);
     /* a lossless case must also exercise the scheduler: it verifies, and a stopping rule binds */
     /* (on the real target at N = 2 the first round has one draft: no stopping rule can bind there,
      * which the tiny worlds check) */

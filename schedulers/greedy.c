@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
+#include "../runtime/jcfg.h"
 #include "scheduler.h"
 
 static int cand_cmp(const void *x, const void *y) {
@@ -91,14 +92,39 @@ static int greedy_schedule(scheduler *s, const sched_batch *b, int *len) {
     return search(b, len, 1);
 }
 
+/* Draft one more only if it raises the round's expected throughput. With k drafts, a_j = c_1 ... c_j
+ * and tau = 1 + sum a_j tokens expected from B = rows_other + k + 1 rows, the round takes
+ * T = k D + 1 / SPS(B) (D: a draft's cost). One more adds a_k c' tokens, c' = c_k standing in for
+ * the next draft's unknown confidence, and costs D plus the verify forward's growth; the draft
+ * goes on while (tau + a_k c') / T' > tau / T. */
+static int greedy_draft_more(scheduler *s, const sched_draft *q) {
+    double D = s->draft_cost > 0 ? s->draft_cost : q->draft_s;
+    if (D <= 0 || !q->sps || q->sps->n < 1) return 1; /* no price known yet: draft what was asked */
+    double a = 1, tau = 1;
+    for (int j = 0; j < q->k; j++) a *= q->conf[j], tau += a;
+    int B = q->rows_other + q->k + 1;
+    double T = q->k * D + 1 / sps_at(q->sps, B), T1 = T + D + 1 / sps_at(q->sps, B + 1) - 1 / sps_at(q->sps, B);
+    double gain = a * q->conf[q->k - 1];
+    return (tau + gain) * T > tau * T1;
+}
+
+static int greedy_open(scheduler *s, const cJSON *cfg) {
+    jcfg r;
+    if (jcfg_open(&r, cfg, "scheduler") || jcfg_double(&r, "draft_cost", 0, 1e3, &s->draft_cost)) return -1;
+    return jcfg_close(&r);
+}
+
 static int retrospective_schedule(scheduler *s, const sched_batch *b, int *len) {
     DS_UNUSED(s);
     return search(b, len, 0);
 }
 
 const scheduler_ops sched_greedy = {.name = "greedy",
-                                    .help = "hardware-aware throughput search with early stop (paper Algorithm 1)",
-                                    .lossless = 1, .needs_conf = 1, .schedule = greedy_schedule};
+                                    .help = "hardware-aware throughput search with early stop (paper Algorithm 1); a drafter that pays a "
+                                            "forward a draft drafts while the next one is worth its cost (measured, or "
+                                            "{\"draft_cost\": seconds})",
+                                    .lossless = 1, .needs_conf = 1, .open = greedy_open, .schedule = greedy_schedule,
+                                    .draft_more = greedy_draft_more};
 const scheduler_ops sched_retrospective = {.name = "retrospective",
                                            .help = "Algorithm 1 without the early stop: NOT lossless (control)",
                                            .needs_conf = 1, .schedule = retrospective_schedule};

@@ -51,6 +51,15 @@ typedef struct {
     const sps_table *sps;/* the SPS table, or NULL */
 } round_result;
 
+/* Before a drafter spends a forward on one more draft (draft_more): what is known then. */
+typedef struct {
+    int k;              /* drafts made so far (>= 1) */
+    const float *conf;  /* [k] their conditional confidences */
+    int rows_other;     /* rows the round's other requests take (their anchors and drafts so far) */
+    double draft_s;     /* seconds one more draft costs (measured by the loop, or the scheduler's own) */
+    const sps_table *sps;
+} sched_draft;
+
 typedef struct scheduler scheduler;
 typedef struct scheduler_ops {
     const char *name;
@@ -61,6 +70,9 @@ typedef struct scheduler_ops {
     int (*schedule)(scheduler *, const sched_batch *, int *verify_len /* [R] */);
     int (*observe)(scheduler *, const round_result *); /* may be NULL */
     void (*release)(scheduler *, int req);              /* a request left the system; may be NULL */
+    /* may be NULL (draft all gamma): 1 to draft one more (lossless whatever it returns: see
+     * draft_block.more) */
+    int (*draft_more)(scheduler *, const sched_draft *);
     void (*reset)(scheduler *);  /* forget everything learned, as freshly opened (the gate calls it before
                                   * every replay of a round); NULL: the scheduler learns nothing */
     void (*close)(scheduler *);  /* may be NULL */
@@ -75,6 +87,7 @@ struct scheduler {
     void *impl;
     int length;         /* fixed: verify this many (0 = all proposed) */
     double threshold;   /* threshold: verify while a_k >= threshold */
+    double draft_cost;  /* greedy: seconds a draft costs, fixed (0: the loop's measurement) */
     rng_t rng;          /* a randomised policy's categorical draws (seeded at open and reset): the gate
                          * attaches its path enumerator here, so every branch of the policy is covered */
 };

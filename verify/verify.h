@@ -25,7 +25,8 @@ typedef struct {
 
 /* Deliberate bugs, used only by the losslessness gate's negative controls (each must turn the
  * gate red). The first four live here, SHIFTED_Q in the decoding loop, DRAFT_NO_TOP_P and
- * DRAFT_WRONG_Q in a drafter's propose, COMBINE_PEEKS in combine's choice. */
+ * DRAFT_WRONG_Q in a drafter's propose, COMBINE_PEEKS in combine's choice, DRAFT_STOP_PEEKS in vanilla's
+ * draft-length stop. */
 typedef enum {
     FAULT_NONE = 0,
     FAULT_UNNORMALISED_RESIDUAL, /* inverse CDF on max(0,p-q) without dividing by its mass */
@@ -37,6 +38,8 @@ typedef enum {
     FAULT_DRAFT_WRONG_Q,         /* a deterministic drafter copies x but reports q(x) = 0.5 */
     FAULT_COMBINE_PEEKS,         /* combine asks every member and keeps the draft whose x_1 the target's
                                   * own row favours most, p(x_1) / q(x_1) (stochastic drafts included) */
+    FAULT_DRAFT_STOP_PEEKS,      /* where the scheduler stops a draft block, vanilla also drops x_k when it
+                                  * is not its argmax: a stop that reads x_k's own value */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
