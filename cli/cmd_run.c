@@ -29,7 +29,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 /* Build a cJSON object from the command-line overrides. */
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
-               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL, *prompts_out = NULL;
+               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL, *prompts_out = NULL, *draft_head = NULL;
     int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, draft_vocab = 0, skip_bad = 0, no_baseline = 0,
         concurrency = 0, exact = 0;
     float temperature = -1, top_p = -1;
@@ -42,6 +42,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"draft-layers", OPT_INT, &draft_layers, "K", "vanilla self-draft: the target's first K layers", 1, 1024, 0},
         {"draft-model", OPT_STR, &draft_model, "NAME|PATH", "vanilla: a separate draft LM (a name below or a file)", 0, 0, 0},
         {"draft-vocab", OPT_INT, &draft_vocab, "N", "vanilla: draft over the N first token ids by merge rank (a smaller head)", 1, 1 << 24, 0},
+        {"draft-head", OPT_STR, &draft_head, "TYPE", "vanilla: its head re-quantized, q5_0 or q4_1 (a smaller draft step)", 0, 0, 0},
         {"scheduler", OPT_STR, &scheduler, "NAME", "scheduler (registered names below)", 0, 0, 0},
         {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
         {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
@@ -69,7 +70,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (*rc_out) return NULL;
     cJSON *j = cJSON_CreateObject();
     if (target) cJSON_AddStringToObject(j, "target", target);
-    if (drafter || draft_layers || draft_model || draft_vocab) {
+    if (drafter || draft_layers || draft_model || draft_vocab || draft_head) {
         if (drafter && strcmp(drafter, "none") == 0) cJSON_AddNullToObject(j, "drafter");
         else {
             /* without --drafter, the settings go into the configured drafter (vanilla when none is) */
@@ -78,6 +79,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
             if (draft_layers) cJSON_AddNumberToObject(d, "layers", draft_layers);
             if (draft_model) cJSON_AddStringToObject(d, "model", draft_model);
             if (draft_vocab) cJSON_AddNumberToObject(d, "draft_vocab", draft_vocab);
+            if (draft_head) cJSON_AddStringToObject(d, "head_type", draft_head);
         }
     }
     if (scheduler) cJSON_AddStringToObject(j, "scheduler", scheduler);

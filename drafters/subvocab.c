@@ -137,6 +137,30 @@ fail:
     return -1;
 }
 
+int subvocab_requant_head(subvocab *s, uint32_t type) {
+    const qmat o = s->head;
+    float *row = NULL;
+    uint8_t *rows = NULL;
+    DS_CHECK((type == GGML_Q5_0 || type == GGML_Q4_1) && o.cols % 32 == 0, "draft head: cannot re-quantize %d columns to %s",
+             o.cols, ggml_type_name(type));
+    size_t rb = (size_t)o.cols / 32 * (type == GGML_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q4_1));
+    DS_TRYP(row = ds_malloc(sizeof(float) * (size_t)o.cols, "draft head row"));
+    DS_TRYP(rows = ds_malloc(rb * (size_t)o.rows, "draft head rows"));
+    for (int r = 0; r < o.rows; r++) {
+        qmat_row_f32(&o, r, row);
+        if (type == GGML_Q5_0) quantize_q5_0(row, (block_q5_0 *)(rows + rb * (size_t)r), o.cols);
+        else quantize_q4_1(row, (block_q4_1 *)(rows + rb * (size_t)r), o.cols);
+    }
+    free(row);
+    free(s->rows); /* the gathered rows (if any) are replaced */
+    s->rows = rows;
+    s->head = (qmat){type, o.rows, o.cols, rb, rows};
+    return 0;
+fail:
+    free(row), free(rows);
+    return -1;
+}
+
 void subvocab_gather_f32(const subvocab *s, const float *E, int D, float *Eh) {
     for (int j = 0; j < s->Vd; j++)
         memcpy(Eh + (size_t)j * D, E + (size_t)(s->vid ? s->vid[j] : j) * D, sizeof(float) * (size_t)D);

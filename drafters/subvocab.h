@@ -33,6 +33,10 @@ int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorde
  * common pieces: FR-Spec's frequency ranking without a cache, for a separate draft LM. */
 struct tokenizer;
 int subvocab_by_rank(subvocab *s, const struct tokenizer *tk, int V, int Vd);
+/* the gathered head re-quantized to type (GGML_Q5_0 or GGML_Q4_1) row by row from its dequantized
+ * values: a smaller draft head to stream (the draft's q is what it computes, so verification stays
+ * exact; only acceptance can change) */
+int subvocab_requant_head(subvocab *s, uint32_t type);
 /* the ids from a checkpoint's "vocab.ids" tensor (path: its safetensors file), then subvocab_set */
 int subvocab_read(subvocab *s, const char *path, int V, int Vd, const char *recorded_hash);
 /* 0 when the checkpoint file at path drafts over exactly s's vocabulary (or s is the whole one) */

@@ -131,17 +131,21 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     v->be = t->be;
     jcfg r;
     int k = 4, vd = 0;
-    const char *path = NULL, *ck = NULL;
+    const char *path = NULL, *ck = NULL, *ht = "file";
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     int has_layers = jcfg_get(&r, "layers") != NULL;
     DS_TRY(jcfg_int(&r, "layers", 1, 1 << 20, &k));
     DS_TRY(jcfg_str(&r, "model", &path));
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     DS_TRY(jcfg_int(&r, "draft_vocab", 1, 1 << 24, &vd));
+    DS_TRY(jcfg_str(&r, "head_type", &ht));
+    DS_CHECK(!strcmp(ht, "file") || !strcmp(ht, "q5_0") || !strcmp(ht, "q4_1"),
+             "drafter: head_type '%s' is not one of file, q5_0, q4_1", ht);
     int distilled = ck || jcfg_get(&r, "n_layers") != NULL;
     DS_CHECK(has_layers + !!path + distilled <= 1,
              "drafter: give one of \"layers\" (self-draft), \"model\" (a separate LM) or \"checkpoint\" (a distilled LM)");
     DS_CHECK(!vd || !distilled, "drafter: \"draft_vocab\" is for \"model\" and \"layers\"; a distilled LM carries its own");
+    DS_CHECK(!strcmp(ht, "file") || !distilled, "drafter: \"head_type\" is for \"model\" and \"layers\"");
     DS_CHECK(!vd || t->has_tokenizer, "drafter: \"draft_vocab\" ranks the target's tokens, and this target has no tokenizer");
     if (distilled) DS_TRY(open_lm(v, d, &r, ck, t));
     else if (path) {
@@ -180,6 +184,11 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
         } else
             subvocab_full(&v->sv, v->m->cfg.vocab_size);
         DS_TRY(subvocab_gather_head(&v->sv, &v->m->output));
+        if (strcmp(ht, "file")) { /* the head re-quantized: the draft's own copy, the model's stays as it is */
+            DS_TRY(subvocab_requant_head(&v->sv, !strcmp(ht, "q5_0") ? GGML_Q5_0 : GGML_Q4_1));
+            snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", head as %s", ht);
+            snprintf(d->fingerprint + strlen(d->fingerprint), sizeof d->fingerprint - strlen(d->fingerprint), ":h%s", ht);
+        }
         v->svp = &v->sv;
     } else
         DS_TRY(subvocab_gather_head(&v->lm.sv, &t->m.output));
@@ -338,7 +347,8 @@ const drafter_ops drafter_vanilla = {
     "vanilla",
     "small autoregressive LM: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} "
     "the distilled LM `train` makes, {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH} "
-    "(either with \"draft_vocab\": N, a head over the N first token ids by merge rank) "
+    "(either with \"draft_vocab\": N, a head over the N first token ids by merge rank, and \"head_type\": \"q5_0\" | "
+    "\"q4_1\", its head re-quantized) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
     vanilla_close,

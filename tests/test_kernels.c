@@ -346,6 +346,46 @@ static void test_q8_0_extremes(void **state) {
     qk_mat_free(&pk);
 }
 
+/* Q5_0 codes at the extremes, u = 31 (q = 15) everywhere against activations of +127: the AVX2
+ * path's int16 sums of 4 steps reach 4 * 2 * 31 * 127 = 31496 (a sum of all 8 steps would
+ * saturate), and the fifth bits of every byte position are set; then u = 0 (q = -16) */
+static void test_q5_0_extremes(void **state) {
+    (void)state;
+    enum { ROWS = 17, COLS = 256 };
+    for (int pass = 0; pass < 2; pass++) {
+        block_q5_0 bl[ROWS * COLS / 32];
+        for (int i = 0; i < ROWS * COLS / 32; i++) {
+            bl[i].d = ds_f32_to_f16(0.25f);
+            memset(bl[i].qs, pass ? 0x00 : 0xff, sizeof bl[i].qs);
+            memset(bl[i].qh, pass ? 0x00 : 0xff, sizeof bl[i].qh);
+        }
+        qmat w = {GGML_Q5_0, ROWS, COLS, sizeof(block_q5_0) * (COLS / 32), bl};
+        qk_mat pk;
+        assert_int_equal(qk_pack(&w, QK_PANELS, &pk), 0);
+        assert_int_equal(pk.kind, QK_Q5_0);
+        float x[2 * COLS], out[2 * ROWS], ref[2 * ROWS];
+        for (int j = 0; j < 2 * COLS; j++) x[j] = j < COLS ? 1.0f : (j % 3 ? 1.0f : -1.0f); /* +-127 */
+        qk_act a;
+        alloc_act(&a, 2, COLS);
+        qk_quantize(x, 2, COLS, &a);
+        qk_scalar.rows_i8(&pk, 0, ROWS, &a, ref, ROWS, NULL);
+        for (int t = 0; t < 2; t++)
+            for (int r = 0; r < ROWS; r++) { /* exact: every product and sum is representable */
+                double y = 0;
+                for (int j = 0; j < COLS; j++) y += 0.25 * (pass ? -16 : 15) * x[t * COLS + j];
+                assert_true(fabs(ref[t * ROWS + r] - y) <= 1e-3 * fabs(y) + 1e-3);
+            }
+        for (int isa = 1; isa < ISA_COUNT; isa++) {
+            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+            if (!k) continue;
+            k->rows_i8(&pk, 0, ROWS, &a, out, ROWS, NULL);
+            assert_memory_equal(out, ref, sizeof ref);
+        }
+        free_act(&a);
+        qk_mat_free(&pk);
+    }
+}
+
 /* activation quantization: every path's codes, scales and sums equal the reference's, bit for bit,
  * on blocks with ties, zeros, tiny and huge values, an infinity and a NaN */
 static void test_quantize_paths(void **state) {
@@ -781,7 +821,7 @@ static void test_paths_present(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_avx2_sweep), cmocka_unit_test(test_batch_passes),
-        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
+        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_q5_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
         cmocka_unit_test(test_swiglu_paths),

@@ -153,13 +153,20 @@ static void pack_panels(const qmat *w, int kind, uint8_t *p, size_t nb, size_t p
             } else if (kind == QK_Q4_K) {
                 ((uint16_t *)sup)[rr] = k.D, ((uint16_t *)sup)[QK_PANEL + rr] = k.Dmin;
                 at[rr] = (uint8_t)k.sc, at[QK_PANEL + rr] = (uint8_t)k.mn;
+            } else if (kind == QK_Q5_0) {
+                ((uint16_t *)at)[rr] = ds_f32_to_f16(k.d);
             } else {
                 ((uint16_t *)sup)[rr] = k.D;
                 at[rr] = (uint8_t)(int8_t)k.sl, at[QK_PANEL + rr] = (uint8_t)(int8_t)k.sh;
             }
             for (int c = 0; c < 32; c++) {
                 int step = c / 4, j = c % 4;
-                if (q4) blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(k.q[c] << (4 * (step / 4)));
+                if (kind == QK_Q5_0) { /* u = q + 16: its nibble as Q4_1's, its fifth bit in the chunk's bit bytes */
+                    int u = k.q[c] + 16, bit = 64 * (step / 4) + 4 * rr + j;
+                    blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)((u & 15) << (4 * (step / 4)));
+                    blk[256 + 16 * (step % 4) + bit / 8] |= (uint8_t)((u >> 4) << (bit % 8));
+                } else if (q4)
+                    blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(k.q[c] << (4 * (step / 4)));
                 else blk[64 * step + 4 * rr + j] = (uint8_t)(int8_t)k.q[c];
             }
         }
@@ -172,10 +179,12 @@ int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
         ds_error("no fused kernel for a %s matrix of %d columns", ggml_type_name(w->type), w->cols);
         return -1;
     }
-    int kind = qk_kind_of(w->type), q4 = qk_nibbles(kind);
+    int kind = qk_kind_of(w->type);
+    if (layout == QK_PANELS && w->type == GGML_Q5_0) kind = QK_Q5_0; /* the rows layout reads it as Q8_0 */
+    int q4 = qk_nibbles(kind);
     size_t nb = (size_t)w->cols / 32, qoff, rb, bb = 0, n_units;
     if (layout == QK_PANELS) {
-        bb = q4 ? 4 * 64 : 8 * 64;
+        bb = qk_block_bytes(kind);
         qoff = nb * bb;
         rb = (qoff + nb * qk_scale_block_bytes(kind) + 63) / 64 * 64; /* panels 64-byte aligned */
         n_units = ((size_t)w->rows + QK_PANEL - 1) / QK_PANEL;

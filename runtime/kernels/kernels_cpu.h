@@ -54,24 +54,34 @@ typedef enum { QK_ROWS, QK_PANELS } qk_layout;
  *           then Q4_1's operations
  *  QK_Q6_K  signed codes q - 32 (as Q8_0), per super-block fp16 D, per block the int8 scales sl, sh
  *           of its two halves of 16: i_b = sl (c . p)_lo + sh (c . p)_hi exactly in int32, then Q8_0's
- *           operations with d = D */
-typedef enum { QK_Q8_0, QK_Q4_1, QK_Q4_K, QK_Q6_K } qk_kind;
+ *           operations with d = D
+ *  QK_Q5_0  (panels; the rows layout keeps Q5_0 as Q8_0) the 5-bit code u = q + 16 as a Q4_1 nibble
+ *           plus its fifth bit: a block's 4 nibble chunks, then 4 x 16 bytes of bits (chunk c: bit i
+ *           of bytes 0..7 is the fifth bit of the low nibble at byte i of the chunk, bytes 8..15 of
+ *           the high one), fp16 d per block; i_b = (u . p) - 16 sum(p) exactly in int32 (the same
+ *           integer as the Q8_0 form's), then Q8_0's operations: 22 bytes per 32 weights, not 34 */
+typedef enum { QK_Q8_0, QK_Q4_1, QK_Q4_K, QK_Q6_K, QK_Q5_0 } qk_kind;
 
 /* Panel layout, scale region (at qoff): bytes of the scales per block (Q4_K/Q6_K: averaged over a
  * super-block, whose fp16 header comes first), and where block b's own bytes and its super-block's
  * header are. Q4_K: [D[16] Dmin[16] | (sc[16] mn[16]) x 8] = 320 bytes a super-block; Q6_K:
  * [D[16] | (sl[16] sh[16]) x 8] = 288. */
 static inline size_t qk_scale_block_bytes(int kind) {
-    return kind == QK_Q8_0 ? 2 * 16 : kind == QK_Q4_1 ? 4 * 16 : kind == QK_Q4_K ? 40 : 36;
+    return kind == QK_Q8_0 || kind == QK_Q5_0 ? 2 * 16 : kind == QK_Q4_1 ? 4 * 16 : kind == QK_Q4_K ? 40 : 36;
 }
 static inline size_t qk_scale_at(int kind, int b) {
-    if (kind == QK_Q8_0) return (size_t)b * 32;
+    if (kind == QK_Q8_0 || kind == QK_Q5_0) return (size_t)b * 32;
     if (kind == QK_Q4_1) return (size_t)b * 64;
     size_t head = kind == QK_Q4_K ? 64 : 32;
     return (size_t)(b / 8) * (head + 256) + head + (size_t)(b % 8) * 32;
 }
 static inline size_t qk_super_at(int kind, int b) { return (size_t)(b / 8) * (kind == QK_Q4_K ? 320 : 288); }
-static inline int qk_nibbles(int kind) { return kind == QK_Q4_1 || kind == QK_Q4_K; }
+/* codes stored as nibbles (4 chunks of a block; Q5_0's fifth bits after them) */
+static inline int qk_nibbles(int kind) { return kind == QK_Q4_1 || kind == QK_Q4_K || kind == QK_Q5_0; }
+/* an m per block (the epilogue's m_b e_b sum(p_b)) */
+static inline int qk_has_min(int kind) { return kind == QK_Q4_1 || kind == QK_Q4_K; }
+/* bytes of codes per block of a panel */
+static inline size_t qk_block_bytes(int kind) { return kind == QK_Q5_0 ? 4 * 64 + 4 * 16 : qk_nibbles(kind) ? 4 * 64 : 8 * 64; }
 
 typedef struct {
     uint32_t type;      /* the file's type: GGML_Q4_1, Q8_0, Q5_0, Q4_K or Q6_K */

@@ -48,7 +48,12 @@ static void rows_f32(const qk_mat *w, int r0, int r1, const float *x, const floa
 static int panel_code(const qk_mat *w, int r, int b, int k) {
     const uint8_t *blk = w->data + (size_t)(r / QK_PANEL) * w->rb + (size_t)b * w->bb;
     int rr = r % QK_PANEL, step = k / 4, j = k % 4;
-    if (qk_nibbles(w->kind)) return (blk[64 * (step % 4) + 4 * rr + j] >> (4 * (step / 4))) & 15;
+    int nib = (blk[64 * (step % 4) + 4 * rr + j] >> (4 * (step / 4))) & 15;
+    if (w->kind == QK_Q5_0) { /* the signed code q = u - 16: the integer dot equals the kernels' u . p - 16 sum(p) */
+        int bit = 64 * (step / 4) + 4 * rr + j;
+        return (nib | ((blk[256 + 16 * (step % 4) + bit / 8] >> (bit % 8)) & 1) << 4) - 16;
+    }
+    if (qk_nibbles(w->kind)) return nib;
     return (int8_t)blk[64 * step + 4 * rr + j];
 }
 
@@ -77,7 +82,7 @@ static int panel_half_scale(const qk_mat *w, int r, int b, int h) {
 /* the int8 contract of kernels_cpu.h, operation for operation */
 static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out, size_t ld, const qk_next *nx) {
     (void)nx; /* a reference: nothing fetched ahead */
-    int nb = w->nb, q4 = qk_nibbles(w->kind), q6 = w->kind == QK_Q6_K;
+    int nb = w->nb, q4 = qk_has_min(w->kind), q6 = w->kind == QK_Q6_K;
     for (int r = r0; r < r1; r++) {
         for (int t = 0; t < a->T; t++) {
             const int8_t *p = a->q + (size_t)t * a->cols;
