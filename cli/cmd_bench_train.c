@@ -70,10 +70,13 @@ int cmd_bench_train(int argc, char **argv) {
              "%s: the reference path needs the target's final states: build a cache with data.store_final: true "
              "(experiments/scale/bench.json), or pass --no-reference",
              dir);
+    /* its profile and the reference path (attention loops, the full vocabulary) are the block drafters' */
+    DS_CHECK(tc.family == &bd_train_family, "%s: bench-train times the block drafters (dflash, dspark-markov, "
+             "dspark-rnn), not '%s'", config_path, tc.drafter_name->valuestring);
     bd_config c;
     DS_TRY(train_config_drafter(&tc, &t, &c));
     for (int k = 0; k < n_paths; k++) {
-        DS_TRY(train_drafter_new(&c, &t, &data, k == 1, tc.train.seed, NULL, &P[k].m));
+        DS_TRY(bd_train_new(&c, &t, &data, k == 1, tc.train.seed, NULL, &P[k].m));
         DS_TRY(bd_trainable(&P[k].m, &P[k].tr));
         P[k].m.ws.profile = profile;
         P[k].m.ws.loop_attention = k == 1; /* the reference: the attention loops training used before */

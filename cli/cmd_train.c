@@ -1,4 +1,4 @@
-/* train — train a drafter (dflash, dspark-markov, dspark-rnn, medusa, mtp, eagle3, vanilla) against the frozen target:
+/* train — train a drafter (any family the registry marks trainable) against the frozen target:
  * build (or resume building) the data cache of target responses and states, then train with
  * checkpoints in the run folder; a killed run resumes from its last checkpoint. */
 #include <cJSON.h>
@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../drafters/blockdraft.h"
-#include "../engine/draft_vocab.h"
+#include "../drafters/train_family.h"
 #include "../engine/train.h"
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
@@ -38,19 +37,13 @@ int cmd_train(int argc, char **argv) {
         ds_error("train: --config FILE.json is required (see experiments/train/*.json)");
         return -1;
     }
-    cJSON *cfg = NULL;
+    cJSON *cfg = NULL, *arch = NULL;
     target t;
     memset(&t, 0, sizeof t);
     train_cache data;
     memset(&data, 0, sizeof data);
-    bd_model m;
-    memset(&m, 0, sizeof m);
-    md_model mm;
-    memset(&mm, 0, sizeof mm);
-    mtp_model pm;
-    memset(&pm, 0, sizeof pm);
-    vlm_model vm;
-    memset(&vm, 0, sizeof vm);
+    void *fam = NULL; /* the family's training state (train_family.h) */
+    const train_family *tf = NULL;
     int ret = -1;
     DS_TRYP(cfg = ds_read_json(config_path));
     train_config tc;
@@ -72,30 +65,15 @@ int cmd_train(int argc, char **argv) {
     bo.n_threads = host_threads;
     DS_TRY(target_open(&t, target_path ? target_path : target_default_path(), &bo));
     DS_CHECK(t.has_tokenizer, "the target has no tokenizer; training data needs a GGUF target");
-    /* the family: a block drafter, or Medusa or MTP (their own models; the cache taps the target's last layer) */
-    int vanilla = strcmp(tc.drafter_name->valuestring, "vanilla") == 0;
-    int medusa = strcmp(tc.drafter_name->valuestring, "medusa") == 0, is_mtp = strcmp(tc.drafter_name->valuestring, "mtp") == 0 ||
-                                                                      strcmp(tc.drafter_name->valuestring, "eagle3") == 0;
-    bd_config c;
-    md_config mc;
-    mtp_config pc;
-    vlm_config vc;
-    int want[8], n_want;
-    if (vanilla) { /* reads no target states; a cache of its own keeps the last layer (Medusa's and MTP's) */
-        DS_TRY(train_config_vanilla(&tc, &t, &vc));
-        n_want = d.n_tap ? 0 : 1, want[0] = t.m.cfg.n_layers - 1;
-    } else if (medusa) {
-        DS_TRY(train_config_medusa(&tc, &t, &mc));
-        n_want = 1, want[0] = mc.tap;
-    } else if (is_mtp) {
-        DS_TRY(train_config_mtp(&tc, &t, &pc));
-        n_want = pc.n_tap;
-        memcpy(want, pc.taps, sizeof(int) * (size_t)n_want);
-    } else {
-        DS_TRY(train_config_drafter(&tc, &t, &c));
-        n_want = c.n_tap;
-        memcpy(want, c.tap, sizeof(int) * (size_t)n_want);
-    }
+    /* the family, from the registry: its architecture and the target layers its training reads */
+    tf = tc.family;
+    int want[8], n_want = 0;
+    DS_TRYP(fam = ds_calloc(1, tf->state_size, "training state"));
+    DS_TRYP(arch = train_config_arch(&tc));
+    DS_TRY(tf->configure(fam, tc.drafter_name->valuestring, arch, &t, want, &n_want));
+    if (n_want == 0 && d.n_tap == 0) /* a family that reads no states: a cache of its own keeps the last
+                                      * layer, so Medusa and MTP can train on it too */
+        d.n_tap = 1, d.taps[0] = t.m.cfg.n_layers - 1;
     if (d.n_tap == 0) { /* the cache taps what the drafter reads */
         d.n_tap = n_want;
         memcpy(d.taps, want, sizeof(int) * (size_t)n_want);
@@ -118,58 +96,18 @@ int cmd_train(int argc, char **argv) {
     }
     DS_TRY(traindata_open(&data, d.dir, &t, d.max_shards));
     trainable tr;
-    if (vanilla) {
-        int *ids;
-        DS_TRY(train_config_vocab(&data, &t, vc.c.contract.draft_vocab, &ids));
-        int e = vlm_model_init(&vm, &vc, &t.m, o.seed, 1, ids);
-        free(ids);
-        DS_TRY(e);
-        DS_TRY(vlm_trainable(&vm, &tr));
-        fprintf(stderr, "train: vanilla, %zu parameters (a distilled LM: %d layers, FFN %d, %s; the target's embedding "
-                        "and head, frozen); data %s: %d sequences, %ld tokens\n",
-                vm.n_params, vc.n_layers, vc.c.hidden_dim, vc.init_layers ? "layers from the target's first" : "random",
-                d.dir, data.n_seq, data.n_tok);
-    } else if (medusa) { /* a resumed run reads its parameters from OUT/last in train_run */
-        int *ids;
-        DS_TRY(train_config_vocab(&data, &t, mc.contract.draft_vocab, &ids));
-        int e = md_model_init(&mm, &mc, &t.m, o.seed, 0, 1, ids);
-        free(ids);
-        DS_TRY(e);
-        DS_TRY(md_trainable(&mm, &tr));
-        fprintf(stderr, "train: medusa, %zu parameters (%d heads on layer %d); data %s: %d sequences, %ld tokens\n",
-                mm.n_params, mc.heads, mc.tap, d.dir, data.n_seq, data.n_tok);
-    } else if (is_mtp) {
-        int *ids;
-        DS_TRY(train_config_vocab(&data, &t, pc.contract.draft_vocab, &ids));
-        int e = mtp_model_init(&pm, &pc, &t.m, o.seed, 1, ids);
-        free(ids);
-        DS_TRY(e);
-        DS_TRY(mtp_trainable(&pm, &tr));
-        char taps[64] = "";
-        for (int i = 0; i < pc.n_tap; i++)
-            snprintf(taps + strlen(taps), sizeof taps - strlen(taps), "%s%d", i ? ", " : "", pc.taps[i]);
-        fprintf(stderr, "train: %s, %zu parameters (one module on layer%s %s%s, depth %d, block from %s); data %s: %d "
-                        "sequences, %ld tokens\n",
-                pc.kind, pm.n_params, pc.n_tap > 1 ? "s" : "", taps, mtp_fused(&pc) ? " fused" : "", pc.depth,
-                pc.init_layer >= 0 ? "the target's last layer" : "random", d.dir, data.n_seq, data.n_tok);
-    } else {
-        char last[4200];
-        snprintf(last, sizeof last, "%s/last", out);
-        DS_TRY(train_drafter_new(&c, &t, &data, 0, o.seed, o.warm_start ? NULL : last, &m));
-        DS_TRY(bd_trainable(&m, &tr));
-        fprintf(stderr, "train: %s, %zu parameters (%d layers, gamma %d, %s, lambda %g); data %s: %d sequences, %ld tokens\n",
-                c.kind, m.n_params, c.n_layers, c.gamma, c.head == HEAD_NONE ? "no head" : c.head == HEAD_MARKOV ? "Markov head" : "RNN head",
-                (double)c.lambda, d.dir, data.n_seq, data.n_tok);
-    }
+    char last[4200], describe[512];
+    snprintf(last, sizeof last, "%s/last", out);
+    DS_TRY(tf->init(fam, &t, &data, o.seed, 0, o.warm_start ? NULL : last, &tr, describe, sizeof describe));
+    fprintf(stderr, "train: %s; data %s: %d sequences, %ld tokens\n", describe, d.dir, data.n_seq, data.n_tok);
     DS_TRY(train_run(&tr, &data, &o, NULL, 0, NULL));
     printf("trained %s: checkpoint %s/last (model.safetensors + config.json); logs %s/train_log.jsonl, eval_log.jsonl\n",
            tr.kind, out, out);
     ret = 0;
 fail:
-    bd_model_free(&m);
-    md_model_free(&mm);
-    mtp_model_free(&pm);
-    vlm_model_free(&vm);
+    if (fam && tf) tf->release(fam);
+    free(fam);
+    cJSON_Delete(arch);
     traindata_close(&data);
     target_close(&t);
     cJSON_Delete(cfg);

@@ -6,9 +6,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
-#include "../engine/draft_vocab.h"
 #include "../drafters/drafter.h"
-#include <sys/stat.h>
 #include <stdlib.h>
 
 int train_config_parse(const cJSON *cfg, const char *config_path, train_config *tc) {
@@ -31,8 +29,9 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
         ds_error_prefix("%s: drafter", config_path);
         return -1;
     }
-    DS_CHECK(ops->trainable, "%s: drafter '%s' is not trained (training-free); trainable: %s", config_path,
+    DS_CHECK(ops->train, "%s: drafter '%s' is not trained (training-free); trainable: %s", config_path,
              dname->valuestring, trainable);
+    tc->family = ops->train;
     tc->drafter = drafter;
     tc->drafter_name = dname;
 
@@ -95,76 +94,18 @@ fail:
     return -1;
 }
 
-/* the drafter object without its name: the family's architecture (the caller deletes it) */
-static cJSON *arch_of(const train_config *tc) {
+cJSON *train_config_arch(const train_config *tc) {
     cJSON *arch = cJSON_Duplicate(tc->drafter, 1);
     cJSON_DeleteItemFromObjectCaseSensitive(arch, "name");
     return arch;
 }
 
 int train_config_drafter(const train_config *tc, const target *t, bd_config *c) {
-    cJSON *arch = arch_of(tc);
+    cJSON *arch = train_config_arch(tc);
     int rc = bd_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
     cJSON_Delete(arch);
     if (rc == 0) contract_stamp(&c->contract, t);
     return rc;
-}
-
-int train_config_medusa(const train_config *tc, const target *t, md_config *c) {
-    cJSON *arch = arch_of(tc);
-    int rc = md_config_init(c, &t->m, arch);
-    cJSON_Delete(arch);
-    if (rc == 0) contract_stamp(&c->contract, t);
-    return rc;
-}
-
-int train_config_mtp(const train_config *tc, const target *t, mtp_config *c) {
-    cJSON *arch = arch_of(tc);
-    int rc = mtp_config_init(c, &t->m, tc->drafter_name->valuestring, arch);
-    cJSON_Delete(arch);
-    if (rc == 0) contract_stamp(&c->contract, t);
-    return rc;
-}
-
-int train_config_vanilla(const train_config *tc, const target *t, vlm_config *c) {
-    cJSON *arch = arch_of(tc);
-    int rc = vlm_config_init(c, &t->m, arch);
-    cJSON_Delete(arch);
-    if (rc == 0) contract_stamp(&c->c.contract, t);
-    return rc;
-}
-
-int train_config_vocab(const train_cache *d, const target *t, int Vd, int **ids) {
-    *ids = NULL;
-    int V = t->m.cfg.vocab_size;
-    if (Vd <= 0 || Vd >= V) return 0;
-    draft_vocab_report vr;
-    DS_TRYP(*ids = ds_malloc(sizeof(int) * (size_t)Vd, "draft vocabulary"));
-    DS_TRY(draft_vocab_choose(d, &t->tk, Vd, *ids, &vr));
-    fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes) covers %.2f%% of "
-                    "the cache's response tokens and %.2f%% of the target's top-%d mass\n",
-            Vd, V, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, d->top_k);
-    return 0;
-fail:
-    free(*ids);
-    *ids = NULL;
-    return -1;
-}
-
-int train_drafter_new(const bd_config *c0, const target *t, const train_cache *d, int full_vocab, uint64_t seed,
-                      const char *resume_dir, bd_model *m) {
-    bd_config c = *c0;
-    char p[4200];
-    struct stat st;
-    if (full_vocab) c.contract.draft_vocab = 0;
-    snprintf(p, sizeof p, "%s/config.json", resume_dir ? resume_dir : "");
-    if (c.contract.draft_vocab && resume_dir && stat(p, &st) == 0) /* resuming: the checkpoint's own vocabulary */
-        return bd_load(m, resume_dir, &t->m);
-    int *ids;
-    if (train_config_vocab(d, t, c.contract.draft_vocab, &ids)) return -1;
-    int e = bd_model_init_vocab(m, &c, &t->m, seed, 0, ids);
-    free(ids);
-    return e;
 }
 
 const char *train_config_expand_home(const char *p, char *buf, size_t n) {

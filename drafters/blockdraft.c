@@ -16,6 +16,8 @@
 #include "../runtime/formats/safetensors.h"
 #include "../runtime/sampling.h"
 #include "../runtime/train_ops.h"
+#include "contract.h"
+#include "train_family.h"
 
 /* ------------------------------------------------------------------------------ config */
 
@@ -494,3 +496,55 @@ int bd_trainable(bd_model *m, trainable *tr) {
 fail:
     return -1;
 }
+
+/* ------------------------------------------------------------------ the training family (train_family.h) */
+
+typedef struct {
+    bd_config c;
+    bd_model m;
+} bd_train;
+
+static int bd_tf_configure(void *st, const char *name, const cJSON *arch, const target *t, int *taps, int *n_tap) {
+    bd_train *b = st;
+    DS_TRY(bd_config_init(&b->c, &t->m, name, arch));
+    contract_stamp(&b->c.contract, t);
+    *n_tap = b->c.n_tap;
+    memcpy(taps, b->c.tap, sizeof(int) * (size_t)b->c.n_tap);
+    return 0;
+fail:
+    return -1;
+}
+
+int bd_train_new(const bd_config *c0, const target *t, const train_cache *d, int full_vocab, uint64_t seed,
+                 const char *resume_dir, bd_model *m) {
+    bd_config c = *c0;
+    char p[4200];
+    struct stat sb;
+    if (full_vocab) c.contract.draft_vocab = 0;
+    snprintf(p, sizeof p, "%s/config.json", resume_dir ? resume_dir : "");
+    if (c.contract.draft_vocab && resume_dir && stat(p, &sb) == 0) /* resuming: the checkpoint's own vocabulary */
+        return bd_load(m, resume_dir, &t->m);
+    int *ids;
+    if (train_family_vocab(d, t, c.contract.draft_vocab, 0, &ids)) return -1;
+    int e = bd_model_init_vocab(m, &c, &t->m, seed, 0, ids);
+    free(ids);
+    return e;
+}
+
+static int bd_tf_init(void *st, const target *t, const train_cache *d, uint64_t seed, int full_vocab,
+                      const char *resume_dir, trainable *tr, char *describe, size_t n) {
+    bd_train *b = st;
+    const bd_config *c = &b->c;
+    DS_TRY(bd_train_new(c, t, d, full_vocab, seed, resume_dir, &b->m));
+    DS_TRY(bd_trainable(&b->m, tr));
+    snprintf(describe, n, "%s, %zu parameters (%d layers, gamma %d, %s, lambda %g)", c->kind, b->m.n_params, c->n_layers,
+             c->gamma, c->head == HEAD_NONE ? "no head" : c->head == HEAD_MARKOV ? "Markov head" : "RNN head",
+             (double)c->lambda);
+    return 0;
+fail:
+    return -1;
+}
+
+static void bd_tf_release(void *st) { bd_model_free(&((bd_train *)st)->m); }
+
+const train_family bd_train_family = {sizeof(bd_train), bd_tf_configure, bd_tf_init, bd_tf_release};

@@ -16,6 +16,7 @@
 
 #include <cJSON.h>
 
+#include "../datasets/traindata.h"
 #include "../runtime/model.h"
 #include "contract.h"
 #include "subvocab.h"
@@ -146,6 +147,12 @@ typedef train_stats bd_stats;
 int bd_train_seq(bd_model *m, const bd_seq *s, float *grad, double norm, bd_stats *st);
 /* the model as the trainer sees it (tr points into m; valid while m lives) */
 int bd_trainable(bd_model *m, trainable *tr);
+/* the families' training for `train` (train_family.h) */
+extern const struct train_family bd_train_family;
+/* a fresh model to train on d: its draft vocabulary chosen from d unless full_vocab (bench-train's
+ * reference path); with a checkpoint in resume_dir (may be NULL), that checkpoint's model */
+int bd_train_new(const bd_config *c, const target *t, const train_cache *d, int full_vocab, uint64_t seed,
+                 const char *resume_dir, bd_model *m);
 /* the position weights of a sequence's supervised rows, for the batch normaliser */
 double bd_seq_weight(const bd_config *c, int A, const int *n_valid);
 

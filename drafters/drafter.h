@@ -68,7 +68,9 @@ typedef struct drafter_ops {
     /* optional: one line about the run so far for `run`'s summary (combine: how often each member's
      * draft was chosen) */
     void (*report)(const drafter *, char *buf, size_t n);
-    int trainable; /* `train` makes its checkpoints from a config's "drafter" object */
+    /* trainable families: how `train` makes their checkpoints from a config's "drafter" object
+     * (train_family.h); NULL: training-free */
+    const struct train_family *train;
 } drafter_ops;
 
 struct drafter {

@@ -443,7 +443,7 @@ static void dspark_close(drafter *d) {
     "\"vocab_ids\": [0, 1, 2, 4, 5, 6]}"
 #define BLOCK_OPS(NAME, HELP, GATE)                                                                              \
     {NAME, HELP, dspark_open, dspark_begin, dspark_propose, dspark_commit, dspark_end, dspark_rewind, dspark_save, \
-     dspark_close, GATE, BLOCK_GATE, .trainable = 1}
+     dspark_close, GATE, BLOCK_GATE, .train = &bd_train_family}
 
 const drafter_ops drafter_dflash =
     BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR}", BLOCK_GATE);

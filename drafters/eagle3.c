@@ -27,5 +27,5 @@ const drafter_ops drafter_eagle3 = {
      * target, the whole one on the real target */
     "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"depth\": 3}",
-    .trainable = 1,
+    .train = &mtp_train_family,
 };

@@ -15,6 +15,7 @@
 #include "../runtime/jcfg.h"
 #include "../runtime/train_ops.h"
 #include "drafter.h"
+#include "train_family.h"
 
 /* ------------------------------------------------------------------------------ config */
 
@@ -422,6 +423,43 @@ static void medusa_close(drafter *d) {
     d->impl = NULL;
 }
 
+/* the training family (train_family.h) */
+typedef struct {
+    md_config c;
+    md_model m;
+} md_train;
+
+static int md_tf_configure(void *st, const char *name, const cJSON *arch, const target *t, int *taps, int *n_tap) {
+    (void)name;
+    md_train *b = st;
+    DS_TRY(md_config_init(&b->c, &t->m, arch));
+    contract_stamp(&b->c.contract, t);
+    *n_tap = 1, taps[0] = b->c.tap;
+    return 0;
+fail:
+    return -1;
+}
+
+static int md_tf_init(void *st, const target *t, const train_cache *d, uint64_t seed, int full_vocab,
+                      const char *resume_dir, trainable *tr, char *describe, size_t n) {
+    (void)resume_dir; /* a resumed run reads its parameters from OUT/last in train_run */
+    md_train *b = st;
+    int *ids;
+    DS_TRY(train_family_vocab(d, t, b->c.contract.draft_vocab, full_vocab, &ids));
+    int e = md_model_init(&b->m, &b->c, &t->m, seed, 0, 1, ids);
+    free(ids);
+    DS_TRY(e);
+    DS_TRY(md_trainable(&b->m, tr));
+    snprintf(describe, n, "medusa, %zu parameters (%d heads on layer %d)", b->m.n_params, b->c.heads, b->c.tap);
+    return 0;
+fail:
+    return -1;
+}
+
+static void md_tf_release(void *st) { md_model_free(&((md_train *)st)->m); }
+
+static const train_family md_train_family = {sizeof(md_train), md_tf_configure, md_tf_init, md_tf_release};
+
 const drafter_ops drafter_medusa = {
     "medusa",
     "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | "
@@ -432,5 +470,5 @@ const drafter_ops drafter_medusa = {
      * on the real one over the whole vocabulary */
     "{\"heads\": 3, \"init_std\": 2.0, \"vocab_ids\": [5, 0, 7, 2, 6, 3]}",
     "{\"heads\": 3, \"init_std\": 2.0}",
-    .trainable = 1,
+    .train = &md_train_family,
 };

@@ -15,6 +15,7 @@
 #include "../runtime/jcfg.h"
 #include "../runtime/train_ops.h"
 #include "drafter.h"
+#include "train_family.h"
 
 const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS] = {
     "hnorm.weight", "enorm.weight", "eh_proj.weight", "block.attn_norm.weight", "block.attn.wq.weight",
@@ -604,6 +605,48 @@ void mtp_drafter_close(drafter *d) {
     d->impl = NULL;
 }
 
+/* the training family of mtp and eagle3 (train_family.h) */
+typedef struct {
+    mtp_config c;
+    mtp_model m;
+} mtp_train;
+
+static int mtp_tf_configure(void *st, const char *name, const cJSON *arch, const target *t, int *taps, int *n_tap) {
+    mtp_train *b = st;
+    DS_TRY(mtp_config_init(&b->c, &t->m, name, arch));
+    contract_stamp(&b->c.contract, t);
+    *n_tap = b->c.n_tap;
+    memcpy(taps, b->c.taps, sizeof(int) * (size_t)b->c.n_tap);
+    return 0;
+fail:
+    return -1;
+}
+
+static int mtp_tf_init(void *st, const target *t, const train_cache *d, uint64_t seed, int full_vocab,
+                       const char *resume_dir, trainable *tr, char *describe, size_t n) {
+    (void)resume_dir; /* a resumed run reads its parameters from OUT/last in train_run */
+    mtp_train *b = st;
+    const mtp_config *c = &b->c;
+    int *ids;
+    DS_TRY(train_family_vocab(d, t, c->contract.draft_vocab, full_vocab, &ids));
+    int e = mtp_model_init(&b->m, c, &t->m, seed, 1, ids);
+    free(ids);
+    DS_TRY(e);
+    DS_TRY(mtp_trainable(&b->m, tr));
+    char taps[64] = "";
+    for (int i = 0; i < c->n_tap; i++) snprintf(taps + strlen(taps), sizeof taps - strlen(taps), "%s%d", i ? ", " : "", c->taps[i]);
+    snprintf(describe, n, "%s, %zu parameters (one module on layer%s %s%s, depth %d, block from %s)", c->kind,
+             b->m.n_params, c->n_tap > 1 ? "s" : "", taps, mtp_fused(c) ? " fused" : "", c->depth,
+             c->init_layer >= 0 ? "the target's last layer" : "random");
+    return 0;
+fail:
+    return -1;
+}
+
+static void mtp_tf_release(void *st) { mtp_model_free(&((mtp_train *)st)->m); }
+
+const train_family mtp_train_family = {sizeof(mtp_train), mtp_tf_configure, mtp_tf_init, mtp_tf_release};
+
 const drafter_ops drafter_mtp = {
     "mtp",
     "DeepSeek-V3-style MTP module on the target's last hidden state, one module chained: {\"checkpoint\": DIR, "
@@ -614,5 +657,5 @@ const drafter_ops drafter_mtp = {
      * one over the whole vocabulary */
     "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"depth\": 3}",
-    .trainable = 1,
+    .train = &mtp_train_family,
 };

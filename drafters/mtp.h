@@ -124,6 +124,8 @@ int mtp_save(const mtp_model *m, const char *dir);
 int mtp_read_params(mtp_model *m, const char *dir);
 void mtp_model_free(mtp_model *m);
 int mtp_trainable(mtp_model *m, trainable *tr);
+/* mtp's and eagle3's training for `train` (train_family.h) */
+extern const struct train_family mtp_train_family;
 void mtp_pv_set_f(mtp_pv_f *v, const mtp_model *m, float *base);
 void mtp_pv_set_d(mtp_pv_d *v, const mtp_model *m, double *base);
 

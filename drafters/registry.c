@@ -1,5 +1,5 @@
-/* registry.c — drafter names to ops, the draft block, and the vocabulary check shared by families
- * that bring their own model. */
+/* registry.c — drafter names to ops, the draft block, the vocabulary check shared by families
+ * that bring their own model, and the draft vocabulary a trainable family starts from. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,9 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/kernels/kernels_cpu.h"
+#include "../engine/draft_vocab.h"
 #include "drafter.h"
+#include "train_family.h"
 
 extern const drafter_ops drafter_vanilla, drafter_dflash, drafter_dspark_markov, drafter_dspark_rnn,
     drafter_ngram, drafter_suffix, drafter_medusa, drafter_mtp, drafter_eagle3, drafter_recycling, drafter_combine;
@@ -31,7 +33,7 @@ void drafter_list(char *buf, size_t cap, int trainable_only) {
     size_t w = 0;
     buf[0] = 0;
     for (int i = 0; i < N_DRAFTERS && w < cap; i++)
-        if (DRAFTERS[i]->trainable || !trainable_only)
+        if (DRAFTERS[i]->train || !trainable_only)
             w += (size_t)snprintf(buf + w, cap - w, "%s%s", w ? ", " : "", DRAFTERS[i]->name);
 }
 
@@ -118,6 +120,23 @@ int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv
     if (out->conf) out->conf[k] = (float)(1 / (1 + exp(-lg)));
     return 0;
 fail:
+    return -1;
+}
+
+int train_family_vocab(const train_cache *d, const target *t, int Vd, int full_vocab, int **ids) {
+    *ids = NULL;
+    int V = t->m.cfg.vocab_size;
+    if (full_vocab || Vd <= 0 || Vd >= V) return 0;
+    draft_vocab_report vr;
+    DS_TRYP(*ids = ds_malloc(sizeof(int) * (size_t)Vd, "draft vocabulary"));
+    DS_TRY(draft_vocab_choose(d, &t->tk, Vd, *ids, &vr));
+    fprintf(stderr, "train: draft vocabulary %d of %d tokens (%d pinned: special, end, single bytes) covers %.2f%% of "
+                    "the cache's response tokens and %.2f%% of the target's top-%d mass\n",
+            Vd, V, vr.pinned, 100 * vr.token_coverage, 100 * vr.mass_coverage, d->top_k);
+    return 0;
+fail:
+    free(*ids);
+    *ids = NULL;
     return -1;
 }
 

@@ -357,5 +357,5 @@ const drafter_ops drafter_vanilla = {
      * the target's top tokens, so the sparse schedulers' cases see accepted runs) */
     "{\"n_layers\": 1, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"layers\": 24}",
-    .trainable = 1,
+    .train = &vlm_train_family,
 };

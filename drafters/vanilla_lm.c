@@ -11,6 +11,7 @@
 #include "../runtime/formats/safetensors.h"
 #include "../runtime/jcfg.h"
 #include "../runtime/train_ops.h"
+#include "train_family.h"
 
 static const char *const PER_LAYER[VLM_PER_LAYER] = {"attn_norm", "attn.wq", "attn.wk", "attn.wv", "attn.wo",
                                                      "ffn_norm",  "mlp.w_gate", "mlp.w_up", "mlp.w_down"};
@@ -303,3 +304,44 @@ int vlm_trainable(vlm_model *m, trainable *tr) {
                       .save = tr_save, .read_params = tr_read, .config_json = tr_config};
     return 0;
 }
+
+/* ------------------------------------------------------------------ the training family (train_family.h) */
+
+typedef struct {
+    vlm_config c;
+    vlm_model m;
+} vlm_train;
+
+static int vlm_tf_configure(void *st, const char *name, const cJSON *arch, const target *t, int *taps, int *n_tap) {
+    (void)name, (void)taps;
+    vlm_train *b = st;
+    DS_TRY(vlm_config_init(&b->c, &t->m, arch));
+    contract_stamp(&b->c.c.contract, t);
+    *n_tap = 0; /* it reads no target states */
+    return 0;
+fail:
+    return -1;
+}
+
+static int vlm_tf_init(void *st, const target *t, const train_cache *d, uint64_t seed, int full_vocab,
+                       const char *resume_dir, trainable *tr, char *describe, size_t n) {
+    (void)resume_dir; /* a resumed run reads its parameters from OUT/last in train_run */
+    vlm_train *b = st;
+    const vlm_config *c = &b->c;
+    int *ids;
+    DS_TRY(train_family_vocab(d, t, c->c.contract.draft_vocab, full_vocab, &ids));
+    int e = vlm_model_init(&b->m, c, &t->m, seed, 1, ids);
+    free(ids);
+    DS_TRY(e);
+    DS_TRY(vlm_trainable(&b->m, tr));
+    snprintf(describe, n, "vanilla, %zu parameters (a distilled LM: %d layers, FFN %d, %s; the target's embedding and "
+             "head, frozen)", b->m.n_params, c->n_layers, c->c.hidden_dim,
+             c->init_layers ? "layers from the target's first" : "random");
+    return 0;
+fail:
+    return -1;
+}
+
+static void vlm_tf_release(void *st) { vlm_model_free(&((vlm_train *)st)->m); }
+
+const train_family vlm_train_family = {sizeof(vlm_train), vlm_tf_configure, vlm_tf_init, vlm_tf_release};

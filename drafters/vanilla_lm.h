@@ -75,6 +75,8 @@ int vlm_save(const vlm_model *m, const char *dir);
 int vlm_read_params(vlm_model *m, const char *dir);
 void vlm_model_free(vlm_model *m);
 int vlm_trainable(vlm_model *m, trainable *tr);
+/* the distilled LM's training for `train` (train_family.h) */
+extern const struct train_family vlm_train_family;
 /* views of a flat parameter (or gradient) array laid out as m's: the layers' blocks and the final norm */
 void vlm_views_f(const vlm_model *m, float *base, mtp_pv_f *lay, float **final_norm);
 void vlm_views_d(const vlm_model *m, double *base, mtp_pv_d *lay, double **final_norm);
