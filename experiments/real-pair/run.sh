@@ -1,0 +1,101 @@
+#!/bin/sh
+# Issue 54, step 2: speculation on the real pair (Qwen2.5-Coder-1.5B-Instruct Q4_K_M as the target,
+# its 0.5B sibling as a draft model) beside llama.cpp's own speculative decoding with the same two
+# files. One command from the repository root, resumable (a finished configuration is skipped;
+# rm -r out/real-pair to redo):
+#
+#   sh experiments/real-pair/run.sh                 # ~50 min on a 2-core Zen 4 (the defaults below)
+#   CODE=6 SB=2 sh experiments/real-pair/run.sh     # more prompts (about twice that)
+#   ONLY="vanilla-greedy ngram-greedy" TEMPS=0 sh experiments/real-pair/run.sh   # a subset
+#   LLAMA=0 sh experiments/real-pair/run.sh         # without the llama.cpp side
+#
+# Needs the two models (`make model MODEL=qwen2.5-coder-1.5b`, `MODEL=qwen2.5-coder-0.5b`: fetched
+# here when missing, ~1.6 GB) and, for the peer, llama.cpp's llama-speculative and llama-lookup
+# (scripts/build_llamacpp.sh builds them, ~10 min the first time; LLAMA_BIN=DIR uses built ones).
+# Nothing else may run beside it (wall times). Steps:
+# 1. the target's SPS(B) table on this machine (bench-target, ~1 min): what `greedy` prices with
+# 2. per configuration and temperature two `run`s: the code group (HumanEval and MBPP, the DeepSpec
+#    prompt files, CODE prompts each) and Spec-Bench (the six categories bundled as sbmini-*, SB
+#    prompts each), 128 new tokens; the autoregressive baseline alternates with the speculative run
+#    prompt by prompt in the same process (T = 0: outputs must equal the baseline's). Drafters: the
+#    0.5B draft model (`vanilla`), ngram, suffix, recycling and combine, each under fixed and greedy
+#    at T = 0 and under greedy at T = 1 (TEMPS, ONLY select)
+# 3. after each temperature's runs, llama.cpp on the same rendered prompts (token counts checked equal): its autoregression
+#    (llama-lookup with no drafts), llama-speculative with the 0.5B at its default draft length (3)
+#    and at 6, same temperatures, same threads
+# 4. summary.md: per configuration and group wall and decode tokens/s, speedups over the same tool's
+#    autoregression, tokens per target step, acceptance per position, draft and verify shares.
+set -e
+B=build/dspark-bench
+O=${O:-out/real-pair}
+CODE=${CODE:-2}
+SB=${SB:-1}
+TEMPS=${TEMPS:-0 1}
+ONLY=${ONLY:-}
+LLAMA=${LLAMA:-1}
+T=${THREADS:-2}
+TGT=qwen2.5-coder-1.5b
+DFT=qwen2.5-coder-0.5b
+[ -x $B ] || make
+for m in $TGT $DFT; do python3 scripts/fetch_model.py $m; done # quick when the checked file is there
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dspark-bench
+TGT_PATH=$CACHE/$(python3 scripts/fetch_model.py --list | awk -v m=$TGT '$1 == m { print $2 }')
+DFT_PATH=$CACHE/$(python3 scripts/fetch_model.py --list | awk -v m=$DFT '$1 == m { print $2 }')
+mkdir -p $O
+[ -f $O/sps.json ] || $B bench-target --model $TGT --threads $T --max-B 16 --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
+if [ "$LLAMA" = 1 ]; then
+    BIN=${LLAMA_BIN:-}
+    [ -n "$BIN" ] || BIN=$(scripts/build_llamacpp.sh llama-speculative llama-lookup | tail -n 1)
+fi
+COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, {"name": "recycling"}]}'
+# name|drafter object|scheduler|gamma|temperatures
+configs() {
+    echo "vanilla-fixed|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|fixed|4|0"
+    echo "vanilla-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|greedy|8|0 1"
+    echo "vanilla-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"head_type\": \"q5_0\"}|greedy|8|0"
+    for d in ngram suffix recycling; do
+        echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
+        echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
+    done
+    echo "combine-fixed|$COMBINE|fixed|8|0"
+    echo "combine-greedy|$COMBINE|greedy|8|0 1"
+}
+GROUPS_='code sb'
+sets() {
+    case $1 in
+    code) echo '["humaneval", "mbpp"]|'$CODE ;;
+    sb) echo '["sbmini-mt", "sbmini-trans", "sbmini-sum", "sbmini-qa", "sbmini-math", "sbmini-rag"]|'$SB ;;
+    esac
+}
+for Tm in $TEMPS; do
+    configs | while IFS='|' read name dj sched gamma temps; do
+        case " $temps " in *" $Tm "*) ;; *) continue ;; esac
+        case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
+        for g in $GROUPS_; do
+            tag=$name-t$Tm-$g
+            [ -f $O/$tag.done ] && { echo "run.sh: $tag done (skipped)"; continue; }
+            ds=$(sets $g | cut -d'|' -f1)
+            lim=$(sets $g | cut -d'|' -f2)
+            cat > $O/$tag.json <<JSON
+{"comment": "experiments/real-pair/run.sh: $tag", "target": "$TGT", "drafter": $dj, "scheduler": "$sched",
+ "gamma": $gamma, "datasets": $ds, "limit": $lim, "temperature": $Tm, "max_new_tokens": 128, "seed": 1,
+ "threads": $T, "sps": "$O/sps.json", "out": "$O/$tag.h5", "prompts_out": "$O/prompts-t$Tm-$g.jsonl"}
+JSON
+            echo "run.sh: $tag ($(date +%H:%M:%S))"
+            $B run --config $O/$tag.json > $O/$tag.txt
+            $B report $O/$tag.h5 --out $O/$tag.md --json $O/$tag.metrics.json > /dev/null
+            touch $O/$tag.done
+        done
+    done
+    # llama.cpp on this temperature's prompts (the same for every configuration), right after ours
+    if [ "$LLAMA" = 1 ]; then
+        for g in $GROUPS_; do
+            [ -f $O/prompts-t$Tm-$g.jsonl ] || continue
+            echo "run.sh: llama.cpp t$Tm-$g ($(date +%H:%M:%S))"
+            python3 experiments/real-pair/llama_side.py "$BIN" "$TGT_PATH" "$DFT_PATH" "$T" "$Tm" \
+                $O/prompts-t$Tm-$g.jsonl $O/llama-t$Tm-$g.jsonl
+        done
+    fi
+done
+python3 experiments/real-pair/summary.py $O "$TEMPS" > $O/summary.md
+cat $O/summary.md
