@@ -1,0 +1,89 @@
+#!/bin/sh
+# Issue 54, steps 3-4: the learned families trained for Qwen2.5-Coder-1.5B-Instruct (the real target)
+# on one data cache, at one stated budget each, then their tau per domain and wall speedup under
+# `greedy`. From the repository root; every stage resumes (the cache after its last indexed sequence,
+# training from its last checkpoint, evaluation skips finished traces):
+#
+#   sh experiments/real-pair/train.sh cache     # the data cache: SHARDS x 50 training-mix prompts answered
+#                                               # by the 1.5B (default 4 = 200 prompts, ~46k tokens, ~7 min)
+#   sh experiments/real-pair/train.sh train     # each family STEPS steps (default 300) on it
+#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at T = 0 and 1
+#   ONLY="mtp eagle3" sh experiments/real-pair/train.sh train
+#
+# Needs ../shared/datasets (the training mix) and the model (`make model MODEL=qwen2.5-coder-1.5b`).
+# The cache: the target's answers at Qwen's recommended sampling (T = 0.7, top-p 0.8, top-k 20), 256
+# new tokens at most, its top-64 log-probabilities at every response position and its states at layers
+# 1, 7, 13, 19, 25 (DSpark / DFlash's five taps over 28 layers), 1, 13, 25 (EAGLE-3's) and 27 (the last:
+# Medusa, MTP), bf16, ~18 KB a token. The families share it and the training budget: STEPS steps of 4
+# sequences x 32 anchors, the same supervised positions for every family.
+# Measured (2-core Zen 4, 2026-11-28): one shard, 50 prompts, 11,407 tokens (7,701 generated) in 99 s:
+# 115 tok/s, 78 generated/s, batch 16; 205 MB a shard (the whole mix, 27 shards: ~45 min, ~5.5 GB).
+# The train and eval stages are not yet run.
+set -e
+STAGE=${1:-all}
+B=build/dspark-bench
+E=experiments/real-pair
+O=${O:-out/real-pair-train}
+SHARDS=${SHARDS:-4}
+STEPS=${STEPS:-300}
+ONLY=${ONLY:-}
+EVAL_N=${EVAL_N:-5}
+[ -x $B ] || make
+python3 scripts/fetch_model.py qwen2.5-coder-1.5b
+python3 scripts/fetch_model.py qwen2.5-coder-0.5b
+mkdir -p $O
+CACHE=${CACHE:-~/.cache/dspark-bench/train/qwen15-trainmix}
+DATA="{\"dataset\": \"trainmix\", \"temperature\": 0.7, \"top_p\": 0.8, \"top_k\": 20, \"max_new_tokens\": 256,
+  \"max_prompt\": 384, \"target_top_k\": 64, \"batch\": 16, \"shard_size\": 50, \"seed\": 1,
+  \"taps\": [1, 7, 13, 19, 25, 27], \"cache\": \"$CACHE\"}"
+# family|drafter object (DSpark / DFlash: Qwen's token 16 is the digit 1, so their mask token is a
+# padding row of the embedding, 151935, which no text uses)
+families() {
+    echo "mtp|{\"name\": \"mtp\", \"depth\": 4, \"draft_vocab\": 32768}"
+    echo "eagle3|{\"name\": \"eagle3\", \"depth\": 4, \"draft_vocab\": 32768}"
+    echo "medusa|{\"name\": \"medusa\", \"heads\": 4, \"draft_vocab\": 32768}"
+    echo "dspark-markov|{\"name\": \"dspark-markov\", \"gamma\": 4, \"layers\": 2, \"mask_token\": 151935, \"draft_vocab\": 32768}"
+    echo "dflash|{\"name\": \"dflash\", \"gamma\": 4, \"layers\": 2, \"mask_token\": 151935, \"draft_vocab\": 32768}"
+    echo "vanilla|{\"name\": \"vanilla\", \"n_layers\": 2, \"draft_vocab\": 32768}"
+}
+config() { # family drafter-object -> $O/train-FAMILY.json
+    cat > $O/train-$1.json <<JSON
+{"comment": "experiments/real-pair/train.sh: $1 for the 1.5B", "target": "qwen2.5-coder-1.5b", "drafter": $2,
+ "data": $DATA,
+ "train": {"steps": $STEPS, "seqs_per_step": 4, "anchors": 32, "lr": 6e-4, "warmup_frac": 0.04, "eval_every": 50,
+           "ckpt_every": 50, "holdout": 0.05, "eval_seqs": 20, "seed": 1},
+ "out": "$O/runs/$1"}
+JSON
+}
+families | while IFS='|' read f dj; do config "$f" "$dj"; done
+if [ "$STAGE" = cache ] || [ "$STAGE" = all ]; then
+    echo "train.sh: data cache, $SHARDS shards of 50 prompts ($(date +%H:%M:%S))"
+    $B train --config $O/train-mtp.json --data-only --max-shards $SHARDS
+fi
+if [ "$STAGE" = train ] || [ "$STAGE" = all ]; then
+    families | while IFS='|' read f dj; do
+        case " ${ONLY:-$f} " in *" $f "*) ;; *) continue ;; esac
+        echo "train.sh: $f, $STEPS steps ($(date +%H:%M:%S))"
+        $B train --config $O/train-$f.json --max-shards $SHARDS
+    done
+fi
+if [ "$STAGE" = eval ] || [ "$STAGE" = all ]; then
+    [ -f $O/sps.json ] || $B bench-target --model qwen2.5-coder-1.5b --max-B 16 --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
+    families | while IFS='|' read f dj; do
+        case " ${ONLY:-$f} " in *" $f "*) ;; *) continue ;; esac
+        [ -d $O/runs/$f/last ] || { echo "train.sh: no checkpoint for $f (train it first)"; continue; }
+        for T in 0 1; do
+            tag=$f-t$T
+            [ -f $O/$tag.h5 ] && continue
+            echo "train.sh: eval $tag ($(date +%H:%M:%S))"
+            cat > $O/eval-$tag.json <<JSON
+{"comment": "experiments/real-pair/train.sh: $f for the 1.5B, greedy, the AR baseline alternating",
+ "target": "qwen2.5-coder-1.5b", "drafter": {"name": "$f", "checkpoint": "$O/runs/$f/last"},
+ "scheduler": "greedy", "gamma": 4, "sps": "$O/sps.json", "datasets": ["gsm8k", "humaneval", "mtbench"],
+ "limit": $EVAL_N, "temperature": $T, "seed": 1, "max_new_tokens": 128, "out": "$O/$tag.h5"}
+JSON
+            $B run --config $O/eval-$tag.json > $O/$tag.txt
+            $B report $O/$tag.h5 --out $O/$tag.md > /dev/null
+        done
+    done
+fi
