@@ -30,7 +30,7 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
                *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL, *prompts_out = NULL, *draft_head = NULL;
-    int gamma = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, draft_vocab = 0, skip_bad = 0, no_baseline = 0,
+    int gamma = 0, tree_nodes = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, draft_vocab = 0, skip_bad = 0, no_baseline = 0,
         concurrency = 0, exact = 0;
     float temperature = -1, top_p = -1;
     uint64_t seed = 0;
@@ -45,6 +45,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"draft-head", OPT_STR, &draft_head, "TYPE", "vanilla: its head re-quantized, q5_0 or q4_1 (a smaller draft step)", 0, 0, 0},
         {"scheduler", OPT_STR, &scheduler, "NAME", "scheduler (registered names below)", 0, 0, 0},
         {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
+        {"tree-nodes", OPT_INT, &tree_nodes, "N", "draft a tree of up to N nodes, verified exactly (0 = a chain; recycling)", 0, 64, 0},
         {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
         {"limit", OPT_INT, &limit, "N", "prompts per dataset, 0 = all", 0, 1000000, 0},
         {"skip-bad-lines", OPT_FLAG, &skip_bad, NULL, "skip malformed dataset lines (counted in the trace) instead of failing", 0, 0, 0},
@@ -70,7 +71,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (*rc_out) return NULL;
     cJSON *j = cJSON_CreateObject();
     if (target) cJSON_AddStringToObject(j, "target", target);
-    if (drafter || draft_layers || draft_model || draft_vocab || draft_head) {
+    if (drafter || draft_layers || draft_model || draft_vocab || draft_head || tree_nodes) {
         if (drafter && strcmp(drafter, "none") == 0) cJSON_AddNullToObject(j, "drafter");
         else {
             /* without --drafter, the settings go into the configured drafter (vanilla when none is) */
@@ -80,6 +81,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
             if (draft_model) cJSON_AddStringToObject(d, "model", draft_model);
             if (draft_vocab) cJSON_AddNumberToObject(d, "draft_vocab", draft_vocab);
             if (draft_head) cJSON_AddStringToObject(d, "head_type", draft_head);
+            if (tree_nodes) cJSON_AddNumberToObject(d, "tree_nodes", tree_nodes);
         }
     }
     if (scheduler) cJSON_AddStringToObject(j, "scheduler", scheduler);

@@ -35,6 +35,12 @@ typedef struct {
      * decision for position k + 1 reads only the drafts before it). */
     int (*more)(void *ctx, int k, const float *conf);
     void *more_ctx;
+    /* a tree (tree != TREE_CHAIN, set by propose): node i = tok[i] is a child of node parent[i] (< i;
+     * -1: of the anchor), siblings in the order verification tries them, every prefix of the nodes a
+     * tree (the scheduler keeps a prefix); q[i] is the law node i was drawn from (tree_kind). The
+     * loop sets tree = TREE_CHAIN before each propose. */
+    int tree;
+    int *parent; /* [cap] */
 } draft_block;
 
 int draft_block_init(draft_block *b, int cap, int V, int with_conf);
@@ -71,6 +77,8 @@ typedef struct drafter_ops {
     /* trainable families: how `train` makes their checkpoints from a config's "drafter" object
      * (train_family.h); NULL: training-free */
     const struct train_family *train;
+    /* how the gate opens the family's tree mode (NULL: it drafts chains only) */
+    const char *gate_config_tree;
 } drafter_ops;
 
 struct drafter {
@@ -82,6 +90,7 @@ struct drafter {
     int has_conf;
     int deterministic;       /* drafts are a function of the context (q = delta(x), no draws): training-free */
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
+    int tree_nodes;          /* > 0: it proposes trees of up to this many nodes (its "tree_nodes") */
     int observe_prompt;      /* with ops->observe: the prompt's last rows it is handed at prefill (0: none) */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];

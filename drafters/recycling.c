@@ -47,6 +47,7 @@ typedef struct {
 typedef struct {
     int k, V;
     int repeat;           /* a token whose row is unknown is followed by itself (else the chain stops) */
+    int tree_nodes;       /* > 0: a best-first tree of this many nodes instead of the chain */
     rc_table run;
     accept_prior ap;
     accept_counts runc;   /* finished requests' acceptance counts */
@@ -86,6 +87,7 @@ static int recycling_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_int(&r, "k", 1, RC_MAXK, &g->k));
     DS_TRY(jcfg_bool(&r, "repeat", &g->repeat));
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &g->tree_nodes));
     d->observe_prompt = 256;
     DS_TRY(jcfg_int(&r, "prompt_rows", 1, 1 << 20, &d->observe_prompt));
     DS_TRY(accept_prior_read(&r, &g->ap));
@@ -97,9 +99,16 @@ static int recycling_open(drafter *d, const cJSON *cfg, target *t) {
     g->eos_ok = t->has_tokenizer;
     d->has_conf = 1;
     d->deterministic = 1;
-    snprintf(d->describe, sizeof d->describe,
-             "recycling: Token Recycling chain, each token's top-%d next tokens from the target's verified rows", g->k);
-    snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d", g->k);
+    d->tree_nodes = g->tree_nodes;
+    if (g->tree_nodes)
+        snprintf(d->describe, sizeof d->describe,
+                 "recycling: Token Recycling tree of %d nodes, best-first over each token's top-%d recorded next tokens",
+                 g->tree_nodes, g->k);
+    else
+        snprintf(d->describe, sizeof d->describe,
+                 "recycling: Token Recycling chain, each token's top-%d next tokens from the target's verified rows", g->k);
+    if (g->tree_nodes) snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d:tree%d", g->k, g->tree_nodes);
+    else snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d", g->k);
     return 0;
 fail:
     return -1; /* close() frees what was made */
@@ -169,10 +178,60 @@ fail:
     return -1;
 }
 
+/* the table row that follows token x (the request's own, its prompt's, the run's), or NULL */
+static const rc_table *row_of(const recycling *g, const rc_state *s, int x) {
+    return s->own.stamp[x] ? &s->own : s->pre.stamp[x] ? &s->pre : g->run.stamp[x] ? &g->run : NULL;
+}
+
+/* The tree: DDTree's best-first expansion over the recorded probabilities. A candidate is (parent
+ * node, rank) scored by the product of recorded probabilities along its path; the best is taken as
+ * the next node, then its next sibling (rank + 1) and its first child (rank 0 of its own token's row)
+ * become candidates, until the budget. Nodes come out parents first and siblings by rank, so every
+ * prefix is a tree; children of one node are one row's distinct top-k ids, so never duplicates.
+ * Deterministic given the tables: TREE_TOPK, q unused. */
+static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
+    struct cand {
+        int parent, tok, rank;
+        float score;
+    } c[2 * 64 + 2];
+    int nc = 0, n = 0;
+    c[nc++] = (struct cand){-1, anchor, 0, 1.0f};
+    while (n < budget && nc > 0) {
+        int b = 0;
+        for (int i = 1; i < nc; i++)
+            if (c[i].score > c[b].score) b = i;
+        struct cand x = c[b];
+        c[b] = c[--nc];
+        const rc_table *t = row_of(g, s, x.tok);
+        if (!t && !(g->repeat && x.rank == 0)) continue; /* no row: the candidate has no token */
+        int tok = t ? t->id[(size_t)x.tok * g->k + x.rank] : x.tok;
+        float pr = t ? t->p[(size_t)x.tok * g->k + x.rank] : 0.5f, score = x.score * pr;
+        out->tok[n] = tok, out->parent[n] = x.parent;
+        out->conf[n] = out->conf_raw[n] = score;
+        if (d->fault == FAULT_TREE_RATIO) { /* the gate's control reads a soft q: the parent's recorded row */
+            float *q = out->q + (size_t)n * out->V;
+            memset(q, 0, sizeof(float) * (size_t)out->V);
+            if (t)
+                for (int j = 0; j < g->k; j++) q[t->id[(size_t)x.tok * g->k + j]] = t->p[(size_t)x.tok * g->k + j];
+            else q[tok] = 1;
+        }
+        if (t && x.rank + 1 < g->k) c[nc++] = (struct cand){x.parent, x.tok, x.rank + 1, x.score};
+        if (!(g->eos_ok && tokenizer_is_eog(&d->t->tk, tok))) c[nc++] = (struct cand){n, tok, 0, score};
+        n++;
+    }
+    out->n = n;
+    out->tree = TREE_TOPK;
+}
+
 static int recycling_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     DS_UNUSED(sp);
     recycling *g = d->impl;
     rc_state *s = r->dstate;
+    if (g->tree_nodes) {
+        s->n = 0, s->n0 = r->toks.n, s->after = -1; /* acceptance by cell is a chain's: commit learns nothing */
+        propose_tree(g, s, d, request_anchor(r), DS_MIN(gamma, out->cap), out);
+        return 0;
+    }
     gamma = DS_MIN(gamma, DS_MIN(RC_MAXG, out->cap));
     out->n = s->n = 0;
     s->n0 = r->toks.n;
@@ -243,7 +302,8 @@ static void recycling_close(drafter *d) {
 const drafter_ops drafter_recycling = {
     "recycling",
     "Token Recycling (training-free): a chain through each token's top-k next tokens recorded from the target's "
-    "verified rows and the prompt's, kept per request and across requests: {\"k\": 8, \"prompt_rows\": 256, \"repeat\": false, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
+    "verified rows and the prompt's, kept per request and across requests; with tree_nodes N > 0 a best-first tree of N "
+    "nodes over them, verified exactly: {\"k\": 8, \"tree_nodes\": 0, \"prompt_rows\": 256, \"repeat\": false, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
     "\"request_weight\": 4, \"calibration\": [T_1, ...]}",
     recycling_open, recycling_begin, recycling_propose, recycling_commit, recycling_end, recycling_rewind, NULL,
     recycling_close,
@@ -251,4 +311,7 @@ const drafter_ops drafter_recycling = {
     "{\"k\": 4, \"repeat\": true}",
     NULL,
     recycling_observe,
+    NULL,
+    NULL,
+    "{\"k\": 4, \"repeat\": true, \"tree_nodes\": 5}",
 };

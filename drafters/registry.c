@@ -72,10 +72,11 @@ int draft_block_init(draft_block *b, int cap, int V, int with_conf) {
     b->cap = cap;
     b->V = V;
     b->tok = ds_calloc((size_t)cap, sizeof(int), "draft block");
+    b->parent = ds_calloc((size_t)cap, sizeof(int), "draft block");
     b->q = ds_calloc((size_t)cap * (size_t)V, sizeof(float), "draft block");
     b->conf = with_conf ? ds_calloc((size_t)cap, sizeof(float), "draft block") : NULL;
     b->conf_raw = with_conf ? ds_calloc((size_t)cap, sizeof(float), "draft block") : NULL;
-    if (!b->tok || !b->q || (with_conf && (!b->conf || !b->conf_raw))) {
+    if (!b->tok || !b->parent || !b->q || (with_conf && (!b->conf || !b->conf_raw))) {
         draft_block_free(b);
         return -1;
     }
@@ -84,6 +85,7 @@ int draft_block_init(draft_block *b, int cap, int V, int with_conf) {
 
 void draft_block_free(draft_block *b) {
     free(b->tok);
+    free(b->parent);
     free(b->q);
     free(b->conf);
     free(b->conf_raw);

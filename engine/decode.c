@@ -160,6 +160,8 @@ static int pace_more(void *ctx, int k, const float *conf) {
 
 struct decode_ctx {
     int R_max, gamma, V;
+    int nodes;      /* a block's capacity: gamma, or a tree drafter's node budget */
+    int *par, *path, *slots; /* a tree round's flat parents, one request's accepted path and its KV slots */
     double draft_s; /* measured seconds of one draft step (pace_more), 0 until seen */
     draft_block *blocks;
     int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
@@ -176,7 +178,7 @@ void decode_ctx_free(decode_ctx *c) {
         for (int r = 0; r < c->R_max; r++) draft_block_free(&c->blocks[r]);
     free(c->blocks), free(c->n_draft), free(c->len), free(c->n_new), free(c->flat), free(c->ids), free(c->acc);
     free(c->emit), free(c->conf), free(c->logits), free(c->p), free(c->hidden), free(c->hrows), free(c->scratch);
-    free(c->kvs), free(c->rows);
+    free(c->kvs), free(c->rows), free(c->par), free(c->path), free(c->slots);
     lp_scratch_free(&c->scr);
     free(c);
 }
@@ -191,11 +193,21 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     DS_CHECK(!d || !cfg->s->ops->needs_conf || d->has_conf,
               "scheduler '%s' needs a drafter with confidences, and '%s' has none", cfg->s ? cfg->s->ops->name : "?",
               d ? d->ops->name : "?");
+    /* a tree is verified whole or cut to a prefix of its nodes by the fixed scheduler's length; no other
+     * scheduler prices a tree yet, and one that reads per-position confidences would misread nodes */
+    DS_CHECK(!d || !d->tree_nodes || strcmp(cfg->s->ops->name, "fixed") == 0,
+             "decode: %s drafts trees (tree_nodes %d), which only the fixed scheduler verifies for now, not '%s'",
+             d ? d->ops->name : "?", d ? d->tree_nodes : 0, cfg->s ? cfg->s->ops->name : "?");
+    DS_CHECK(!d || d->tree_nodes <= 64, "decode: a tree of %d nodes (at most 64)", d ? d->tree_nodes : 0);
+    if (d && d->tree_nodes) gamma = d->tree_nodes; /* the scheduler's length cuts nodes, not depth */
     DS_TRYP(c = ds_calloc(1, sizeof *c, "decode context"));
-    c->R_max = R_max, c->gamma = gamma, c->V = V;
+    c->R_max = R_max, c->gamma = gamma, c->V = V, c->nodes = gamma;
     int rows_max = R_max * (gamma + 1);
     DS_TRYP(c->blocks = ds_calloc((size_t)R_max, sizeof *c->blocks, "draft blocks"));
     for (int r = 0; r < R_max && d; r++) DS_TRY(draft_block_init(&c->blocks[r], gamma + 1, V, d->has_conf)); /* + a spare row */
+    DS_TRYP(c->par = ds_calloc((size_t)rows_max, sizeof(int), "tree parents"));
+    DS_TRYP(c->path = ds_calloc((size_t)gamma + 1, sizeof(int), "tree path"));
+    DS_TRYP(c->slots = ds_calloc((size_t)gamma + 2, sizeof(int), "tree path"));
     DS_TRYP(c->n_draft = ds_calloc((size_t)R_max, sizeof(int), "batch"));
     DS_TRYP(c->len = ds_calloc((size_t)R_max, sizeof(int), "batch"));
     DS_TRYP(c->n_new = ds_calloc((size_t)R_max, sizeof(int), "batch"));
@@ -230,7 +242,8 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         request *q = act[a];
         int budget = q->max_new - request_n_out(q) - 1; /* the round's own token is always emitted */
         int room = t->m.cfg.max_seq - q->tkv->len - 1;
-        int g = DS_MAX(0, DS_MIN(gamma, DS_MIN(budget, room)));
+        /* a tree's budget is nodes (cache room): the output budget cuts its accepted path instead */
+        int g = d && d->tree_nodes ? (budget > 0 ? DS_MIN(gamma, room) : 0) : DS_MAX(0, DS_MIN(gamma, DS_MIN(budget, room)));
         c->n_draft[a] = 0;
         c->ids[a] = q->id;
         if (d && g > 0) {
@@ -238,6 +251,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             draft_pace pace = {cfg->s, cfg->sps, rows, 0, &c->draft_s};
             c->blocks[a].more = cfg->s && cfg->s->ops->draft_more ? pace_more : NULL;
             c->blocks[a].more_ctx = &pace;
+            c->blocks[a].tree = TREE_CHAIN;
             int prc = d->ops->propose(d, q, g, &cfg->sp, &c->blocks[a]);
             c->blocks[a].more = NULL, c->blocks[a].more_ctx = NULL;
             DS_TRY(prc);
@@ -257,17 +271,24 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
     }
     double t2 = ds_now();
     /* one target forward over [anchor, x_1..x_l] of every active request */
-    int T = 0;
+    int T = 0, any_tree = 0;
     for (int a = 0; a < na; a++) {
         request *q = act[a];
+        const draft_block *blk = &c->blocks[a];
+        int tree = d && c->n_draft[a] > 0 && blk->tree != TREE_CHAIN;
         c->kvs[a] = q->tkv;
         c->n_new[a] = 1 + c->len[a];
+        c->par[T] = -1;
         c->flat[T++] = request_anchor(q);
-        for (int k = 0; k < c->len[a]; k++) c->flat[T++] = c->blocks[a].tok[k];
+        for (int k = 0; k < c->len[a]; k++) {
+            c->par[T] = tree ? blk->parent[k] + 1 : k; /* among the request's new tokens: the anchor is 0 */
+            c->flat[T++] = blk->tok[k];
+        }
+        any_tree |= tree;
     }
     fwd_batch fb = {.n_seq = na, .kv = c->kvs, .n_new = c->n_new, .tokens = c->flat, .all_logits = 1, .logits = c->logits,
                     .n_capture = c->hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL,
-                    .capture = c->hidden};
+                    .capture = c->hidden, .parent = any_tree ? c->par : NULL};
     DS_TRY(model_forward(&t->m, &t->fs, &fb));
     /* verify and commit, request by request */
     for (int a = 0, row = 0; a < na; row += c->n_new[a], a++) {
@@ -282,22 +303,40 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             }
         verify_result vres;
         int emitted[66];
+        int tree = d && c->n_draft[a] > 0 && blk->tree != TREE_CHAIN, *path = c->path;
         /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */
         const float *qrows = blk->q ? blk->q + (cfg->fault == FAULT_SHIFTED_Q ? (size_t)V : 0) : NULL;
-        DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, &q->vr, c->scratch, cfg->fault, &vres, emitted) < 0);
+        if (tree) {
+            int no_q = blk->tree == TREE_TOPK && cfg->fault != FAULT_TREE_RATIO; /* top-k children: q unused */
+            DS_TRY(verify_tree(p, no_q ? NULL : qrows, blk->tok, blk->parent, l, V, blk->tree, greedy,
+                               &q->vr, c->scratch, cfg->fault, path, &vres));
+            for (int i = 0; i < vres.n_accepted; i++) emitted[i] = blk->tok[path[i]];
+            emitted[vres.n_accepted] = vres.token;
+        } else {
+            DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, &q->vr, c->scratch, cfg->fault, &vres, emitted) < 0);
+            for (int i = 0; i < vres.n_accepted; i++) path[i] = i;
+        }
         int k = vres.n_accepted;
         int n_emit = append_emitted(t, q, emitted, k + 1);
         DS_CHECK(n_emit >= 0, "out of memory");
         c->acc[a] = k;
         c->emit[a] = n_emit;
-        /* the target keeps the anchor and the accepted drafts */
-        kv_cache_crop(q->tkv, base + 1 + k);
+        /* the target keeps the anchor and the accepted drafts: a chain's are in place, a tree's path is
+         * moved down over the other branches */
+        if (tree) {
+            c->slots[0] = base;
+            for (int i = 0; i < k; i++) c->slots[i + 1] = base + 1 + path[i];
+            DS_TRY(kv_cache_keep(t->be, q->tkv, base, c->slots, k + 1));
+        } else {
+            kv_cache_crop(q->tkv, base + 1 + k);
+        }
         if (d) {
             const float *h = NULL;
-            if (c->hidden) { /* rows row..row+k of every captured layer, packed for the drafter */
+            if (c->hidden) { /* the anchor's and the accepted drafts' rows of every captured layer, packed */
                 for (int ci = 0; ci < d->n_capture; ci++)
-                    memcpy(c->hrows + ((size_t)ci * (k + 1)) * dim, c->hidden + ((size_t)ci * T + row) * dim,
-                           sizeof(float) * (size_t)(k + 1) * dim);
+                    for (int i = 0; i <= k; i++)
+                        memcpy(c->hrows + ((size_t)ci * (k + 1) + i) * dim,
+                               c->hidden + ((size_t)ci * T + row + (i ? 1 + path[i - 1] : 0)) * dim, sizeof(float) * dim);
                 h = c->hrows;
             }
             if (d->ops->observe) DS_TRY(d->ops->observe(d, q, c->flat + row, c->logits + (size_t)row * V, l + 1, 0));
@@ -310,12 +349,16 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         st->drafted += c->n_draft[a];
         st->verified += l;
         st->accepted += k;
-        for (int j = 1; j <= l; j++) {
+        for (int j = 1; j <= l && !tree; j++) {
             if (k >= j - 1) st->pos_attempted[j]++;
             if (k >= j) st->pos_accepted[j]++;
         }
+        for (int j = 1; j <= DS_MIN(64, k + !vres.bonus) && tree; j++) { /* by depth: a tree tries depth k + 1 unless it ended */
+            st->pos_attempted[j]++;
+            if (k >= j) st->pos_accepted[j]++;
+        }
         c->rows[a] = (trace_round){q->id, q->rounds - 1, cfg->mode, c->n_draft[a], l, k, n_emit, T, 0, 0, 0};
-        if (cfg->tr && d) {
+        if (cfg->tr && d && !tree) {
             /* every verified position, and with a confidence head every drafted one: a scheduler
              * that prunes must not erase what calibration needs. survived: 1 / 0 when known (a
              * position past the verified ones is known dead if an earlier one was rejected), -1

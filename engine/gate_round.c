@@ -51,6 +51,7 @@ typedef struct {
     char path[256];
     outcomes *law;
     double thr;              /* the tuned threshold (reports) */
+    char dname[48];          /* the drafter's name in reports ("recycling tree" in its tree mode) */
     char tuned[96];
 } rworld;
 
@@ -217,7 +218,7 @@ fail:
  * real target (a chat prompt); the drafter opened with its gate_config; n_req prefilled requests
  * with one seed, so all share the first token. */
 static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int setting, int n_req, uint64_t seed,
-                   target *real, int N) {
+                   target *real, int N, int tree) {
     memset(w, 0, sizeof *w);
     float *logits = NULL;
     int prompt[64], n_prompt = RPROMPT;
@@ -244,7 +245,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     w->V = w->t->m.cfg.vocab_size;
     w->N = N;
     DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)w->V, "gate logits"));
-    const char *gc = real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
+    const char *gc = tree ? dops->gate_config_tree : real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
     cJSON *dc = cJSON_Parse(gc ? gc : "");
     if (!dc) {
         ds_error("drafter '%s' has no valid gate_config (every registered drafter needs one)", dops->name);
@@ -253,6 +254,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     int orc = drafter_open(&w->d, dops->name, dc, w->t);
     cJSON_Delete(dc);
     if (orc) goto fail;
+    snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, tree ? " tree" : "");
     w->cfg = (decode_cfg){SETTINGS[setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
     { /* one finished request first (the prompt, then its tokens again as the output): a drafter that
        * keeps state across requests (suffix's corpus of finished outputs) drafts from it in every case
@@ -553,6 +555,7 @@ typedef struct {
     int setting;
     case_kind kind;
     verify_fault fault;
+    int tree;                    /* the drafter's tree mode (gate_config_tree) */
 } control_case;
 
 /* each mutant through at least two checks */
@@ -588,6 +591,8 @@ static const control_case CONTROLS[] = {
     {"vanilla", "greedy", S_TOPP, K_EXACT, FAULT_DRAFT_STOP_PEEKS},
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
     {"dspark-markov", "threshold", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
+    {"recycling", "fixed", S_TOPK, K_EXACT, FAULT_TREE_RATIO, 1}, /* top-k children judged by p/q */
+    {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_RATIO, 1},
 };
 #define N_CONTROLS (int)(sizeof CONTROLS / sizeof *CONTROLS)
 
@@ -612,7 +617,7 @@ static int run_exact(gate_report *rep, rworld *w, const char *sched, int setting
     /* (or a draft-side rule: drafts made fewer than asked) */
     int binds = o.verify_ratio > 0 && (!strcmp(w->s.ops->name, "fixed") || o.verify_ratio < 1 || o.draft_ratio < 1);
     snprintf(name, sizeof name, "%s%sround exact %s %s %s%s%s: %ld paths, verifies %.0f%% of drafts, accepts %.0f%%",
-             control ? "control " : "", w->has_own ? "" : "SmolLM2 ", w->d.ops->name, sched, SETTING_NAMES[setting],
+             control ? "control " : "", w->has_own ? "" : "SmolLM2 ", w->dname, sched, SETTING_NAMES[setting],
              fault ? " mutant " : "", fault ? VERIFY_FAULT_NAMES[fault] : "", o.paths, 100 * o.verify_ratio,
              100 * o.accept_ratio);
     if (o.draft_ratio < 1)
@@ -634,7 +639,7 @@ static int run_sample(gate_report *rep, pending *pd, rworld *w, const char *sche
     set_fault(w, FAULT_NONE);
     if (rc) return -1;
     char name[200], base[128];
-    snprintf(base, sizeof base, "%s %s %s%s%s (batch %d, verifies %.0f%%)", w->d.ops->name, sched, SETTING_NAMES[S_TOPK],
+    snprintf(base, sizeof base, "%s %s %s%s%s (batch %d, verifies %.0f%%)", w->dname, sched, SETTING_NAMES[S_TOPK],
              fault ? " mutant " : "", fault ? VERIFY_FAULT_NAMES[fault] : "", w->n_req, 100 * o.verify_ratio);
     if (control) {
         snprintf(name, sizeof name, "control round chi2 %s: min p of joint + %d marginals", base, RN);
@@ -660,31 +665,31 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
     int rc = q_exact(w, &worst, &paths) || q_sample(w, S, &o);
     set_fault(w, FAULT_NONE);
     if (rc) return -1;
-    char name[160];
+    char name[256];
     const char *mut = fault ? VERIFY_FAULT_NAMES[fault] : "";
     snprintf(name, sizeof name, "%sq-consistency exact %s%s%s: sampled law vs reported q over %ld draft paths, 3 requests",
-             control ? "control " : "", w->d.ops->name, fault ? " mutant " : "", mut, paths);
+             control ? "control " : "", w->dname, fault ? " mutant " : "", mut, paths);
     gate_add(rep, name, "exact-tv", paths, worst, NAN, control, control ? worst > 1000 * EXACT_TOL : worst < EXACT_TOL);
     if (control) {
-        snprintf(name, sizeof name, "control q-consistency chi2 %s mutant %s: min p of 6 tests", w->d.ops->name, mut);
+        snprintf(name, sizeof name, "control q-consistency chi2 %s mutant %s: min p of 6 tests", w->dname, mut);
         gate_add(rep, name, "chi2", S, NAN, o.p_min, 1, o.p_min < CONTROL_P || o.seed_dependent);
         return 0;
     }
     if (w->d.deterministic) { /* the exact check above saw one-hot rows; no law to sample here */
         snprintf(name, sizeof name, "q-consistency %s: drafts and reported rows identical over %ld seeds, max q_1 %.2f "
-                 "(deterministic drafts)", w->d.ops->name, S, o.mean_max_q1);
+                 "(deterministic drafts)", w->dname, S, o.mean_max_q1);
         gate_add(rep, name, "exact-tv", S, o.seed_dependent, NAN, 0, !o.seed_dependent && o.mean_max_q1 == 1);
         return 0;
     }
     snprintf(name, sizeof name, "q-consistency %s: reported rows depend only on the context and x_<k (not the seed); "
-             "mean max q_1 %.2f (stochastic drafts)", w->d.ops->name, o.mean_max_q1);
+             "mean max q_1 %.2f (stochastic drafts)", w->dname, o.mean_max_q1);
     gate_add(rep, name, "exact-tv", S, o.seed_dependent, NAN, 0, !o.seed_dependent && o.mean_max_q1 < 0.95);
     for (int ri = 0; ri < 3; ri++) {
-        snprintf(name, sizeof name, "q-consistency chi2 x1 %s request %d (T=%.1f top-k=%d top-p=%.1f)", w->d.ops->name, ri,
+        snprintf(name, sizeof name, "q-consistency chi2 x1 %s request %d (T=%.1f top-k=%d top-p=%.1f)", w->dname, ri,
                  (double)QSETS[ri].temperature, QSETS[ri].top_k, (double)QSETS[ri].top_p);
         gate_add(rep, name, "chi2", S, NAN, o.p1[ri], 0, 0);
         add_pending(pd, rep);
-        snprintf(name, sizeof name, "q-consistency chi2 (x1, x2) %s request %d", w->d.ops->name, ri);
+        snprintf(name, sizeof name, "q-consistency chi2 (x1, x2) %s request %d", w->dname, ri);
         gate_add(rep, name, "chi2", S, NAN, o.p12[ri], 0, 0);
         add_pending(pd, rep);
     }
@@ -692,18 +697,19 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
 }
 
 static int run_one(gate_report *rep, pending *pd, const drafter_ops *dops, const char *sched, int setting, case_kind kind,
-                   verify_fault fault, int control, long draws, uint64_t seed) {
+                   verify_fault fault, int control, long draws, uint64_t seed, int tree) {
     rworld w;
     double t0 = ds_now();
     int n_req = kind == K_SAMPLE ? RBATCH : kind == K_QCONS ? 3 : 1;
-    if (rw_open(&w, dops, sched ? sched : "fixed", kind == K_QCONS ? S_TOPK : setting, n_req, seed, NULL, RN)) return -1;
+    if (rw_open(&w, dops, sched ? sched : "fixed", kind == K_QCONS ? S_TOPK : setting, n_req, seed, NULL, RN, tree))
+        return -1;
     int rc = kind == K_EXACT    ? run_exact(rep, &w, sched, setting, fault, control)
              : kind == K_SAMPLE ? run_sample(rep, pd, &w, sched, draws, fault, control, seed * 1000003)
                                 : run_qcons(rep, pd, &w, draws / 5, fault, control);
     if (rc) ds_error_prefix("gate case (%s, %s)", dops->name, sched ? sched : "-");
     rw_close(&w);
     if (g_verbose)
-        fprintf(stderr, "lossless:   %s%s %s %s %s: %.1f s\n", control ? "control " : "", dops->name, sched ? sched : "-",
+        fprintf(stderr, "lossless:   %s%s %s %s %s: %.1f s\n", control ? "control " : "", w.dname, sched ? sched : "-",
                 kind == K_EXACT ? "exact" : kind == K_SAMPLE ? "chi2" : "q-consistency", SETTING_NAMES[setting],
                 ds_now() - t0);
     return rc;
@@ -728,7 +734,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         if (verbose) fprintf(stderr, "lossless: production round, drafter %s\n", dops->name);
         /* has_conf is a property of the opened drafter: ask a world */
         rworld probe;
-        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN)) goto done;
+        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, 0)) goto done;
         int has_conf = probe.d.has_conf, has_det = probe.d.deterministic;
         rw_close(&probe);
         for (int si = 0; scheduler_nth(si); si++) {
@@ -741,14 +747,20 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
                 /* hedge's random gamma multiplies the enumerated paths (~16x, 20-50 s a case here), and
                  * top-p's interplay with each drafter is enumerated under every other scheduler */
                 if (st == S_TOPP && so->gate_sparse && !only && !representative(dops)) continue;
-                if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++)) goto done;
+                if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++, 0)) goto done;
             }
             /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
              * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
             int sample = quick ? is_fixed : !has_det || is_fixed || !strcmp(so->name, "greedy");
-            if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++)) goto done;
+            if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0)) goto done;
         }
-        if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++)) goto done;
+        if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++, 0)) goto done;
+        /* its tree mode: every tree round verified whole (fixed), exact at each setting and sampled in a
+         * batch (requests whose trees differ in one forward) */
+        for (int e = 0; e < n_exact && dops->gate_config_tree; e++)
+            if (run_one(rep, &pd, dops, "fixed", exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1)) goto done;
+        if (dops->gate_config_tree && run_one(rep, &pd, dops, "fixed", S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1))
+            goto done;
     }
     if (verbose) fprintf(stderr, "lossless: production round, negative controls\n");
     for (int i = 0; i < N_CONTROLS; i++) {
@@ -759,7 +771,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         /* fixed seeds and sample sizes: a control's power does not depend on --draws or on how many
          * lossless cases ran before it (reused-uniform: p < 1e-20 at these sizes) */
         long n = c->kind == K_SAMPLE ? 40000 : 40000 * 5 / 2;
-        if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i)) goto done;
+        if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i, c->tree)) goto done;
     }
     /* Bonferroni over this part's lossless statistical tests */
     double alpha_each = alpha / (pd.n ? pd.n : 1);
@@ -798,7 +810,7 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
              * the tiny worlds run it with every drafter */
             if (so->gate_sparse && !only && !representative(dops)) continue;
             rworld w;
-            if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N)) goto done;
+            if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N, 0)) goto done;
             int skip = so->needs_conf && !w.d.has_conf;
             if (verbose && !skip) fprintf(stderr, "lossless --real: %s, %s (%.0f s)\n", dops->name, so->name, ds_now() - t0);
             int r = skip ? 0 : run_exact(rep, &w, so->name, S_REAL, FAULT_NONE, 0);

@@ -130,6 +130,30 @@ void kv_cache_crop(kv_cache *kv, int len) {
     if (len < kv->len) kv->len = len;
 }
 
+int kv_cache_keep(backend *be, kv_cache *kv, int base, const int *slots, int n) {
+    DS_CHECK(base >= 0 && n >= 0 && base + n <= kv->len, "kv_cache_keep: %d rows after %d of a cache holding %d", n, base,
+             kv->len);
+    for (int i = 0; i < n; i++)
+        DS_CHECK(slots[i] >= base + i && slots[i] < kv->len && (i == 0 || slots[i] > slots[i - 1]),
+                 "kv_cache_keep: row %d from slot %d (base %d, %d held)", i, slots[i], base, kv->len);
+    /* one head's row: head_dim elements in either layout; moved upward in order, a source never
+     * below its destination, so no row is overwritten before it is read */
+    size_t rb = (size_t)kv->elem * (size_t)kv->head_dim, ld = kv_ld(kv);
+    for (int i = 0; i < n; i++) {
+        if (slots[i] == base + i) continue;
+        for (int l = 0; l < kv->n_layers; l++)
+            for (int h = 0; h < kv->n_heads; h++) {
+                size_t from = kv_head(kv, h) + (size_t)slots[i] * ld, to = kv_head(kv, h) + (size_t)(base + i) * ld;
+                DS_TRY(be->copy(be, kv_row(kv, kv->k[l], to), kv_row(kv, kv->k[l], from), rb));
+                DS_TRY(be->copy(be, kv_row(kv, kv->v[l], to), kv_row(kv, kv->v[l], from), rb));
+            }
+    }
+    kv->len = base + n;
+    return 0;
+fail:
+    return -1;
+}
+
 void kv_cache_free(backend *be, kv_cache *kv) {
     if (!kv) return;
     for (int l = 0; l < kv->n_layers; l++) {

@@ -38,16 +38,29 @@ static inline size_t kv_ld(const kv_cache *kv) { return (size_t)(kv->head_major 
 /* the address of element `at` of a layer's K or V buffer, whatever the element size */
 static inline void *kv_row(const kv_cache *kv, float *buf, size_t at) { return (char *)buf + at * (size_t)kv->elem; }
 
-/* Where each token of a flattened varlen batch goes: its request, its absolute position (its K/V
- * slot) and what it sees: positions 0..pos of its own request's cache (causal), or, when n_vis is
- * given, positions 0..n_vis[t]-1 (a drafter's bidirectional block sees the rows after it too). */
+/* Where each token of a flattened varlen batch goes: its request, its K/V slot in the cache (pos;
+ * its RoPE position too, except in a tree) and what it sees: slots 0..pos of its own request's cache
+ * (causal), or, when n_vis is given, slots 0..n_vis[t]-1 (a drafter's bidirectional block sees the
+ * rows after it too). A draft tree's round (parent given) lays its nodes in slots one after another
+ * in an order where a parent comes before its children; a node sees the cache before the round's
+ * first slot and its own ancestors (itself included), never a sibling's branch. */
 typedef struct {
     int T;
     const int *seq;      /* [T] */
     const int *pos;      /* [T] */
     kv_cache *const *kv; /* [n_seq] */
     const int *n_vis;    /* [T] or NULL */
+    const int *parent;   /* [T] or NULL: the batch index of token t's parent when it is one of the round's
+                          * tokens of the same request (< t), else -1; a request whose tokens each have
+                          * the one before as parent is a chain and attends as without it */
 } attn_batch;
+
+/* 1 when token t's parent is not simply the token before it in its request (a tree's branch) */
+static inline int attn_branches(const attn_batch *ab, int t) {
+    if (!ab->parent) return 0;
+    int chain = t > 0 && ab->seq[t - 1] == ab->seq[t] ? t - 1 : -1;
+    return ab->parent[t] != chain;
+}
 
 typedef struct {
     int head_dim;
@@ -153,6 +166,10 @@ kv_cache *kv_cache_new(backend *be, const model_config *c, int cap);
 kv_cache *kv_cache_new_dims(backend *be, int n_layers, int n_heads, int head_dim, int cap);
 int kv_cache_reserve(backend *be, kv_cache *kv, int cap);
 void kv_cache_crop(kv_cache *kv, int len); /* rollback: positions >= len are forgotten */
+/* After a tree round: keep the n rows at slots[0..n) (increasing, slots[i] >= base + i) as slots
+ * base..base+n-1, in every layer, and forget everything after them (the accepted path compacted
+ * into place, the other branches dropped). */
+int kv_cache_keep(backend *be, kv_cache *kv, int base, const int *slots, int n);
 void kv_cache_free(backend *be, kv_cache *kv);
 
 #endif

@@ -740,6 +740,7 @@ static void attn_task_part(void *arg, int tid, int nth) {
 
 typedef struct att_run {
     int t0, len, nmax, chunks; /* first token, tokens, widest context, position chunks */
+    int tree;                  /* a draft tree's round: each query's scores masked to its ancestors */
     size_t s_off;              /* its scores in att_s: [kv head][query][nmax] */
     int first[3];              /* its first item in each phase */
 } att_run;
@@ -768,14 +769,24 @@ static size_t split_query(const attn_args *a, const att_run *r, int h, int m, in
     return (size_t)tok * a->qld + (size_t)head * a->hd;
 }
 
-/* all of them */
-static int split_queries(const attn_args *a, const att_run *r, int h, float **o, const float **qq, int *nv) {
-    int qn = r->len * a->group;
+/* queries m0.. of the run (at most ATT_QMAX, a kernel call's): their count */
+static int split_queries(const attn_args *a, const att_run *r, int h, int m0, float **o, const float **qq, int *nv) {
+    int qn = DS_MIN(ATT_QMAX, r->len * a->group - m0);
     for (int m = 0; m < qn; m++) {
-        size_t at = split_query(a, r, h, m, &nv[m]);
+        size_t at = split_query(a, r, h, m0 + m, &nv[m]);
         o[m] = a->out + at, qq[m] = a->q + at;
     }
     return qn;
+}
+
+/* a tree's query row S over its nv visible slots: the slots of the round (from the run's first) that
+ * are not the token's own ancestors get -inf, so softmax gives them weight 0 and P V adds exact zeros */
+static void tree_mask(const attn_batch *ab, int t0, int tok, float *S, int nv) {
+    int cur = tok;
+    for (int j = nv - 1; j >= ab->pos[t0]; j--) {
+        if (cur >= 0 && ab->pos[cur] == j) cur = ab->parent[cur];
+        else S[j] = -INFINITY;
+    }
 }
 
 /* KV head h of layer l's K or V buffer: as fp32 (*f) or bf16 (*b), the other NULL */
@@ -795,33 +806,40 @@ static void attn_split_part(void *arg, int tid, int nth) {
     for (int it; (it = team_next(&sp->next[0])) < sp->n[0];) { /* scores: (run, head, chunk of blocks) */
         const att_run *r = split_run(sp, 0, it, &kk);
         int h = kk / r->chunks, c = kk % r->chunks, nblk = (r->nmax + QK_ATT_BLOCK - 1) / QK_ATT_BLOCK;
-        int qn = split_queries(a, r, h, o, qq, nv);
+        int qall = r->len * a->group;
         const kv_cache *kv = a->ab->kv[a->ab->seq[r->t0]];
         const float *K;
         const uint16_t *Kb;
         kv_part(kv, kv->k[a->layer], h, &K, &Kb);
         int j0 = QK_ATT_BLOCK * (nblk * c / r->chunks), j1 = QK_ATT_BLOCK * (nblk * (c + 1) / r->chunks);
-        float *S = a->c->att_s + r->s_off + (size_t)h * qn * r->nmax;
-        k->att_scores(S, r->nmax, qq, nv, qn, K, Kb, kv_ld(kv), hd, a->scale, j0, j1, blk);
+        for (int m0 = 0; m0 < qall; m0 += ATT_QMAX) {
+            int qn = split_queries(a, r, h, m0, o, qq, nv);
+            float *S = a->c->att_s + r->s_off + ((size_t)h * qall + m0) * r->nmax;
+            k->att_scores(S, r->nmax, qq, nv, qn, K, Kb, kv_ld(kv), hd, a->scale, j0, j1, blk);
+        }
     }
     team_sync(sp->be, nth);
     for (int it; (it = team_next(&sp->next[1])) < sp->n[1];) { /* softmax: (run, head, query) */
         const att_run *r = split_run(sp, 1, it, &kk);
         int qn = r->len * a->group, h = kk / qn, m = kk % qn, n;
         memset(a->out + split_query(a, r, h, m, &n), 0, sizeof(float) * (size_t)hd);
-        qk_softmax(a->c->att_s + r->s_off + ((size_t)h * qn + m) * r->nmax, n);
+        float *S = a->c->att_s + r->s_off + ((size_t)h * qn + m) * r->nmax;
+        if (r->tree) tree_mask(a->ab, r->t0, r->t0 + m / a->group, S, n);
+        qk_softmax(S, n);
     }
     team_sync(sp->be, nth);
     for (int it; (it = team_next(&sp->next[2])) < sp->n[2];) { /* P V: (run, head, columns) */
         const att_run *r = split_run(sp, 2, it, &kk);
-        int nds = hd / sp->dw, h = kk / nds, d0 = (kk % nds) * sp->dw;
-        int qn = split_queries(a, r, h, o, qq, nv);
+        int nds = hd / sp->dw, h = kk / nds, d0 = (kk % nds) * sp->dw, qall = r->len * a->group;
         const kv_cache *kv = a->ab->kv[a->ab->seq[r->t0]];
         const float *V;
         const uint16_t *Vb;
         kv_part(kv, kv->v[a->layer], h, &V, &Vb);
-        const float *S = a->c->att_s + r->s_off + (size_t)h * qn * r->nmax;
-        k->att_pv(o, S, r->nmax, nv, qn, V, Vb, kv_ld(kv), d0, d0 + sp->dw, blk);
+        for (int m0 = 0; m0 < qall; m0 += ATT_QMAX) {
+            int qn = split_queries(a, r, h, m0, o, qq, nv);
+            const float *S = a->c->att_s + r->s_off + ((size_t)h * qall + m0) * r->nmax;
+            k->att_pv(o, S, r->nmax, nv, qn, V, Vb, kv_ld(kv), d0, d0 + sp->dw, blk);
+        }
     }
 }
 
@@ -838,17 +856,24 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     size_t qld = (size_t)n_heads * hd;
     float scale = 1.0f / sqrtf((float)hd);
     /* requests are contiguous runs of the batch: find each run and its widest context */
-    int n_runs = 0, *run_start = grow_list(c->attn_runs, &c->runs_cap, 2 * (size_t)T + 1, sizeof(int), "attention runs");
+    int n_runs = 0, *run_start = grow_list(c->attn_runs, &c->runs_cap, 3 * (size_t)T + 1, sizeof(int), "attention runs");
     if (!run_start) return -1;
     c->attn_runs = run_start;
     int *run_nmax = run_start + T + 1; /* each run's widest context */
+    int *run_tree = run_nmax + T;      /* each run's tree: 1 when some token branches */
     for (int t = 0; t < T; t++)
         if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
     run_start[n_runs] = T;
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxn = 0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
-        if (len >= c->attn_gemm_min_T && kv->elem != 4) {
+        run_tree[r] = 0;
+        for (int t = t0; t < t1; t++) run_tree[r] |= attn_branches(ab, t);
+        if (run_tree[r] && ab->n_vis) {
+            ds_error("attention: a draft tree with explicit visibility");
+            goto done;
+        }
+        if (len >= c->attn_gemm_min_T && kv->elem != 4 && !run_tree[r]) {
             ds_error("attention: the GEMM path needs an fp32 cache");
             goto done;
         }
@@ -869,9 +894,11 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     }
     /* a run is split by positions and columns (few queries over a long context), sliced by
      * queries, or two GEMMs */
-#define SPLIT(r) (run_start[(r) + 1] - run_start[r] < c->attn_gemm_min_T &&      \
-                  (run_start[(r) + 1] - run_start[r]) * group <= ATT_SPLIT_MAXQ && \
-                  run_nmax[r] >= ATT_SPLIT_MIN_POS)
+    /* a tree's run always takes the split path: the only one whose scores are materialised between
+     * phases, where the mask goes (on a chain-shaped round it is attend_multi's result bit for bit) */
+#define SPLIT(r) (run_tree[r] || (run_start[(r) + 1] - run_start[r] < c->attn_gemm_min_T &&      \
+                                  (run_start[(r) + 1] - run_start[r]) * group <= ATT_SPLIT_MAXQ && \
+                                  run_nmax[r] >= ATT_SPLIT_MIN_POS))
     int n_small = 0, n_split = 0, n_tasks = 0;
     for (int r = 0; r < n_runs; r++) {
         int len = run_start[r + 1] - run_start[r], split = SPLIT(r);
@@ -913,7 +940,7 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
         if (SPLIT(r)) {
             int nmax = run_nmax[r], qn = len * group;
             int nblk = (nmax + QK_ATT_BLOCK - 1) / QK_ATT_BLOCK, chunks = DS_MIN(nblk, be->n_threads);
-            sruns[sp.n_runs++] = (att_run){t0, len, nmax, chunks, s_off, {sp.n[0], sp.n[1], sp.n[2]}};
+            sruns[sp.n_runs++] = (att_run){t0, len, nmax, chunks, run_tree[r], s_off, {sp.n[0], sp.n[1], sp.n[2]}};
             sp.n[0] += n_kv_heads * chunks, sp.n[1] += n_kv_heads * qn, sp.n[2] += n_kv_heads * (hd / sp.dw);
             s_off += (size_t)n_kv_heads * qn * nmax;
             continue;

@@ -696,6 +696,7 @@ static int op_attention(backend *be, float *out, const float *q, const attn_batc
     for (int t = 0; t < T; t++) {
         const kv_cache *kv = ab->kv[ab->seq[t]];
         int nv = ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1;
+        DS_CHECK(!attn_branches(ab, t), "attention: draft trees are verified on the CPU backend only (token %d branches)", t);
         DS_CHECK(nv >= 1 && nv <= kv->cap, "attention: token %d would see %d positions of a cache of %d", t, nv, kv->cap);
         DS_CHECK(kv->kv_dim == n_kv_heads * hd, "attention: a cache of width %d for %d KV heads of %d", kv->kv_dim,
                  n_kv_heads, hd);

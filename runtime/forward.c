@@ -23,8 +23,10 @@ static void release_all(fwd_state *st) {
     free(st->seq);
     free(st->pos);
     free(st->rows);
+    free(st->rpos);
+    free(st->par);
     st->cos = st->sin = NULL;
-    st->seq = st->pos = st->rows = NULL;
+    st->seq = st->pos = st->rows = st->rpos = st->par = NULL;
     st->cap_T = 0;
 }
 
@@ -56,6 +58,8 @@ static int reserve_T(fwd_state *st, const model_config *c, int T) {
     DS_TRYP(st->seq = ds_malloc(sizeof(int) * n, "batch index"));
     DS_TRYP(st->pos = ds_malloc(sizeof(int) * n, "batch index"));
     DS_TRYP(st->rows = ds_malloc(sizeof(int) * n, "batch index"));
+    DS_TRYP(st->rpos = ds_malloc(sizeof(int) * n, "batch index"));
+    DS_TRYP(st->par = ds_malloc(sizeof(int) * n, "batch index"));
     st->cap_T = cap;
     return 0;
 fail:
@@ -120,12 +124,18 @@ static int forward_body(void *arg) {
     for (int s = 0, t = 0; s < b->n_seq; s++)
         for (int j = 0; j < b->n_new[s]; j++, t++) {
             st->seq[t] = s;
-            st->pos[t] = b->kv[s]->len + j;
+            st->pos[t] = st->rpos[t] = b->kv[s]->len + j;
+            if (b->parent) { /* a tree's node: slot len + j, RoPE position len + depth */
+                int pj = b->parent[t];
+                DS_CHECK(pj >= -1 && pj < j, "forward: request %d's token %d has parent %d (a parent comes first)", s, j, pj);
+                st->par[t] = pj < 0 ? -1 : t - j + pj;
+                st->rpos[t] = pj < 0 ? b->kv[s]->len : st->rpos[st->par[t]] + 1;
+            }
         }
-    rope_tables_fill(st->cos, st->sin, st->pos, T, c->head_dim, c->rope_theta, c->rope_scale, m->rope_freqs);
+    rope_tables_fill(st->cos, st->sin, st->rpos, T, c->head_dim, c->rope_theta, c->rope_scale, m->rope_freqs);
 
     int dim = c->dim, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-    attn_batch ab = {T, st->seq, st->pos, b->kv};
+    attn_batch ab = {T, st->seq, st->pos, b->kv, NULL, b->parent ? st->par : NULL};
     rope_tables rt = {hd, c->rope_neox, st->cos, st->sin};
     size_t cap_stride = (size_t)T * dim;
 

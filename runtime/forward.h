@@ -21,6 +21,11 @@ typedef struct {
     const int *capture_layers; /* layer ids, 0-based; -1 = embedding output */
     float *capture;            /* host out [n_capture][T][dim] residual stream after each layer */
     float *final_hidden;       /* host out [T][dim] after the final norm (what the head sees) */
+    /* a draft tree (NULL: every request's new tokens are a chain): [T], for token j of request s the
+     * index among that request's new tokens of its parent (< j), or -1 for a child of the cache's
+     * last row. Token j goes to slot kv->len + j, at RoPE position kv->len + its depth, and attends
+     * to the cache and its own ancestors; crop or kv_cache_keep the branches away after. */
+    const int *parent;
 } fwd_batch;
 
 /* Scratch for the forward, grown on demand and reused across calls. */
@@ -29,7 +34,7 @@ typedef struct {
     int cap_T, cap_logit_rows;
     float *x, *xb, *q, *k, *v, *att, *h1, *h2, *logits, *hid; /* backend memory */
     float *cos, *sin;                                            /* host */
-    int *seq, *pos, *rows;                                       /* host */
+    int *seq, *pos, *rows, *rpos, *par;                          /* host (rpos, par: a tree's) */
 } fwd_state;
 
 int fwd_state_init(fwd_state *st, backend *be);

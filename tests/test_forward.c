@@ -358,6 +358,97 @@ static void varlen_case(int exact, const int *pre_len, const int *new_len) {
     close_tiny(f);
 }
 
+/* A draft tree in one forward (on every kernel path the machine has): every node's logits equal those of a chain forward of its own path
+ * (prefix, anchor, ancestors, itself) in a fresh cache, bit for bit, beside a chain request in the
+ * same batch; then the accepted path kept (kv_cache_keep) and one more token fed equal the chain that
+ * never saw the other branches. Short and long prefixes (the latter: the chain's decode splits the
+ * cache across threads), both contracts. */
+static void tree_case(int exact, int pre_len, int isa) {
+    fixture *f = open_tiny_c(&SPEC_KV3, 8, "tree.gguf", exact);
+    fwd_state_free(&f->fs); /* on the kernel path asked for */
+    backend_free(f->be);
+    f->be = backend_cpu_new(&(backend_opts){.n_threads = 2, .exact = exact, .isa = cpu_isa_name((cpu_isa)isa)});
+    assert_non_null(f->be);
+    fwd_state_init(&f->fs, f->be);
+    int V = f->m.cfg.vocab_size;
+    /* the anchor (0) and 11 nodes: two children of the anchor, a three-way branch, a chain of four */
+    enum { NT = 12 };
+    const int par[NT] = {-1, 0, 0, 1, 1, 1, 2, 3, 7, 8, 9, 6};
+    int tree[NT], pre[320], other[5], flat[NT + 5];
+    tokens(pre, pre_len, V, 31);
+    tokens(tree, NT, V, 32);
+    tokens(other, 5, V, 33);
+    tree[4] = tree[3]; /* a repeated token on two branches: different rows all the same */
+    kv_cache *kv[2] = {kv_cache_new(f->be, &f->m.cfg, 4), kv_cache_new(f->be, &f->m.cfg, 4)};
+    assert_int_equal(model_forward_one(&f->m, &f->fs, kv[0], pre, pre_len, 0, NULL), 0);
+    assert_int_equal(model_forward_one(&f->m, &f->fs, kv[1], pre, 7, 0, NULL), 0);
+    int parent[NT + 5], n_new[2] = {NT, 5};
+    memcpy(flat, tree, sizeof tree);
+    memcpy(flat + NT, other, sizeof other);
+    memcpy(parent, par, sizeof par);
+    for (int j = 0; j < 5; j++) parent[NT + j] = j - 1; /* the second request is a chain */
+    float *lt = malloc(sizeof(float) * (NT + 5) * (size_t)V), *lc = malloc(sizeof(float) * (NT + 1) * (size_t)V);
+    fwd_batch b = {.n_seq = 2, .kv = kv, .n_new = n_new, .tokens = flat, .all_logits = 1, .logits = lt, .parent = parent};
+    assert_int_equal(model_forward(&f->m, &f->fs, &b), 0);
+    assert_int_equal(kv[0]->len, pre_len + NT);
+    for (int i = 0; i < NT; i++) {
+        int path[NT], n = 0;
+        for (int u = i; u >= 0; u = par[u]) path[n++] = u;
+        int seq[NT];
+        for (int j = 0; j < n; j++) seq[j] = tree[path[n - 1 - j]];
+        kv_cache *k1 = kv_cache_new(f->be, &f->m.cfg, 4);
+        assert_int_equal(model_forward_one(&f->m, &f->fs, k1, pre, pre_len, 0, NULL), 0);
+        assert_int_equal(model_forward_one(&f->m, &f->fs, k1, seq, n, 1, lc), 0);
+        float d = max_abs_diff(lt + (size_t)i * V, lc + (size_t)(n - 1) * V, (size_t)V, NULL);
+        if (d > 0) fail_msg("%s exact=%d prefix %d: tree node %d differs from its path's chain by %g", f->be->kernels, exact,
+                            pre_len, i, d);
+        kv_cache_free(f->be, k1);
+    }
+    { /* the chain beside it */
+        kv_cache *k1 = kv_cache_new(f->be, &f->m.cfg, 4);
+        assert_int_equal(model_forward_one(&f->m, &f->fs, k1, pre, 7, 0, NULL), 0);
+        assert_int_equal(model_forward_one(&f->m, &f->fs, k1, other, 5, 1, lc), 0);
+        assert_float_equal(max_abs_diff(lt + (size_t)NT * V, lc, 5 * (size_t)V, NULL), 0.0, 0.0);
+        kv_cache_free(f->be, k1);
+    }
+    /* keep anchor -> 1 -> 3 -> 7 -> 8 (slots pre + 0, 1, 3, 7, 8), feed one token */
+    const int keep[5] = {0, 1, 3, 7, 8};
+    int slots[5], seq[6], nxt = (tree[5] + 1) % V;
+    for (int j = 0; j < 5; j++) slots[j] = pre_len + keep[j], seq[j] = tree[keep[j]];
+    seq[5] = nxt;
+    assert_int_equal(kv_cache_keep(f->be, kv[0], pre_len, slots, 5), 0);
+    assert_int_equal(kv[0]->len, pre_len + 5);
+    float *l1 = malloc(sizeof(float) * (size_t)V);
+    assert_int_equal(model_forward_one(&f->m, &f->fs, kv[0], &nxt, 1, 0, l1), 0);
+    kv_cache *k1 = kv_cache_new(f->be, &f->m.cfg, 4);
+    assert_int_equal(model_forward_one(&f->m, &f->fs, k1, pre, pre_len, 0, NULL), 0);
+    assert_int_equal(model_forward_one(&f->m, &f->fs, k1, seq, 6, 0, lc), 0);
+    assert_float_equal(max_abs_diff(l1, lc, (size_t)V, NULL), 0.0, 0.0);
+    /* bad input: a parent after its child, slots out of order */
+    int badpar[NT];
+    memcpy(badpar, par, sizeof par);
+    badpar[2] = 5;
+    fwd_batch bb = {.n_seq = 1, .kv = kv, .n_new = n_new, .tokens = flat, .all_logits = 1, .logits = lt, .parent = badpar};
+    assert_int_equal(model_forward(&f->m, &f->fs, &bb), -1);
+    assert_non_null(strstr(ds_errmsg(), "parent"));
+    const int bad_slots[2] = {pre_len + 2, pre_len + 1};
+    assert_int_equal(kv_cache_keep(f->be, kv[0], pre_len, bad_slots, 2), -1);
+    kv_cache_free(f->be, k1);
+    kv_cache_free(f->be, kv[0]);
+    kv_cache_free(f->be, kv[1]);
+    free(l1), free(lt), free(lc);
+    close_tiny(f);
+}
+
+static void test_tree_forward(void **state) {
+    (void)state;
+    for (int isa = 0; isa < ISA_COUNT; isa++)
+        for (int exact = 0; exact < 2 && cpu_isa_supported((cpu_isa)isa); exact++) {
+            tree_case(exact, 13, isa);
+            tree_case(exact, 300, isa);
+        }
+}
+
 /* short prefixes; then long ones, whose decode steps split the cache across threads (two such
  * runs in one batch, beside one that slices its queries) */
 static void test_varlen_batch(void **state) {
@@ -563,6 +654,7 @@ int main(void) {
         cmocka_unit_test(test_int8_same_on_every_path),
         cmocka_unit_test(test_crop_then_refeed),
         cmocka_unit_test(test_varlen_batch),
+        cmocka_unit_test(test_tree_forward),
         cmocka_unit_test(test_capture_and_head),
         cmocka_unit_test(test_nonfinite_weights),
         cmocka_unit_test(test_forward_errors),

@@ -139,6 +139,32 @@ static void test_chain_edges(void **state) {
     assert_float_equal(fmin(1, exp(verify_log_ratio(0.3f, 0.0f, 1.0, 1.0))), 1.0, 0);
 }
 
+/* ------------------------------------------------------------ draft trees, exactly */
+
+/* Every rule of verify_tree gives exactly the target's law (TV below 1e-12 by enumeration of every
+ * draw, the drafting's included), at T = 1 and greedy; the two shipped mistakes do not. The cases
+ * are the gate's (verify/tree_enum.c). */
+static void test_tree_exact(void **state) {
+    (void)state;
+    const tree_kind kinds[3] = {TREE_TOPK, TREE_IID, TREE_WOR};
+    for (int k = 0; k < 3; k++)
+        for (int greedy = 0; greedy < 2; greedy++) {
+            double d;
+            long paths;
+            assert_int_equal(tree_enum_tv(0, kinds[k], greedy, FAULT_NONE, &d, &paths), 0);
+            if (!(d < 1e-12)) fail_msg("tree %s greedy=%d: TV %g from the target", TREE_KIND_NAMES[kinds[k]], greedy, d);
+            assert_true(paths >= 1);
+        }
+    double d1, d2, d3;
+    long paths;
+    assert_int_equal(tree_enum_tv(0, TREE_TOPK, 0, FAULT_TREE_RATIO, &d1, &paths), 0);
+    assert_int_equal(tree_enum_tv(0, TREE_IID, 0, FAULT_TREE_RESAMPLE_P, &d2, &paths), 0);
+    assert_int_equal(tree_enum_tv(1, TREE_WOR, 0, FAULT_TREE_RESAMPLE_P, &d3, &paths), 0);
+    if (!(d1 > 1e-3 && d2 > 1e-3 && d3 > 1e-3))
+        fail_msg("tree controls not flagged: ratio rule on top-k TV %g, resample from p TV %g / %g", d1, d2, d3);
+    print_message("tree controls: ratio rule on top-k children TV %.4f, resample from p (iid) %.4f, (wor) %.4f\n", d1, d2, d3);
+}
+
 static void test_pvalues(void **state) {
     (void)state;
     /* textbook critical values */
@@ -201,6 +227,7 @@ static void test_gate_round(void **state) {
     (void)state;
     gate_report rep = {0};
     assert_int_equal(gate_round_cases(&rep, 8000, 0.01, 1, 0, NULL), 0);
+    assert_int_equal(gate_tree_cases(&rep), 0); /* the tree verifier's own controls */
     int exact = 0, flagged[FAULT_COUNT] = {0};
     for (int i = 0; i < rep.n; i++) {
         const gate_record *r = &rep.rec[i];
@@ -223,6 +250,7 @@ int main(void) {
         cmocka_unit_test(test_logits_process_reference),
         cmocka_unit_test(test_appendix_a_exact),
         cmocka_unit_test(test_chain_edges),
+        cmocka_unit_test(test_tree_exact),
         cmocka_unit_test(test_pvalues),
         cmocka_unit_test(test_gate_quick),
         cmocka_unit_test(test_gate_round),

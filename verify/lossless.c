@@ -803,6 +803,7 @@ int gate_run(gate_report *rep, int verbose) {
         if (exact_case(rep, &s8g, "fixed", 3, 2, 0, 0)) return -1;
     }
     if (exact_batch_case(rep, "greedy", 0) || exact_batch_case(rep, "fixed", 0)) return -1;
+    if (gate_tree_cases(rep)) return -1;
     {
         double pa_greedy, pa_retro;
         if (appendix_a_first_token("greedy", &pa_greedy) || appendix_a_first_token("retrospective", &pa_retro)) return -1;

@@ -90,4 +90,10 @@ gate_record *gate_add(gate_report *rep, const char *test, const char *kind, long
                       int pass);
 void gate_report_free(gate_report *rep);
 
+/* verify_tree's exact cases on synthetic drafts (tree_enum.c): TV of the first 3 emitted tokens' law
+ * from the target's over every draw, for tree shape 0 or 1 */
+int tree_enum_tv(int shape, tree_kind kind, int greedy, verify_fault fault, double *tv, long *paths);
+/* those cases and their controls into the report */
+int gate_tree_cases(gate_report *rep);
+
 #endif

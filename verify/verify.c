@@ -13,7 +13,8 @@ double row_sum(const float *x, int V) {
 
 const char *const VERIFY_FAULT_NAMES[FAULT_COUNT] = {
     "none", "unnormalised-residual", "reused-uniform", "accept-bias-1%", "bonus-row", "shifted-q", "draft-no-top-p",
-    "draft-wrong-q", "combine-peeks", "draft-stop-peeks",
+    "draft-wrong-q", "combine-peeks", "draft-stop-peeks", "tree-ratio",
+    "tree-resample-p",
 };
 
 double verify_log_ratio(float p_x, float q_x, double sp, double sq) {

@@ -40,6 +40,10 @@ typedef enum {
                                   * own row favours most, p(x_1) / q(x_1) (stochastic drafts included) */
     FAULT_DRAFT_STOP_PEEKS,      /* where the scheduler stops a draft block, vanilla also drops x_k when it
                                   * is not its argmax: a stop that reads x_k's own value */
+    FAULT_TREE_RATIO,            /* deterministic (top-k) children verified by min(1, p/q) with q the draft's
+                                  * probability of the child, as if they had been sampled (trees.md rule 1) */
+    FAULT_TREE_RESAMPLE_P,       /* after a sampled child's rejection p' stays p: resampling from p instead of
+                                  * the residual (rule 2) */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
@@ -67,5 +71,28 @@ void verify_greedy(const float *p, const int *x, int l, int V, verify_result *ou
  * the residual or bonus token) into emitted[0..l]. Returns how many were emitted, -1 on error. */
 int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, verify_rng *rng,
                  double *scratch, verify_fault fault, verify_result *res, int *emitted);
+
+/* How a draft tree's children were made (trees.md): the verification rule depends on it. */
+typedef enum {
+    TREE_CHAIN = 0, /* no tree: one child a node, verified by verify_chain */
+    TREE_TOPK,      /* deterministic children (top-k of a table or a head, a template): q unused */
+    TREE_IID,       /* children drawn independently from q (SpecInfer's multi-step rejection) */
+    TREE_WOR,       /* children drawn without replacement: each child's q row is the law it was drawn
+                     * from (q with the earlier siblings removed, renormalised) */
+} tree_kind;
+extern const char *const TREE_KIND_NAMES[4];
+
+/* Exact verification of a draft tree of n nodes: node i holds tok[i] and its parent parent[i] (< i;
+ * -1: a child of the anchor); siblings are tried in index order. p[0] is the target's row at the
+ * anchor, p[1 + i] at node i; q[i] the law node i was drawn from (TREE_IID, TREE_WOR; NULL for
+ * TREE_TOPK; read there only by the FAULT_TREE_RATIO control). Walks from the anchor: at T = 0 descends while the argmax is a child; TREE_TOPK draws
+ * y ~ p and descends to the child holding y, else emits y; TREE_IID / TREE_WOR accept child j with
+ * min(1, p'(c_j) / q_j(c_j)), after a rejection p' <- normalise(max(p' - q_j, 0)), and emit a draw
+ * of p' when every child is rejected. A leaf reached draws the bonus from its row. The accepted
+ * nodes go to path[0..n_accepted) (out->n_accepted), the drawn token to out->token; scratch holds
+ * 2 V doubles. Every draw goes through rng_accept / rng_draw, so the gate enumerates this very
+ * function. */
+int verify_tree(const float *p, const float *q, const int *tok, const int *parent, int n, int V, tree_kind kind,
+                int greedy, verify_rng *rng, double *scratch, verify_fault fault, int *path, verify_result *out);
 
 #endif
