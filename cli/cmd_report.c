@@ -54,6 +54,40 @@ static void add_json_group(cJSON *arr, const char *path, const char *group, cons
     cJSON_AddItemToArray(arr, g);
 }
 
+/* Draft trees (the trace's nodes): acceptance by depth and by sibling rank, and how often an accepted
+ * sibling (rank > 0) led on to an accepted child: whether a tree's shape pays on this target. */
+static void report_tree(FILE *o, const trace_data *d) {
+    enum { MAXD = 65 };
+    long nd[MAXD] = {0}, ad[MAXD] = {0}, nr[MAXD] = {0}, ar[MAXD] = {0}, led = 0, sib = 0, rounds = 0, path = 0;
+    double conf_acc = 0, conf_all = 0;
+    int maxd = 0, maxr = 0;
+    for (long i = 0; i < d->n_nodes; i++) {
+        const trace_node *n = &d->nodes[i];
+        int dep = n->depth < MAXD ? n->depth : MAXD - 1, r = n->rank < MAXD ? n->rank : MAXD - 1;
+        nd[dep]++, ad[dep] += n->accepted, nr[r]++, ar[r] += n->accepted;
+        maxd = dep > maxd ? dep : maxd, maxr = r > maxr ? r : maxr;
+        if (n->accepted && n->rank > 0) sib++, led += n->led_on;
+        if (n->node == 0) rounds++;
+        path += n->accepted;
+        if (n->conf == n->conf) conf_all += n->conf, conf_acc += n->accepted ? n->conf : 0;
+    }
+    fprintf(o, "\nDraft trees: %ld rounds with a tree, %.2f nodes verified and %.3f accepted a round (the path).\n\n",
+            rounds, rounds ? (double)d->n_nodes / rounds : 0, rounds ? (double)path / rounds : 0);
+    fprintf(o, "| depth | nodes | accepted | acceptance |\n|---:|---:|---:|---:|\n");
+    for (int k = 1; k <= maxd; k++)
+        if (nd[k]) fprintf(o, "| %d | %ld | %ld | %.3f |\n", k, nd[k], ad[k], (double)ad[k] / nd[k]);
+    fprintf(o, "\n| sibling rank | nodes | accepted | acceptance |\n|---:|---:|---:|---:|\n");
+    for (int r = 0; r <= maxr; r++)
+        if (nr[r]) fprintf(o, "| %d | %ld | %ld | %.3f |\n", r, nr[r], ar[r], (double)ar[r] / nr[r]);
+    fprintf(o, "\nAccepted siblings (rank > 0): %ld, of which %ld (%.0f%%) led on to an accepted child.", sib, led,
+            sib ? 100.0 * led / sib : 0);
+    if (conf_all > 0)
+        fprintf(o, " Mean confidence of the nodes: %.3f (of the accepted ones %.3f).", conf_all / d->n_nodes,
+                path ? conf_acc / path : 0);
+    fprintf(o, "\nIn a tree run the position table above counts verified nodes as positions; the depth table is the "
+               "tree's own.\n");
+}
+
 static int print_trace(FILE *o, const char *path, const char *plot_dir, const char *link, int idx, int sweep, cJSON *js) {
     trace_data d;
     if (trace_read(path, &d)) return -1;
@@ -164,6 +198,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, const ch
                  dat);
         plot_write(o, base, link, title, "draft position k", "acceptance", "set yrange [0:1]\nset xtics 1\n", plotcmd);
     }
+    if (d.n_nodes > 0) report_tree(o, &d);
     int sw = sweep ? report_threshold_sweep(o, &d) : 0;
     fprintf(o, "\n");
     free(ms);

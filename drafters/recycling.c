@@ -191,23 +191,31 @@ static const rc_table *row_of(const recycling *g, const rc_state *s, int x) {
  * Deterministic given the tables: TREE_TOPK, q unused. */
 static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
     struct cand {
-        int parent, tok, rank;
-        float score;
+        int parent, tok, rank; /* the parent node (-1: the anchor), its token, the child's rank in its row */
+        float pscore, score;   /* the parent's path probability, and the candidate's own */
     } c[2 * 64 + 2];
     int nc = 0, n = 0;
-    c[nc++] = (struct cand){-1, anchor, 0, 1.0f};
+    /* the candidate (parent, tok, rank) when its row has that rank (or, with repeat, tok itself at rank 0) */
+#define PUSH(par_, tok_, rank_, ps_)                                                                         \
+    do {                                                                                                     \
+        const rc_table *t_ = row_of(g, s, tok_);                                                             \
+        if (t_ && (rank_) < g->k)                                                                            \
+            c[nc++] = (struct cand){par_, tok_, rank_, ps_, (ps_) * t_->p[(size_t)(tok_) * g->k + (rank_)]}; \
+        else if (!t_ && g->repeat && (rank_) == 0)                                                           \
+            c[nc++] = (struct cand){par_, tok_, 0, ps_, (ps_) * 0.5f};                                       \
+    } while (0)
+    PUSH(-1, anchor, 0, 1.0f);
     while (n < budget && nc > 0) {
         int b = 0;
         for (int i = 1; i < nc; i++)
-            if (c[i].score > c[b].score) b = i;
+            if (c[i].score > c[b].score) b = i; /* ties: the earlier candidate */
         struct cand x = c[b];
-        c[b] = c[--nc];
+        for (int i = b; i + 1 < nc; i++) c[i] = c[i + 1]; /* keep insertion order for ties */
+        nc--;
         const rc_table *t = row_of(g, s, x.tok);
-        if (!t && !(g->repeat && x.rank == 0)) continue; /* no row: the candidate has no token */
         int tok = t ? t->id[(size_t)x.tok * g->k + x.rank] : x.tok;
-        float pr = t ? t->p[(size_t)x.tok * g->k + x.rank] : 0.5f, score = x.score * pr;
         out->tok[n] = tok, out->parent[n] = x.parent;
-        out->conf[n] = out->conf_raw[n] = score;
+        out->conf[n] = out->conf_raw[n] = x.score;
         if (d->fault == FAULT_TREE_RATIO) { /* the gate's control reads a soft q: the parent's recorded row */
             float *q = out->q + (size_t)n * out->V;
             memset(q, 0, sizeof(float) * (size_t)out->V);
@@ -215,10 +223,11 @@ static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor
                 for (int j = 0; j < g->k; j++) q[t->id[(size_t)x.tok * g->k + j]] = t->p[(size_t)x.tok * g->k + j];
             else q[tok] = 1;
         }
-        if (t && x.rank + 1 < g->k) c[nc++] = (struct cand){x.parent, x.tok, x.rank + 1, x.score};
-        if (!(g->eos_ok && tokenizer_is_eog(&d->t->tk, tok))) c[nc++] = (struct cand){n, tok, 0, score};
+        PUSH(x.parent, x.tok, x.rank + 1, x.pscore); /* its next sibling */
+        if (!(g->eos_ok && tokenizer_is_eog(&d->t->tk, tok))) PUSH(n, tok, 0, x.score); /* its first child */
         n++;
     }
+#undef PUSH
     out->n = n;
     out->tree = TREE_TOPK;
 }

@@ -162,6 +162,7 @@ struct decode_ctx {
     int R_max, gamma, V;
     int nodes;      /* a block's capacity: gamma, or a tree drafter's node budget */
     int *par, *path, *slots; /* a tree round's flat parents, one request's accepted path and its KV slots */
+    int *tdepth, *ton;       /* a tree's node depths, and each node's index on the accepted path (-1: off it) */
     double draft_s; /* measured seconds of one draft step (pace_more), 0 until seen */
     draft_block *blocks;
     int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
@@ -178,7 +179,7 @@ void decode_ctx_free(decode_ctx *c) {
         for (int r = 0; r < c->R_max; r++) draft_block_free(&c->blocks[r]);
     free(c->blocks), free(c->n_draft), free(c->len), free(c->n_new), free(c->flat), free(c->ids), free(c->acc);
     free(c->emit), free(c->conf), free(c->logits), free(c->p), free(c->hidden), free(c->hrows), free(c->scratch);
-    free(c->kvs), free(c->rows), free(c->par), free(c->path), free(c->slots);
+    free(c->kvs), free(c->rows), free(c->par), free(c->path), free(c->slots), free(c->tdepth), free(c->ton);
     lp_scratch_free(&c->scr);
     free(c);
 }
@@ -208,6 +209,8 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     DS_TRYP(c->par = ds_calloc((size_t)rows_max, sizeof(int), "tree parents"));
     DS_TRYP(c->path = ds_calloc((size_t)gamma + 1, sizeof(int), "tree path"));
     DS_TRYP(c->slots = ds_calloc((size_t)gamma + 2, sizeof(int), "tree path"));
+    DS_TRYP(c->tdepth = ds_calloc((size_t)gamma + 1, sizeof(int), "tree trace"));
+    DS_TRYP(c->ton = ds_calloc((size_t)gamma + 1, sizeof(int), "tree trace"));
     DS_TRYP(c->n_draft = ds_calloc((size_t)R_max, sizeof(int), "batch"));
     DS_TRYP(c->len = ds_calloc((size_t)R_max, sizeof(int), "batch"));
     DS_TRYP(c->n_new = ds_calloc((size_t)R_max, sizeof(int), "batch"));
@@ -358,6 +361,19 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             if (k >= j) st->pos_accepted[j]++;
         }
         c->rows[a] = (trace_round){q->id, q->rounds - 1, cfg->mode, c->n_draft[a], l, k, n_emit, T, 0, 0, 0};
+        if (cfg->tr && tree) { /* one row a verified node */
+            for (int i = 0; i < l; i++) c->ton[i] = -1;
+            for (int j = 0; j < k; j++) c->ton[path[j]] = j;
+            for (int i = 0; i < l; i++) {
+                int u = blk->parent[i], rank = 0;
+                c->tdepth[i] = u < 0 ? 1 : c->tdepth[u] + 1;
+                for (int j = 0; j < i; j++) rank += blk->parent[j] == u;
+                int on = c->ton[i] >= 0;
+                trace_node tn = {q->id, q->rounds - 1, i, c->tdepth[i], rank, d->has_conf ? blk->conf[i] : NAN, on,
+                                 on && rank > 0 && c->ton[i] + 1 < k};
+                DS_TRY(trace_add_node(cfg->tr, &tn));
+            }
+        }
         if (cfg->tr && d && !tree) {
             /* every verified position, and with a confidence head every drafted one: a scheduler
              * that prunes must not erase what calibration needs. survived: 1 / 0 when known (a

@@ -26,10 +26,10 @@
 
 /* ------------------------------------------------------------------------- row types */
 
-typedef enum { T_ROUND, T_REQUEST, T_POSITION, T_CONF, T_LOSSLESS, N_TABLES } table_id;
-static const char *TABLE_NAMES[N_TABLES] = {"rounds", "requests", "positions", "confidence", "lossless"};
+typedef enum { T_ROUND, T_REQUEST, T_POSITION, T_CONF, T_LOSSLESS, T_NODE, N_TABLES } table_id;
+static const char *TABLE_NAMES[N_TABLES] = {"rounds", "requests", "positions", "confidence", "lossless", "nodes"};
 static const size_t ROW_SIZE[N_TABLES] = {sizeof(trace_round), sizeof(trace_request), sizeof(trace_position),
-                                          sizeof(trace_conf), sizeof(trace_lossless)};
+                                          sizeof(trace_conf), sizeof(trace_lossless), sizeof(trace_node)};
 
 static hid_t str_type(size_t n) {
     hid_t t = H5Tcopy(H5T_C_S1);
@@ -74,6 +74,10 @@ static hid_t mem_type(table_id id) {
         STR(trace_lossless, kind);
         I64(trace_lossless, N), F64(trace_lossless, statistic), F64(trace_lossless, p);
         I32(trace_lossless, control), I32(trace_lossless, pass);
+        break;
+    case T_NODE:
+        I32(trace_node, request), I32(trace_node, round), I32(trace_node, node), I32(trace_node, depth);
+        I32(trace_node, rank), F32(trace_node, conf), I32(trace_node, accepted), I32(trace_node, led_on);
         break;
     default: break;
     }
@@ -161,6 +165,7 @@ int trace_add_round(trace *t, const trace_round *r) { return table_add(t, T_ROUN
 int trace_add_request(trace *t, const trace_request *r) { return table_add(t, T_REQUEST, r); }
 int trace_add_position(trace *t, const trace_position *r) { return table_add(t, T_POSITION, r); }
 int trace_add_conf(trace *t, const trace_conf *r) { return table_add(t, T_CONF, r); }
+int trace_add_node(trace *t, const trace_node *r) { return table_add(t, T_NODE, r); }
 int trace_add_lossless(trace *t, const trace_lossless *r) { return table_add(t, T_LOSSLESS, r); }
 
 /* -1 when HDF5 could not close something (the file stays half-open inside the library) */
@@ -399,7 +404,8 @@ int trace_read(const char *path, trace_data *d) {
              read_table(file, T_REQUEST, (void **)&d->requests, &d->n_requests, path) ||
              read_table(file, T_POSITION, (void **)&d->positions, &d->n_positions, path) ||
              read_table(file, T_CONF, (void **)&d->conf, &d->n_conf, path) ||
-             read_table(file, T_LOSSLESS, (void **)&d->lossless, &d->n_lossless, path);
+             read_table(file, T_LOSSLESS, (void **)&d->lossless, &d->n_lossless, path) ||
+             read_table(file, T_NODE, (void **)&d->nodes, &d->n_nodes, path);
     H5Fclose(file);
     if (rc) {
         trace_data_free(d);
@@ -410,6 +416,6 @@ int trace_read(const char *path, trace_data *d) {
 
 void trace_data_free(trace_data *d) {
     free(d->config), free(d->target_fingerprint), free(d->drafter_fingerprint), free(d->version), free(d->kernels);
-    free(d->rounds), free(d->requests), free(d->positions), free(d->conf), free(d->lossless);
+    free(d->rounds), free(d->requests), free(d->positions), free(d->conf), free(d->lossless), free(d->nodes);
     memset(d, 0, sizeof *d);
 }

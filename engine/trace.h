@@ -41,6 +41,15 @@ typedef struct {
                                   * round's `verified` = drafted but not verified */
 } trace_conf;
 
+/* one node of a draft tree a round verified (trees.md, what a workbench records) */
+typedef struct {
+    int32_t request, round, node;
+    int32_t depth, rank;     /* depth 1 = a child of the anchor; rank among its siblings, 0 = first tried */
+    float conf;              /* the drafter's confidence in the node (recycling: its path's recorded probability) */
+    int32_t accepted;        /* on the accepted path */
+    int32_t led_on;          /* accepted with rank > 0 and a child of it accepted too */
+} trace_node;
+
 typedef struct {
     char test[200], kind[16];
     int64_t N;
@@ -59,6 +68,7 @@ int trace_add_request(trace *t, const trace_request *r);
 int trace_add_position(trace *t, const trace_position *r);
 int trace_add_conf(trace *t, const trace_conf *r);
 int trace_add_lossless(trace *t, const trace_lossless *r);
+int trace_add_node(trace *t, const trace_node *r);
 int trace_close(trace *t);   /* flush, close, rename PATH.tmp -> PATH; -1 (tmp removed) on failure */
 void trace_abort(trace *t);  /* close and remove PATH.tmp */
 
@@ -76,6 +86,8 @@ typedef struct {
     long n_conf;
     trace_lossless *lossless;
     long n_lossless;
+    trace_node *nodes;       /* tree rounds only (none in older traces) */
+    long n_nodes;
 } trace_data;
 
 int trace_read(const char *path, trace_data *d);

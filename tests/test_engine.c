@@ -109,6 +109,73 @@ static void test_greedy_equals_autoregressive(void **state) {
     cJSON_Delete(dc);
 }
 
+/* A recycling tree of 8 nodes, greedy: the output is autoregression's token for token, alone and in a
+ * batch of three requests whose trees differ, and its trace has one row a verified node whose accepted
+ * ones are the rounds' accepted paths. */
+static void test_tree_greedy_equals_autoregressive(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"tree_nodes\": 8}");
+    assert_int_equal(drafter_open(&d, "recycling", dc, &c->t), 0);
+    assert_int_equal(d.tree_nodes, 8);
+    assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+    sampling_params greedy = {0, 0, 1};
+    int na[3], ns[3], nb[3];
+    decode_stats sa, ss, sb;
+    int **ar = decode_all(&c->t, NULL, NULL, 0, greedy, 48, 1, na, &sa, 1);
+    int **sp = decode_all(&c->t, &d, &s, 4, greedy, 48, 1, ns, &ss, 1);
+    int **bt = decode_all(&c->t, &d, &s, 4, greedy, 48, 3, nb, &sb, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(na[i], ns[i]);
+        assert_memory_equal(ar[i], sp[i], sizeof(int) * (size_t)na[i]);
+        assert_int_equal(na[i], nb[i]);
+        assert_memory_equal(ar[i], bt[i], sizeof(int) * (size_t)na[i]);
+    }
+    assert_int_equal(ss.emitted, ns[0] + ns[1] + ns[2] - 3);
+    assert_true(ss.accepted > 0 && ss.rounds < sa.rounds);
+    assert_true(ss.verified > ss.rounds); /* trees of several nodes were verified */
+    /* the trace's nodes */
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("tree-trace.h5"));
+    trace *tr = trace_create(path);
+    assert_non_null(tr);
+    decode_cfg cfg = {greedy, 4, &d, &s, NULL, tr, MODE_SPEC};
+    request r;
+    ivec ids = {0};
+    encode(&c->t, PROMPTS[0], &ids);
+    assert_int_equal(request_init(&r, &c->t, 0, ids.v, ids.n, 48, 1), 0);
+    request *rp[1] = {&r};
+    decode_stats st = {0};
+    assert_int_equal(decode_run(&c->t, rp, 1, &cfg, &st), 0);
+    request_free(&r, &c->t);
+    ivec_free(&ids);
+    assert_int_equal(trace_close(tr), 0);
+    trace_data td;
+    assert_int_equal(trace_read(path, &td), 0);
+    long acc = 0;
+    for (long i = 0; i < td.n_nodes; i++) {
+        acc += td.nodes[i].accepted;
+        assert_true(td.nodes[i].depth >= 1 && td.nodes[i].rank >= 0);
+        assert_true(!td.nodes[i].led_on || (td.nodes[i].accepted && td.nodes[i].rank > 0));
+    }
+    assert_int_equal(td.n_nodes, st.verified);
+    assert_int_equal(acc, st.accepted);
+    trace_data_free(&td);
+    remove(path);
+    /* only the fixed scheduler verifies trees for now: another is refused by name */
+    scheduler g;
+    assert_int_equal(scheduler_open(&g, "greedy", NULL, 0), 0);
+    decode_cfg bad = {greedy, 4, &d, &g, NULL, NULL, MODE_SPEC};
+    assert_null(decode_ctx_new(&c->t, &bad, 1));
+    assert_non_null(strstr(ds_errmsg(), "fixed"));
+    scheduler_close(&g);
+    free_outs(ar), free_outs(sp), free_outs(bt);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+}
+
 /* Continuous batching: requests joining and leaving a running batch (closed loop at 2, and an open
  * loop so slow that each request runs alone) decode greedily exactly what each decodes alone, with
  * a learning per-request scheduler in the loop. */
@@ -327,6 +394,7 @@ static void test_combine(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_autoregressive),
+        cmocka_unit_test(test_tree_greedy_equals_autoregressive),
         cmocka_unit_test(test_full_depth_draft_always_accepted),
         cmocka_unit_test(test_serve_continuous_batching),
         cmocka_unit_test(test_config_errors),

@@ -358,6 +358,46 @@ static void test_recycling(void **state) {
     cJSON_Delete(cj);
 }
 
+/* recycling's tree: DDTree's best-first order over the recorded probabilities, parents before children,
+ * siblings by rank, scores the path products */
+static void test_recycling_tree(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "recycling", "{\"k\": 3, \"tree_nodes\": 6}");
+    assert_int_equal(f.d.tree_nodes, 6);
+    request r;
+    int p[] = {1, 2, 3, 4};
+    req_set(&r, p, 4, 3);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    /* rows: 4 -> 7 8 9 (p ~ .665 .245 .090), 7 -> 10 11 12 (the same), 8 -> 13 14 15 (steeper: ~.88 .12) */
+    float z[3][16];
+    int in[] = {4, 7, 8}, a[] = {7, 8, 9}, b[] = {10, 11, 12}, e[] = {13, 14, 15};
+    row_of(z[0], a, 3), row_of(z[1], b, 3), row_of(z[2], e, 3);
+    z[2][14] = 8.0f, z[2][15] = 6.0f;
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], 3, 0), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 6, NULL, &f.b), 0);
+    int tok[] = {7, 10, 8, 13, 11, 9}, par[] = {-1, 0, -1, 2, 0, -1};
+    assert_int_equal(f.b.tree, TREE_TOPK);
+    assert_int_equal(f.b.n, 6);
+    assert_memory_equal(f.b.tok, tok, sizeof tok);
+    assert_memory_equal(f.b.parent, par, sizeof par);
+    for (int i = 1; i < 6; i++) assert_true(f.b.conf[i] <= f.b.conf[i - 1]); /* best first */
+    assert_float_equal(f.b.conf[1], f.b.conf[0] * f.b.conf[0], 1e-5); /* 7 then 10: .665^2 */
+    /* a budget cuts the same order */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 3);
+    assert_memory_equal(f.b.tok, tok, 3 * sizeof(int));
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+    cJSON *cj = cJSON_Parse("{\"tree_nodes\": 65}");
+    drafter d;
+    assert_int_equal(drafter_open(&d, "recycling", cj, &f.t), -1);
+    assert_non_null(strstr(ds_errmsg(), "tree_nodes"));
+    cJSON_Delete(cj);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suffix_tree_counts),
@@ -365,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_ngram_drafts),
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_recycling),
+        cmocka_unit_test(test_recycling_tree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
