@@ -163,6 +163,7 @@ struct decode_ctx {
     int nodes;      /* a block's capacity: gamma, or a tree drafter's node budget */
     int *par, *path, *slots; /* a tree round's flat parents, one request's accepted path and its KV slots */
     int *tdepth, *ton;       /* a tree's node depths, and each node's index on the accepted path (-1: off it) */
+    int *istree;             /* [R_max] the round's requests whose blocks are trees (the scheduler's) */
     double draft_s; /* measured seconds of one draft step (pace_more), 0 until seen */
     draft_block *blocks;
     int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
@@ -179,7 +180,7 @@ void decode_ctx_free(decode_ctx *c) {
         for (int r = 0; r < c->R_max; r++) draft_block_free(&c->blocks[r]);
     free(c->blocks), free(c->n_draft), free(c->len), free(c->n_new), free(c->flat), free(c->ids), free(c->acc);
     free(c->emit), free(c->conf), free(c->logits), free(c->p), free(c->hidden), free(c->hrows), free(c->scratch);
-    free(c->kvs), free(c->rows), free(c->par), free(c->path), free(c->slots), free(c->tdepth), free(c->ton);
+    free(c->kvs), free(c->rows), free(c->par), free(c->path), free(c->slots), free(c->tdepth), free(c->ton), free(c->istree);
     lp_scratch_free(&c->scr);
     free(c);
 }
@@ -194,10 +195,11 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     DS_CHECK(!d || !cfg->s->ops->needs_conf || d->has_conf,
               "scheduler '%s' needs a drafter with confidences, and '%s' has none", cfg->s ? cfg->s->ops->name : "?",
               d ? d->ops->name : "?");
-    /* a tree is verified whole or cut to a prefix of its nodes by the fixed scheduler's length; no other
-     * scheduler prices a tree yet, and one that reads per-position confidences would misread nodes */
-    DS_CHECK(!d || !d->tree_nodes || strcmp(cfg->s->ops->name, "fixed") == 0,
-             "decode: %s drafts trees (tree_nodes %d), which only the fixed scheduler verifies for now, not '%s'",
+    /* a tree is verified whole or cut to a prefix of its nodes by the fixed scheduler's length, or priced
+     * node by node by greedy (path probabilities beside the SPS table); the others read per-position
+     * conditional confidences, which a tree's nodes are not */
+    DS_CHECK(!d || !d->tree_nodes || !strcmp(cfg->s->ops->name, "fixed") || !strcmp(cfg->s->ops->name, "greedy"),
+             "decode: %s drafts trees (tree_nodes %d), which the fixed and greedy schedulers verify, not '%s'",
              d ? d->ops->name : "?", d ? d->tree_nodes : 0, cfg->s ? cfg->s->ops->name : "?");
     DS_CHECK(!d || d->tree_nodes <= 64, "decode: a tree of %d nodes (at most 64)", d ? d->tree_nodes : 0);
     if (d && d->tree_nodes) gamma = d->tree_nodes; /* the scheduler's length cuts nodes, not depth */
@@ -211,6 +213,7 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     DS_TRYP(c->slots = ds_calloc((size_t)gamma + 2, sizeof(int), "tree path"));
     DS_TRYP(c->tdepth = ds_calloc((size_t)gamma + 1, sizeof(int), "tree trace"));
     DS_TRYP(c->ton = ds_calloc((size_t)gamma + 1, sizeof(int), "tree trace"));
+    DS_TRYP(c->istree = ds_calloc((size_t)R_max, sizeof(int), "tree flags"));
     DS_TRYP(c->n_draft = ds_calloc((size_t)R_max, sizeof(int), "batch"));
     DS_TRYP(c->len = ds_calloc((size_t)R_max, sizeof(int), "batch"));
     DS_TRYP(c->n_new = ds_calloc((size_t)R_max, sizeof(int), "batch"));
@@ -248,6 +251,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         /* a tree's budget is nodes (cache room): the output budget cuts its accepted path instead */
         int g = d && d->tree_nodes ? (budget > 0 ? DS_MIN(gamma, room) : 0) : DS_MAX(0, DS_MIN(gamma, DS_MIN(budget, room)));
         c->n_draft[a] = 0;
+        c->istree[a] = 0;
         c->ids[a] = q->id;
         if (d && g > 0) {
             st->asked += g;
@@ -259,6 +263,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             c->blocks[a].more = NULL, c->blocks[a].more_ctx = NULL;
             DS_TRY(prc);
             c->n_draft[a] = c->blocks[a].n;
+            c->istree[a] = c->blocks[a].tree != TREE_CHAIN;
             if (d->has_conf) memcpy(c->conf + (size_t)a * gamma, c->blocks[a].conf, sizeof(float) * (size_t)c->n_draft[a]);
         }
         rows += 1 + c->n_draft[a];
@@ -266,7 +271,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
     double t1 = ds_now();
     /* schedule */
     if (d) {
-        sched_batch sb = {na, gamma, c->n_draft, d->has_conf ? c->conf : NULL, cfg->sps, c->ids};
+        sched_batch sb = {na, gamma, c->n_draft, d->has_conf ? c->conf : NULL, cfg->sps, c->ids, d->tree_nodes ? c->istree : NULL};
         DS_TRY(cfg->s->ops->schedule(cfg->s, &sb, c->len));
         for (int a = 0; a < na; a++) c->len[a] = DS_MAX(0, DS_MIN(c->len[a], c->n_draft[a]));
     } else {

@@ -755,12 +755,16 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
             if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0)) goto done;
         }
         if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++, 0)) goto done;
-        /* its tree mode: every tree round verified whole (fixed), exact at each setting and sampled in a
-         * batch (requests whose trees differ in one forward) */
-        for (int e = 0; e < n_exact && dops->gate_config_tree; e++)
-            if (run_one(rep, &pd, dops, "fixed", exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1)) goto done;
-        if (dops->gate_config_tree && run_one(rep, &pd, dops, "fixed", S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1))
-            goto done;
+        /* its tree mode: tree rounds verified whole (fixed) or priced node by node (greedy), exact at each
+         * setting and sampled in a batch (requests whose trees differ in one forward) */
+        for (int ts = 0; ts < 2 && dops->gate_config_tree; ts++) {
+            const char *tsn = ts ? "greedy" : "fixed";
+            for (int e = 0; e < n_exact; e++) {
+                if (ts && (exact_settings[e] == S_GREEDY || exact_settings[e] == S_FULL)) continue;
+                if (run_one(rep, &pd, dops, tsn, exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1)) goto done;
+            }
+            if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1)) goto done;
+        }
     }
     if (verbose) fprintf(stderr, "lossless: production round, negative controls\n");
     for (int i = 0; i < N_CONTROLS; i++) {

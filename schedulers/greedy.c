@@ -7,6 +7,10 @@
  * early stop is what keeps it lossless: admitting (r, j) depends only on candidates sorted before
  * it, none of which is computed from x_{r,j}.
  *
+ * A tree's nodes (sched_batch.tree) are candidates with their own path probabilities as a; a request's
+ * length is the highest admitted node index, so a drafter that orders nodes best first (recycling)
+ * gets exactly the admitted ones.
+ *
  * "retrospective" is the same search without the early stop (keep the best Theta over all
  * prefixes of the order): a later candidate such as a_{r,j+1}, computed from x_{r,j}, can then
  * decide whether x_{r,j} is verified. It exists only as the losslessness gate's negative control
@@ -33,8 +37,11 @@ int sched_candidates(const sched_batch *b, sched_cand **out, int *m_out) {
     int m = 0;
     for (int r = 0; r < b->R; r++) {
         double a = 1;
+        int tree = b->tree && b->tree[r];
         for (int j = 1; j <= b->n_draft[r]; j++) {
-            a *= b->conf[(size_t)r * b->gamma + (j - 1)];
+            /* a tree's node carries its path probability; its parent's is never smaller, and on a tie the
+             * parent (earlier index) sorts first, so the admitted nodes' prefix is a tree */
+            a = tree ? b->conf[(size_t)r * b->gamma + (j - 1)] : a * b->conf[(size_t)r * b->gamma + (j - 1)];
             if (a > 0) c[m++] = (sched_cand){(float)a, r, j};
         }
     }

@@ -33,6 +33,8 @@ typedef struct {
     const float *conf;  /* [R][gamma] conditional confidences, or NULL */
     const sps_table *sps;
     const int *req;     /* [R] stable request ids (per-request state is keyed by them), or NULL: 0..R-1 */
+    const int *tree;    /* [R] or NULL: 1 where request r's drafts are a tree's nodes (every prefix a tree);
+                         * its conf[j] is then node j's own path probability, not a conditional */
 } sched_batch;
 
 /* What one round did, for schedulers that learn (the loop calls observe once per round, after

@@ -33,23 +33,30 @@ mkdir -p $O
 CATS='["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'
 COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, {"name": "recycling"}]}'
 COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]}'
-# name:drafter-object:gamma:prompts (the reference drafts 4 a round, as trained, on fewer prompts: it is slow)
+# name|drafter-object|gamma|prompts|scheduler (the reference drafts 4 a round, as trained, on fewer prompts:
+# it is slow). Issue 55's rows: recycling's best-first trees of 8 and 16 nodes, verified whole (only the
+# fixed scheduler), beside its chain under the same scheduler; then trees of 16 and 32 nodes cut by greedy.
 configs() {
-    echo "ngram|{\"name\": \"ngram\"}|8|$LIMIT"
-    echo "suffix|{\"name\": \"suffix\"}|8|$LIMIT"
-    echo "recycling|{\"name\": \"recycling\"}|8|$LIMIT"
-    echo "combine|$COMBINE|8|$LIMIT"
-    echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT"
-    if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))"; fi
+    echo "ngram|{\"name\": \"ngram\"}|8|$LIMIT|greedy"
+    echo "suffix|{\"name\": \"suffix\"}|8|$LIMIT|greedy"
+    echo "recycling|{\"name\": \"recycling\"}|8|$LIMIT|greedy"
+    echo "recycling-chain-fixed|{\"name\": \"recycling\"}|8|$LIMIT|fixed"
+    echo "recycling-tree8|{\"name\": \"recycling\", \"tree_nodes\": 8}|8|$LIMIT|fixed"
+    echo "recycling-tree16|{\"name\": \"recycling\", \"tree_nodes\": 16}|16|$LIMIT|fixed"
+    echo "recycling-tree16-greedy|{\"name\": \"recycling\", \"tree_nodes\": 16}|16|$LIMIT|greedy"
+    echo "recycling-tree32-greedy|{\"name\": \"recycling\", \"tree_nodes\": 32}|32|$LIMIT|greedy"
+    echo "combine|$COMBINE|8|$LIMIT|greedy"
+    echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT|greedy"
+    if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))|greedy"; fi
 }
 [ -d "$REF" ] || echo "run.sh: no trained reference at $REF (sh experiments/learned-heads/run.sh trains it); its row is skipped"
 for T in $TEMPS; do
-    configs | while IFS='|' read name dj gamma lim; do
+    configs | while IFS='|' read name dj gamma lim sched; do
         case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
         tag=$name-t$T
         [ -f $O/$tag.done ] && { echo "run.sh: $tag done (skipped)"; continue; }
         cat > $O/$tag.json <<JSON
-{"comment": "experiments/specbench/run.sh: $tag", "drafter": $dj, "scheduler": "greedy", "gamma": $gamma,
+{"comment": "experiments/specbench/run.sh: $tag", "drafter": $dj, "scheduler": "$sched", "gamma": $gamma,
  "datasets": $CATS, "limit": $lim, "temperature": $T, "max_new_tokens": 128, "seed": 1, "sps": "$O/sps.json",
  "out": "$O/$tag.h5"}
 JSON
@@ -62,7 +69,7 @@ done
 # summary
 S=$O/summary.md
 {
-    echo "# Spec-Bench: training-free drafters, the combiner and a trained reference (greedy scheduler, 128 new tokens)"
+    echo "# Spec-Bench: training-free drafters, the combiner, recycling's trees and a trained reference (greedy scheduler unless the row says fixed, 128 new tokens)"
     echo
     grep -m1 "kernels:" $O/sps.txt || true
     echo
@@ -75,7 +82,7 @@ S=$O/summary.md
         echo
         echo "| drafter | sb-mt | sb-trans | sb-sum | sb-qa | sb-math | sb-rag | macro wall | tau (all) | outputs identical |"
         echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-        configs | while IFS='|' read name dj gamma lim; do
+        configs | while IFS='|' read name dj gamma lim sched; do
             [ -f $O/$name-t$T.done ] && spec_row "$name ($lim a category)" $name-t$T tau-wall
         done
         echo
@@ -83,10 +90,13 @@ S=$O/summary.md
         echo
         echo "| drafter | k = 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 |"
         echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-        configs | while IFS='|' read name dj gamma lim; do
+        configs | while IFS='|' read name dj gamma lim sched; do
             [ -f $O/$name-t$T.md ] || continue
             awk -v name="$name" -F'|' '/^\| position k/ { on = 1; next } on && /^\| [0-9]/ { a[$2 + 0] = $3 } on && /^$/ { on = 0 }
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
+        done
+        for name in recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy; do
+            [ -f $O/$name-t$T.md ] && { echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; }
         done
         for name in combine combine-ngram-suffix; do
             [ -f $O/$name-t$T.txt ] && { echo; echo "$name: $(grep -m1 "combine chose" $O/$name-t$T.txt)"; }
