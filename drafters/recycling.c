@@ -48,6 +48,7 @@ typedef struct {
     int k, V;
     int repeat;           /* a token whose row is unknown is followed by itself (else the chain stops) */
     int tree_nodes;       /* > 0: a best-first tree of this many nodes instead of the chain */
+    double cal_conf, cal_acc; /* finished requests' verified tree nodes: raw confidence summed, accepted */
     rc_table run;
     accept_prior ap;
     accept_counts runc;   /* finished requests' acceptance counts */
@@ -60,6 +61,9 @@ typedef struct {
     int *wpre, n_pre, *wown, n_own; /* which rows each holds (merged at end; own cleared at rewind) */
     accept_counts own_c;
     int n, n0, tok[RC_MAXG], cell[RC_MAXG], after; /* n0: committed tokens at the last proposal */
+    float tconf[RC_MAXG];    /* the last tree's raw node confidences (path products), best first */
+    int tn;                  /* its nodes */
+    double cal_conf, cal_acc; /* this request's verified nodes: raw confidence summed, accepted */
 } rc_state;
 
 static int table_new(rc_table *t, int V, int k) {
@@ -167,6 +171,8 @@ static int recycling_observe(drafter *d, request *r, const int *in, const float 
     rc_state *s = r->dstate;
     int id[RC_MAXK];
     float p[RC_MAXK];
+    if (!prefill && g->tree_nodes) /* the anchor's row, then the verified nodes' (a prefix of the tree) */
+        for (int j = 0; j + 1 < n && j < s->tn; j++) s->cal_conf += s->tconf[j];
     for (int j = 0; j < n; j++) {
         DS_CHECK(in[j] >= 0 && in[j] < g->V, "recycling: token %d outside the vocabulary", in[j]);
         row_topk(g, logits + (size_t)j * g->V, id, p);
@@ -195,6 +201,9 @@ static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor
         float pscore, score;   /* the parent's path probability, and the candidate's own */
     } c[2 * 64 + 2];
     int nc = 0, n = 0;
+    /* node confidences for the scheduler: the path products scaled by the run's accepted nodes over their
+     * summed products (the products alone are overconfident), at most 1; a function of finished rounds */
+    double scale = (g->cal_acc + s->cal_acc + 1) / (g->cal_conf + s->cal_conf + 1);
     /* the candidate (parent, tok, rank) when its row has that rank (or, with repeat, tok itself at rank 0) */
 #define PUSH(par_, tok_, rank_, ps_)                                                                         \
     do {                                                                                                     \
@@ -215,7 +224,8 @@ static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor
         const rc_table *t = row_of(g, s, x.tok);
         int tok = t ? t->id[(size_t)x.tok * g->k + x.rank] : x.tok;
         out->tok[n] = tok, out->parent[n] = x.parent;
-        out->conf[n] = out->conf_raw[n] = x.score;
+        out->conf_raw[n] = s->tconf[n] = x.score;
+        out->conf[n] = (float)DS_MIN(1.0, x.score * scale);
         if (d->fault == FAULT_TREE_RATIO) { /* the gate's control reads a soft q: the parent's recorded row */
             float *q = out->q + (size_t)n * out->V;
             memset(q, 0, sizeof(float) * (size_t)out->V);
@@ -228,7 +238,7 @@ static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor
         n++;
     }
 #undef PUSH
-    out->n = n;
+    out->n = s->tn = n;
     out->tree = TREE_TOPK;
 }
 
@@ -265,9 +275,10 @@ static int recycling_propose(drafter *d, request *r, int gamma, const sampling_p
 }
 
 static int recycling_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(hidden), DS_UNUSED(n_accepted), DS_UNUSED(next_token);
+    DS_UNUSED(hidden), DS_UNUSED(next_token);
     recycling *g = d->impl;
     rc_state *s = r->dstate;
+    if (g->tree_nodes) s->cal_acc += n_accepted, s->tn = 0;
     accept_observe(&s->own_c, &g->runc, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, s->after);
     s->n = 0;
     return 0;
@@ -281,6 +292,7 @@ static void recycling_end(drafter *d, request *r) {
     if (s->wpre) rows_copy(g, &g->run, &s->pre, s->wpre, s->n_pre);
     if (s->wown) rows_copy(g, &g->run, &s->own, s->wown, s->n_own);
     if (s->own_c.acc) accept_counts_add(&g->runc, &s->own_c);
+    g->cal_conf += s->cal_conf, g->cal_acc += s->cal_acc;
     accept_counts_free(&s->own_c);
     table_free(&s->pre), table_free(&s->own);
     free(s->wpre), free(s->wown);
@@ -294,7 +306,8 @@ static int recycling_rewind(drafter *d, request *r) {
     for (int i = 0; i < s->n_own; i++) s->own.stamp[s->wown[i]] = 0; /* the prompt's rows stay */
     s->n_own = 0;
     accept_counts_zero(&s->own_c);
-    s->n = 0;
+    s->n = s->tn = 0;
+    s->cal_conf = s->cal_acc = 0;
     return 0;
 }
 

@@ -83,7 +83,7 @@ S=$O/summary.md
         echo "| drafter | sb-mt | sb-trans | sb-sum | sb-qa | sb-math | sb-rag | macro wall | tau (all) | outputs identical |"
         echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         configs | while IFS='|' read name dj gamma lim sched; do
-            [ -f $O/$name-t$T.done ] && spec_row "$name ($lim a category)" $name-t$T tau-wall
+            if [ -f $O/$name-t$T.done ]; then spec_row "$name ($lim a category)" $name-t$T tau-wall; fi
         done
         echo
         echo "Conditional acceptance per position (accepted at k / verified at k with 1..k-1 accepted), all categories:"
@@ -96,10 +96,10 @@ S=$O/summary.md
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
         done
         for name in recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy; do
-            [ -f $O/$name-t$T.md ] && { echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; }
+            if [ -f $O/$name-t$T.md ]; then echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; fi
         done
         for name in combine combine-ngram-suffix; do
-            [ -f $O/$name-t$T.txt ] && { echo; echo "$name: $(grep -m1 "combine chose" $O/$name-t$T.txt)"; }
+            if [ -f $O/$name-t$T.txt ]; then echo; echo "$name: $(grep -m1 "combine chose" $O/$name-t$T.txt)"; fi
         done
     done
     echo
