@@ -26,6 +26,7 @@
 
 typedef struct {
     int max_depth, max_nodes, min_match, use_corpus;
+    int tree_nodes;             /* > 0: a best-first tree of this many nodes instead of the chain */
     float min_prob;
     accept_prior ap;
     suffix_tree corpus;
@@ -61,6 +62,7 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_int(&r, "min_match", 0, 63, &g->min_match));
     DS_TRY(jcfg_bool(&r, "corpus", &g->use_corpus));
     DS_TRY(jcfg_float(&r, "min_prob", 0, 1, &g->min_prob));
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &g->tree_nodes));
     DS_TRY(accept_prior_read(&r, &g->ap));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(g->min_match < g->max_depth, "drafter: min_match %d must be below max_depth %d", g->min_match, g->max_depth);
@@ -74,6 +76,13 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     snprintf(d->describe, sizeof d->describe, "suffix: suffix trees (depth %d) over the request%s, min_prob %.2g",
              g->max_depth, g->use_corpus ? " and the run's finished outputs" : "", (double)g->min_prob);
     snprintf(d->fingerprint, sizeof d->fingerprint, "suffix:%d:%d:%g", g->max_depth, g->use_corpus, (double)g->min_prob);
+    if (g->tree_nodes) { /* SuffixDecoding's tree mode */
+        d->tree_nodes = g->tree_nodes;
+        size_t l = strlen(d->fingerprint);
+        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%d", g->tree_nodes);
+        l = strlen(d->describe);
+        snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes", g->tree_nodes);
+    }
     return 0;
 fail:
     return -1; /* close() frees what was made */
@@ -121,6 +130,53 @@ static void chain(suffix *g, sf_state *s, suffix_tree *t, int src, int n_ctx, in
     }
 }
 
+/* The tree mode: from the node the chosen trie matched, best-first over its continuations (SuffixDecoding's
+ * tree; DDTree's expansion): a candidate is a trie child, scored by the product of count ratios along its
+ * path; the best becomes the next node, then its next sibling in the trie and its most frequent child are
+ * candidates, while the score stays >= min_prob and under the budget. Parents come first; a trie node's
+ * children are distinct tokens. Deterministic (TREE_TOPK); conf = the path's frequency. Stops at the
+ * trie's depth cap (no re-matching inside a tree). */
+static void suffix_tree_draft(suffix *g, const drafter *d, suffix_tree *t, int root, int budget, draft_block *out) {
+    struct cand {
+        int parent, node; /* the draft node it would hang from (-1: the anchor), the trie node it proposes */
+        double pscore, score; /* its parent's path frequency, its own */
+    } c[2 * 64 + 2];
+    int nc = 0, n = 0;
+#define PUSH(par_, tn_, ps_)                                                                                     \
+    do {                                                                                                         \
+        int p_ = t->parent[tn_];                                                                                 \
+        double sc_ = (ps_) * (double)t->count[tn_] / (t->cont[p_] > 0 ? t->cont[p_] : 1);                       \
+        if (sc_ >= g->min_prob && sc_ > 0) c[nc++] = (struct cand){par_, tn_, ps_, sc_};                         \
+    } while (0)
+    if (t->cont[root] > 0 && t->depth[root] < g->max_depth && suffix_tree_best(t, root) >= 0) PUSH(-1, suffix_tree_best(t, root), 1.0);
+    while (n < budget && nc > 0) {
+        int b = 0;
+        for (int i = 1; i < nc; i++)
+            if (c[i].score > c[b].score) b = i;
+        struct cand x = c[b];
+        for (int i = b; i + 1 < nc; i++) c[i] = c[i + 1];
+        nc--;
+        int tok = t->tok[x.node];
+        out->tok[n] = tok, out->parent[n] = x.parent;
+        out->conf[n] = out->conf_raw[n] = (float)x.score;
+        /* the next sibling by count: the best of the parent's children below this one's count (ties: later) */
+        int p = t->parent[x.node], sib = -1;
+        for (int ch = t->child[p]; ch >= 0; ch = t->sib[ch])
+            if (ch != x.node && (t->count[ch] < t->count[x.node] || (t->count[ch] == t->count[x.node] && ch > x.node)) &&
+                (sib < 0 || t->count[ch] > t->count[sib] || (t->count[ch] == t->count[sib] && ch < sib)))
+                sib = ch;
+        if (sib >= 0) PUSH(x.parent, sib, x.pscore);
+        if (!(g->eos_ok && tokenizer_is_eog(&d->t->tk, tok)) && t->depth[x.node] < g->max_depth && t->cont[x.node] > 0) {
+            int ch = suffix_tree_best(t, x.node);
+            if (ch >= 0) PUSH(n, ch, x.score);
+        }
+        n++;
+    }
+#undef PUSH
+    out->n = n;
+    out->tree = TREE_TOPK;
+}
+
 static int suffix_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     DS_UNUSED(sp);
     suffix *g = d->impl;
@@ -142,6 +198,12 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
         chain(g, s, &g->corpus, 1, n_ctx, gamma, &cg);
     }
     const sf_chain *c = cg.score > cl.score ? &cg : &cl;
+    if (g->tree_nodes) { /* the tree grows in the trie whose chain scored higher, from its match */
+        suffix_tree *t = c == &cg ? &g->corpus : &s->local;
+        int len, node = suffix_tree_match(t, r->toks.v + n - n_ctx, n_ctx, &len);
+        if (c->n > 0 && len >= g->min_match) suffix_tree_draft(g, d, t, node, gamma, out);
+        return 0; /* s->n = 0: acceptance by cell is a chain's */
+    }
     int k = 0;
     for (; k < c->n; k++) {
         int tk = c->tok[k];
@@ -211,8 +273,12 @@ static void suffix_close(drafter *d) {
 const drafter_ops drafter_suffix = {
     "suffix",
     "suffix trees over the request and the run's outputs (training-free): {\"max_depth\": 24, \"min_prob\": 0.1, "
-    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"prior\": 0.2, \"shrink\": 8, \"request_weight\": 4, \"calibration\": [...]}",
+    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"tree_nodes\": 0 (N > 0: a best-first tree of N nodes), \"prior\": 0.2, \"shrink\": 8, \"request_weight\": 4, \"calibration\": [...]}",
     suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, NULL, suffix_close,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0}",
     NULL,
+    NULL,
+    NULL,
+    NULL,
+    "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0, \"tree_nodes\": 5}",
 };

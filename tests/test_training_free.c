@@ -398,6 +398,30 @@ static void test_recycling_tree(void **state) {
     cJSON_Delete(cj);
 }
 
+/* suffix's tree: the matched context's continuations best first by frequency, siblings by count */
+static void test_suffix_tree_mode(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "suffix", "{\"tree_nodes\": 3, \"max_depth\": 2, \"corpus\": false, \"min_prob\": 0}");
+    assert_int_equal(f.d.tree_nodes, 3);
+    request r;
+    int x[] = {5, 7, 5, 8, 5, 7, 5}; /* after 5: 7 twice, 8 once */
+    req_set(&r, x, 7, 3);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    int tok[] = {7, 8}, par[] = {-1, -1};
+    assert_int_equal(f.b.tree, TREE_TOPK);
+    assert_int_equal(f.b.n, 2); /* the depth cap leaves two */
+    assert_memory_equal(f.b.tok, tok, sizeof tok);
+    assert_memory_equal(f.b.parent, par, sizeof par);
+    assert_float_equal(f.b.conf[0], 2.0 / 3, 1e-6);
+    assert_float_equal(f.b.conf[1], 1.0 / 3, 1e-6);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suffix_tree_counts),
@@ -406,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_recycling),
         cmocka_unit_test(test_recycling_tree),
+        cmocka_unit_test(test_suffix_tree_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
