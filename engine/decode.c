@@ -160,10 +160,9 @@ static int pace_more(void *ctx, int k, const float *conf) {
 
 struct decode_ctx {
     int R_max, gamma, V;
-    int nodes;      /* a block's capacity: gamma, or a tree drafter's node budget */
     int *par, *path, *slots; /* a tree round's flat parents, one request's accepted path and its KV slots */
     int *tdepth, *ton;       /* a tree's node depths, and each node's index on the accepted path (-1: off it) */
-    int *istree;             /* [R_max] the round's requests whose blocks are trees (the scheduler's) */
+    int *istree;             /* [R_max] the round's requests that drafted a tree (not empty) */
     double draft_s; /* measured seconds of one draft step (pace_more), 0 until seen */
     draft_block *blocks;
     int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
@@ -204,7 +203,7 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     DS_CHECK(!d || d->tree_nodes <= 64, "decode: a tree of %d nodes (at most 64)", d ? d->tree_nodes : 0);
     if (d && d->tree_nodes) gamma = d->tree_nodes; /* the scheduler's length cuts nodes, not depth */
     DS_TRYP(c = ds_calloc(1, sizeof *c, "decode context"));
-    c->R_max = R_max, c->gamma = gamma, c->V = V, c->nodes = gamma;
+    c->R_max = R_max, c->gamma = gamma, c->V = V;
     int rows_max = R_max * (gamma + 1);
     DS_TRYP(c->blocks = ds_calloc((size_t)R_max, sizeof *c->blocks, "draft blocks"));
     for (int r = 0; r < R_max && d; r++) DS_TRY(draft_block_init(&c->blocks[r], gamma + 1, V, d->has_conf)); /* + a spare row */
@@ -263,7 +262,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             c->blocks[a].more = NULL, c->blocks[a].more_ctx = NULL;
             DS_TRY(prc);
             c->n_draft[a] = c->blocks[a].n;
-            c->istree[a] = c->blocks[a].tree != TREE_CHAIN;
+            c->istree[a] = c->n_draft[a] > 0 && c->blocks[a].tree != TREE_CHAIN;
             if (d->has_conf) memcpy(c->conf + (size_t)a * gamma, c->blocks[a].conf, sizeof(float) * (size_t)c->n_draft[a]);
         }
         rows += 1 + c->n_draft[a];
@@ -283,7 +282,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
     for (int a = 0; a < na; a++) {
         request *q = act[a];
         const draft_block *blk = &c->blocks[a];
-        int tree = d && c->n_draft[a] > 0 && blk->tree != TREE_CHAIN;
+        int tree = c->istree[a];
         c->kvs[a] = q->tkv;
         c->n_new[a] = 1 + c->len[a];
         c->par[T] = -1;
@@ -311,7 +310,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             }
         verify_result vres;
         int emitted[66];
-        int tree = d && c->n_draft[a] > 0 && blk->tree != TREE_CHAIN, *path = c->path;
+        int tree = c->istree[a], *path = c->path;
         /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */
         const float *qrows = blk->q ? blk->q + (cfg->fault == FAULT_SHIFTED_Q ? (size_t)V : 0) : NULL;
         if (tree) {
