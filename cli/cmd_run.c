@@ -29,9 +29,10 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 /* Build a cJSON object from the command-line overrides. */
 static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc_out) {
     const char *drafter = NULL, *draft_model = NULL, *scheduler = NULL, *datasets = NULL, *out = NULL, *data_root = NULL,
-               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL, *prompts_out = NULL, *draft_head = NULL;
+               *target = NULL, *sps = NULL, *backend = NULL, *isa = NULL, *prompts_out = NULL, *draft_head = NULL,
+               *verifier = NULL;
     int gamma = 0, tree_nodes = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, draft_vocab = 0, skip_bad = 0, no_baseline = 0,
-        concurrency = 0, exact = 0;
+        concurrency = 0, exact = 0, compare_verifiers = 0;
     float temperature = -1, top_p = -1;
     uint64_t seed = 0;
     int seen_seed = 0;
@@ -45,7 +46,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"draft-head", OPT_STR, &draft_head, "TYPE", "vanilla: its head re-quantized, q5_0 or q4_1 (a smaller draft step)", 0, 0, 0},
         {"scheduler", OPT_STR, &scheduler, "NAME", "scheduler (registered names below)", 0, 0, 0},
         {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
-        {"tree-nodes", OPT_INT, &tree_nodes, "N", "draft a tree of up to N nodes, verified exactly (0 = a chain; recycling, suffix; fixed or greedy scheduler)", 0, 64, 0},
+        {"tree-nodes", OPT_INT, &tree_nodes, "N", "draft a tree of up to N nodes, verified exactly (0 = a chain; recycling, suffix, medusa, dflash, dspark-markov; fixed or greedy scheduler)", 0, 64, 0},
         {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
         {"limit", OPT_INT, &limit, "N", "prompts per dataset, 0 = all", 0, 1000000, 0},
         {"skip-bad-lines", OPT_FLAG, &skip_bad, NULL, "skip malformed dataset lines (counted in the trace) instead of failing", 0, 0, 0},
@@ -61,6 +62,8 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"isa", OPT_STR, &isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni", 0, 0, 0},
         {"concurrency", OPT_INT, &concurrency, "N", "requests decoded together (default 1)", 1, 256, 0},
         {"sps", OPT_STR, &sps, "FILE.json", "SPS(B) table (default bench/bench-target.json)", 0, 0, 0},
+        {"verifier", OPT_STR, &verifier, "RULE", "chain verification at T > 0: token (default) or block (Sun et al.; lossless, never fewer accepted in expectation; tree rounds keep the tree rule)", 0, 0, 0},
+        {"compare-verifiers", OPT_FLAG, &compare_verifiers, NULL, "also report both rules' expected accepted drafts on the same drafts (costs passes over the vocabulary: not for timing)", 0, 0, 0},
         {"no-baseline", OPT_FLAG, &no_baseline, NULL, "skip the autoregressive baseline", 0, 0, 0},
         {"out", OPT_STR, &out, "FILE.h5", "trace path (default out/run.h5)", 0, 0, 0},
         {"prompts-out", OPT_STR, &prompts_out, "FILE.jsonl", "also write every request's rendered prompt (chat template applied) as JSON lines, for other tools", 0, 0, 0},
@@ -107,6 +110,8 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (concurrency) cJSON_AddNumberToObject(j, "concurrency", concurrency);
     if (sps) cJSON_AddStringToObject(j, "sps", sps);
     if (no_baseline) cJSON_AddFalseToObject(j, "baseline");
+    if (verifier) cJSON_AddStringToObject(j, "verifier", verifier);
+    if (compare_verifiers) cJSON_AddTrueToObject(j, "compare_verifiers");
     if (out) cJSON_AddStringToObject(j, "out", out);
     if (prompts_out) cJSON_AddStringToObject(j, "prompts_out", prompts_out);
     return j;
@@ -265,6 +270,8 @@ int cmd_run(int argc, char **argv) {
         for (int k = 0; k < rp.sets[i].n; k++, g++) jobs[g] = (job){&rp.sets[i].v[k], g};
     decode_cfg cfg_ar = {rc.sp, rc.gamma, NULL, NULL, &sps, tr, MODE_AR};
     decode_cfg cfg_sp = {rc.sp, rc.gamma, rc.drafter[0] ? &d : NULL, &s, &sps, tr, MODE_SPEC};
+    DS_TRY(chain_rule_parse(rc.verifier, &cfg_sp.rule));
+    cfg_sp.compare_rules = rc.compare_verifiers;
     decode_stats st_ar, st_sp;
     memset(&st_ar, 0, sizeof st_ar);
     memset(&st_sp, 0, sizeof st_sp);
@@ -289,6 +296,11 @@ int cmd_run(int argc, char **argv) {
         DS_TRY(trace_add_position(tr, &row));
     }
     if (rc.drafter[0]) DS_TRY(trace_attr_f64(tr, "draft_seq_loop_s", d.t_seq_loop));
+    if (st_sp.rule_rounds) { /* --compare-verifiers: both chain rules on the same drafts */
+        DS_TRY(trace_attr_f64(tr, "compare_rounds", (double)st_sp.rule_rounds));
+        DS_TRY(trace_attr_f64(tr, "expected_accepted_token", st_sp.exp_acc_token / st_sp.rule_rounds));
+        DS_TRY(trace_attr_f64(tr, "expected_accepted_block", st_sp.exp_acc_block / st_sp.rule_rounds));
+    }
     {
         trace *done_tr = tr; /* trace_close frees it, whatever it returns */
         tr = NULL;
@@ -316,6 +328,12 @@ int cmd_run(int argc, char **argv) {
             d.ops->report(&d, line, sizeof line);
             printf("%s\n", line);
         }
+        if (st_sp.rule_rounds)
+            printf("chain rules on the same drafts (%ld sampled rounds, %s verification ran): expected accepted drafts "
+                   "a round, token-wise %.4f, block %.4f (%+.2f%%)\n",
+                   st_sp.rule_rounds, rc.verifier, st_sp.exp_acc_token / st_sp.rule_rounds,
+                   st_sp.exp_acc_block / st_sp.rule_rounds,
+                   100 * (st_sp.exp_acc_block / DS_MAX(st_sp.exp_acc_token, 1e-300) - 1));
         if (d.t_seq_loop > 0)
             printf("draft head's sequential loop: %.3f s = %.1f%% of round time\n", d.t_seq_loop,
                    100 * d.t_seq_loop / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));

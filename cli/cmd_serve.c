@@ -393,6 +393,7 @@ int cmd_serve(int argc, char **argv) {
             DS_TRY(trace_attr(tr, "serve_point", point));
             decode_cfg cfg = {rc.sp, rc.gamma, arms[a].ar ? NULL : &d, arms[a].ar ? NULL : &arms[a].s, &sps, tr,
                               arms[a].ar ? MODE_AR : MODE_SPEC};
+            DS_TRY(chain_rule_parse(rc.verifier, &cfg.rule)); /* the config's "verifier": token or block */
             if (!arms[a].ar && arms[a].s.ops->reset) arms[a].s.ops->reset(&arms[a].s); /* each point learns afresh */
             char label[160];
             snprintf(label, sizeof label, "serve: %s at %s %g", arms[a].label, sc.closed ? "concurrency" : "rate", sc.x[i]);

@@ -7,6 +7,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
+#include "../verify/verify.h"
 
 void run_config_defaults(run_config *c) {
     memset(c, 0, sizeof *c);
@@ -21,6 +22,7 @@ void run_config_defaults(run_config *c) {
     c->concurrency = 1;
     snprintf(c->backend, sizeof c->backend, "cpu");
     snprintf(c->isa, sizeof c->isa, "auto");
+    snprintf(c->verifier, sizeof c->verifier, "token");
 }
 
 void run_config_free(run_config *c) {
@@ -133,8 +135,15 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
         jcfg_strcpy(&r, "isa", c->isa, sizeof c->isa) ||
         jcfg_strcpy(&r, "out", c->out, sizeof c->out) ||
         jcfg_strcpy(&r, "prompts_out", c->prompts_out, sizeof c->prompts_out) || jcfg_bool(&r, "baseline", &c->baseline) ||
-        jcfg_int(&r, "concurrency", 1, 256, &c->concurrency) || jcfg_strcpy(&r, "sps", c->sps, sizeof c->sps))
+        jcfg_int(&r, "concurrency", 1, 256, &c->concurrency) || jcfg_strcpy(&r, "sps", c->sps, sizeof c->sps) ||
+        jcfg_strcpy(&r, "verifier", c->verifier, sizeof c->verifier) ||
+        jcfg_bool(&r, "compare_verifiers", &c->compare_verifiers))
         return -1;
+    chain_rule rule;
+    if (chain_rule_parse(c->verifier, &rule)) {
+        ds_error_prefix("%s: key 'verifier'", what);
+        return -1;
+    }
     c->sp.temperature = (float)temp;
     c->sp.top_p = (float)top_p;
     jcfg_skip(&r, "comment"); /* free text for people reading the config */
@@ -186,6 +195,8 @@ cJSON *run_config_json(const run_config *c) {
     cJSON_AddBoolToObject(j, "baseline", c->baseline);
     cJSON_AddNumberToObject(j, "concurrency", c->concurrency);
     cJSON_AddStringToObject(j, "sps", c->sps);
+    cJSON_AddStringToObject(j, "verifier", c->verifier);
+    cJSON_AddBoolToObject(j, "compare_verifiers", c->compare_verifiers);
     if (c->serve_cfg) cJSON_AddItemToObject(j, "serve", cJSON_Duplicate(c->serve_cfg, 1));
     return j;
 }

@@ -33,6 +33,8 @@ typedef struct {
     int baseline;           /* also run the autoregressive baseline on the same prompts */
     int concurrency;        /* requests decoded together */
     char sps[1024];         /* SPS(B) table JSON ("" = bench/bench-target.json when present) */
+    char verifier[16];      /* how a chain is verified at T > 0: "token" (default) or "block" */
+    int compare_verifiers;  /* also record both rules' expected accepted drafts on the same drafts */
     cJSON *serve_cfg;       /* the "serve" object (read by `serve` only; `run` refuses it) */
 } run_config;
 

@@ -21,6 +21,7 @@
 #include "../runtime/train_ops.h"
 #include "blockdraft.h"
 #include "drafter.h"
+#include "tree_build.h"
 
 typedef struct {
     bd_model m;
@@ -37,6 +38,13 @@ typedef struct {
     float *state, *state_new, *o, *cell_inp, *cell_pre, *cin; /* the sequential head's one-row scratch */
     int *pos, *vis, *seq, *tok;
     lp_scratch scr;
+    /* tree mode (DDTree): tree_nodes > 0 nodes best first, tree_width children a node at most; DFlash's
+     * rows are one a depth (cached in rid / rp), DSpark-Markov's one a parent (its token moves the head) */
+    int tree_nodes, tree_width, rows_done, anchor;
+    int rid[64][TREE_MAX_K];
+    float rp[64][TREE_MAX_K];
+    const sampling_params *sp;
+    const tokenizer *tk;
 } dspark;
 
 typedef struct {
@@ -58,6 +66,9 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
      * either way; only the draft distribution moves (by the Q8_0 rounding of W2). */
     const char *hp;
     DS_TRY(drafter_precision(&r, "head_precision", &hp));
+    s->tree_width = 4;
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
+    DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture: nothing else may be given */
         DS_TRY(bd_load(&s->m, ck, &t->m));
@@ -84,6 +95,8 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "vocab_ids");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "head_precision");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "tree_nodes");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "tree_width");
         }
         int rc = bd_config_init(&c, &t->m, d->ops->name, arch); /* the rest, strictly */
         cJSON_Delete(arch);
@@ -95,12 +108,24 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
         snprintf(d->describe, sizeof d->describe, "%s: untrained (random init)", d->ops->name);
     }
     const bd_config *c = &s->m.cfg;
-    d->has_conf = c->conf;
+    d->has_conf = c->conf || s->tree_nodes; /* a tree node's confidence is its path probability */
     d->max_gamma = c->gamma;
     DS_TRY(contract_check_serving(&c->contract, t, ck ? ck : d->ops->name));
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
+    s->tk = &t->tk;
+    if (s->tree_nodes) {
+        /* an RNN head's state is its path's: every node would carry its own, which this tree does not */
+        DS_CHECK(c->head != HEAD_RNN, "%s: tree_nodes needs a head whose rows depend on the parent token only "
+                 "(dflash, dspark-markov), not an RNN head", d->ops->name);
+        d->tree_nodes = s->tree_nodes;
+        size_t l = strlen(d->fingerprint);
+        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", s->tree_nodes, s->tree_width);
+        l = strlen(d->describe);
+        snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes (%d a node)", s->tree_nodes,
+                 s->tree_width);
+    }
     int Vd = s->m.Vd;
     if (c->head != HEAD_NONE) {
         char why[64];
@@ -356,9 +381,38 @@ static int head_step(drafter *d, int k, int prev, const sampling_params *sp, flo
     return 0;
 }
 
+/* A tree node's children: position depth's logits, plus for a Markov head the correction from the
+ * node's own token (the anchor for the first depth), as the chain's left-to-right loop would give them
+ * after that token; none past the block or after an end token. */
+static int dspark_row(void *ctx, int node, int tok, int depth, int K, int *ids, float *p) {
+    drafter *d = ctx;
+    dspark *s = d->impl;
+    const bd_config *c = &s->m.cfg;
+    if (depth >= c->gamma || (depth > 0 && tokenizer_is_eog(s->tk, tok))) return 0;
+    int n = 0, prev = node < 0 ? s->anchor : tok;
+    if (c->head == HEAD_NONE) { /* DFlash: one row a depth */
+        for (; s->rows_done <= depth; s->rows_done++)
+            tree_topk_softmax(s->U + (size_t)s->rows_done * s->m.Vd, s->m.Vd, s->m.sv.vid, s->tree_width,
+                              s->rid[s->rows_done], s->rp[s->rows_done], s->qsub);
+        for (; n < K && n < s->tree_width && s->rp[depth][n] > 0; n++) ids[n] = s->rid[depth][n], p[n] = s->rp[depth][n];
+        return n;
+    }
+    if (head_step(d, depth, prev, s->sp, s->qalt, NULL, NULL)) return -1; /* z = U_depth + W2 W1[prev] in zrow */
+    return tree_topk_softmax(s->zrow, s->m.Vd, s->m.sv.vid, DS_MIN(K, s->tree_width), ids, p, s->qsub);
+}
+
 static int dspark_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     dspark *s = d->impl;
     const bd_config *c = &s->m.cfg;
+    if (s->tree_nodes) { /* DDTree over the block's positions */
+        if (gamma <= 0) return out->n = 0, 0;
+        if (block_pass(d, r, c->gamma)) return -1;
+        double t1 = ds_now();
+        s->rows_done = 0, s->anchor = request_anchor(r), s->sp = sp;
+        int rc = tree_best_first(dspark_row, d, s->tree_width, DS_MIN(gamma, out->cap), out);
+        if (c->head != HEAD_NONE) d->t_seq_loop += ds_now() - t1;
+        return rc;
+    }
     gamma = DS_MIN(gamma, c->gamma);
     if (block_pass(d, r, gamma)) return -1;
     double t1 = ds_now();
@@ -441,13 +495,24 @@ static void dspark_close(drafter *d) {
 #define BLOCK_GATE_VOCAB                                                                                        \
     "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1], "    \
     "\"vocab_ids\": [0, 1, 2, 4, 5, 6]}"
-#define BLOCK_OPS(NAME, HELP, GATE)                                                                              \
+#define BLOCK_OPS(NAME, HELP, GATE, ...)                                                                         \
     {NAME, HELP, dspark_open, dspark_begin, dspark_propose, dspark_commit, dspark_end, dspark_rewind, dspark_save, \
-     dspark_close, GATE, BLOCK_GATE, .train = &bd_train_family}
+     dspark_close, GATE, BLOCK_GATE, .train = &bd_train_family, __VA_ARGS__}
 
+/* their trees on the tiny target: 6 nodes, 2 children a node */
+#define BLOCK_GATE_TREE                                                                                   \
+    "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1], " \
+    "\"tree_nodes\": 6, \"tree_width\": 2}"
+#define BLOCK_GATE_VOCAB_TREE                                                                                 \
+    "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1], "     \
+    "\"vocab_ids\": [0, 1, 2, 4, 5, 6], \"tree_nodes\": 6, \"tree_width\": 2}"
 const drafter_ops drafter_dflash =
-    BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR}", BLOCK_GATE);
+    BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR, \"tree_nodes\": 0, "
+              "\"tree_width\": 4} (tree_nodes N > 0: DDTree's best-first tree of N nodes over the positions' top tree_width "
+              "tokens, verified exactly)", BLOCK_GATE, .gate_config_tree = BLOCK_GATE_TREE);
 const drafter_ops drafter_dspark_markov =
-    BLOCK_OPS("dspark-markov", "DFlash backbone + Markov head + confidence head: {\"checkpoint\": DIR}", BLOCK_GATE_VOCAB);
+    BLOCK_OPS("dspark-markov", "DFlash backbone + Markov head + confidence head: {\"checkpoint\": DIR, \"tree_nodes\": 0, "
+              "\"tree_width\": 4} (tree_nodes N > 0: a best-first tree, each node's children from the Markov head after "
+              "its own token)", BLOCK_GATE_VOCAB, .gate_config_tree = BLOCK_GATE_VOCAB_TREE);
 const drafter_ops drafter_dspark_rnn =
     BLOCK_OPS("dspark-rnn", "DFlash backbone + gated RNN head + confidence head: {\"checkpoint\": DIR}", BLOCK_GATE);

@@ -16,6 +16,7 @@
 #include "../runtime/train_ops.h"
 #include "drafter.h"
 #include "train_family.h"
+#include "tree_build.h"
 
 /* ------------------------------------------------------------------------------ config */
 
@@ -227,6 +228,11 @@ typedef struct {
     float *Rd, *Ud;        /* backend: the K residual rows, their logits */
     float *U, *R, *u, *qalt; /* host */
     lp_scratch scr;
+    int tree_nodes, tree_width; /* > 0: Medusa's tree of this many nodes, tree_width children a node at most */
+    int rows_done;              /* heads whose top children are in rid / rp this round */
+    int rid[MD_MAX_HEADS][TREE_MAX_K];
+    float rp[MD_MAX_HEADS][TREE_MAX_K];
+    const tokenizer *tk;
 } medusa;
 
 typedef struct {
@@ -270,6 +276,9 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     const char *bp;
     DS_TRY(drafter_precision(&r, "block_precision", &bp));
+    s->tree_width = 4;
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
+    DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(md_load(&s->m, ck, &t->m, 0));
@@ -298,6 +307,15 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = 1;
     d->capture_layers[0] = c->tap;
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
+    s->tk = &t->tk;
+    if (s->tree_nodes) { /* Medusa's tree: best first over the heads' top tree_width tokens */
+        d->tree_nodes = s->tree_nodes;
+        size_t l = strlen(d->fingerprint);
+        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", s->tree_nodes, s->tree_width);
+        l = strlen(d->describe);
+        snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes (%d a node)", s->tree_nodes,
+                 s->tree_width);
+    }
     int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
     DS_TRY(drafter_type_of(bp, "block_precision", D % QK8_0 == 0, "a width that is a multiple of 32", &s->bt));
@@ -334,11 +352,27 @@ fail:
     return -1; /* end() frees what was made */
 }
 
+/* the tree's rows: head k's top tree_width tokens are every depth-(k + 1) node's children (Medusa's heads
+ * read the anchor's state only), computed once a round when first asked; none after an end token */
+static int medusa_row(void *ctx, int node, int tok, int depth, int K, int *ids, float *p) {
+    DS_UNUSED(node);
+    medusa *s = ctx;
+    if (depth >= s->m.cfg.heads || (depth > 0 && tokenizer_is_eog(s->tk, tok))) return 0;
+    int Vd = s->m.sv.Vd, n = 0;
+    for (; s->rows_done <= depth; s->rows_done++) {
+        int k = s->rows_done;
+        tree_topk_softmax(s->U + (size_t)k * Vd, Vd, s->m.sv.vid, s->tree_width, s->rid[k], s->rp[k], s->qalt);
+    }
+    for (; n < K && n < s->tree_width && s->rp[depth][n] > 0; n++) ids[n] = s->rid[depth][n], p[n] = s->rp[depth][n];
+    return n;
+}
+
 static int medusa_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     medusa *s = d->impl;
     md_state *st = r->dstate;
     const md_config *c = &s->m.cfg;
-    int D = c->dim, Vd = s->m.sv.Vd, g = DS_MIN(gamma, c->heads);
+    int D = c->dim, Vd = s->m.sv.Vd, g = s->tree_nodes ? c->heads : DS_MIN(gamma, c->heads);
+    if (s->tree_nodes && gamma <= 0) g = 0;
     out->n = 0;
     if (g <= 0) return 0;
     backend *be = s->be;
@@ -365,6 +399,10 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     DS_TRY(be->to_device(be, s->Rd, s->R, sizeof(float) * (size_t)g * D));
     DS_TRY(be->matmul(be, 1, o, w, s->Rd, g));
     DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * Vd));
+    if (s->tree_nodes) {
+        s->rows_done = 0;
+        return tree_best_first(medusa_row, s, s->tree_width, DS_MIN(gamma, out->cap), out);
+    }
     for (int k = 0; k < g; k++)
         DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * Vd, &s->m.sv, sp, &c->contract, k, out, &s->scr,
                                  s->qalt));
@@ -463,7 +501,8 @@ static const train_family md_train_family = {sizeof(md_train), md_tf_configure, 
 const drafter_ops drafter_medusa = {
     "medusa",
     "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | "
-    "\"f32\"} (untrained: {\"heads\": 4, \"init_std\": 0, \"seed\": 1})",
+    "\"f32\", \"tree_nodes\": 0, \"tree_width\": 4} (tree_nodes N > 0: a best-first tree of N nodes over the heads' top "
+    "tree_width tokens, verified exactly; untrained: {\"heads\": 4, \"init_std\": 0, \"seed\": 1})",
     medusa_open, medusa_begin, medusa_propose, medusa_commit, medusa_end, medusa_rewind, medusa_save, medusa_close,
     /* the gate's untrained heads: random blocks, so the drafts move with the state; on the tiny
      * target over a draft vocabulary of 6 of its 8 tokens in a scrambled order (row j is not token j),
@@ -471,4 +510,7 @@ const drafter_ops drafter_medusa = {
     "{\"heads\": 3, \"init_std\": 2.0, \"vocab_ids\": [5, 0, 7, 2, 6, 3]}",
     "{\"heads\": 3, \"init_std\": 2.0}",
     .train = &md_train_family,
+    /* its tree on the tiny target: 3 heads, 2 children a node, 6 nodes */
+    .gate_config_tree = "{\"heads\": 3, \"init_std\": 2.0, \"vocab_ids\": [5, 0, 7, 2, 6, 3], \"tree_nodes\": 6, "
+                        "\"tree_width\": 2}",
 };

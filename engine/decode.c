@@ -320,7 +320,13 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             for (int i = 0; i < vres.n_accepted; i++) emitted[i] = blk->tok[path[i]];
             emitted[vres.n_accepted] = vres.token;
         } else {
-            DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, &q->vr, c->scratch, cfg->fault, &vres, emitted) < 0);
+            if (cfg->compare_rules && !greedy && qrows && l > 0) {
+                st->rule_rounds++;
+                st->exp_acc_token += verify_expected_accepted(p, qrows, blk->tok, l, V, VERIFY_TOKEN);
+                st->exp_acc_block += verify_expected_accepted(p, qrows, blk->tok, l, V, VERIFY_BLOCK);
+            }
+            DS_TRY(verify_round(p, qrows, blk->tok, l, V, greedy, cfg->rule, &q->vr, c->scratch, cfg->fault, &vres,
+                                emitted) < 0);
             for (int i = 0; i < vres.n_accepted; i++) path[i] = i;
         }
         int k = vres.n_accepted;

@@ -24,6 +24,9 @@ typedef struct {
     trace *tr;              /* rows go here when not NULL */
     int mode;               /* MODE_AR or MODE_SPEC, for the trace */
     verify_fault fault;     /* FAULT_NONE except in the losslessness gate's negative controls */
+    chain_rule rule;        /* how a chain is verified at T > 0: token-wise (default) or block */
+    int compare_rules;      /* also compute both rules' expected accepted drafts on every sampled chain round
+                             * (a few passes over the vocabulary a draft: off when timing) */
 } decode_cfg;
 
 typedef struct {
@@ -33,6 +36,10 @@ typedef struct {
     double t_draft, t_sched, t_verify, t_prefill;
     long pos_attempted[65], pos_accepted[65]; /* per draft position 1..gamma */
     long batch_rounds, batch_tokens;           /* target forwards of rounds, and their rows */
+    /* the two chain rules on the same drafts: expected accepted drafts of every sampled chain round
+     * (T > 0, l > 0) under token-wise and block verification, whichever one ran */
+    long rule_rounds;
+    double exp_acc_token, exp_acc_block;
 } decode_stats;
 
 /* A request ready to decode: prompt ids copied, caches made, random streams seeded from seed. */

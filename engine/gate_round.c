@@ -556,6 +556,7 @@ typedef struct {
     case_kind kind;
     verify_fault fault;
     int tree;                    /* the drafter's tree mode (gate_config_tree) */
+    int block;                   /* chains verified by block verification */
 } control_case;
 
 /* each mutant through at least two checks */
@@ -593,6 +594,8 @@ static const control_case CONTROLS[] = {
     {"dspark-markov", "threshold", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
     {"recycling", "fixed", S_TOPK, K_EXACT, FAULT_TREE_RATIO, 1}, /* top-k children judged by p/q */
     {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_RATIO, 1},
+    {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_BLOCK_TOKENWISE, 0, 1}, /* block verification, token-wise tests */
+    {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_BLOCK_TOKENWISE, 0, 1},
 };
 #define N_CONTROLS (int)(sizeof CONTROLS / sizeof *CONTROLS)
 
@@ -697,12 +700,16 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
 }
 
 static int run_one(gate_report *rep, pending *pd, const drafter_ops *dops, const char *sched, int setting, case_kind kind,
-                   verify_fault fault, int control, long draws, uint64_t seed, int tree) {
+                   verify_fault fault, int control, long draws, uint64_t seed, int tree, int block) {
     rworld w;
     double t0 = ds_now();
     int n_req = kind == K_SAMPLE ? RBATCH : kind == K_QCONS ? 3 : 1;
     if (rw_open(&w, dops, sched ? sched : "fixed", kind == K_QCONS ? S_TOPK : setting, n_req, seed, NULL, RN, tree))
         return -1;
+    if (block) {
+        w.cfg.rule = VERIFY_BLOCK;
+        snprintf(w.dname + strlen(w.dname), sizeof w.dname - strlen(w.dname), " block-verify");
+    }
     int rc = kind == K_EXACT    ? run_exact(rep, &w, sched, setting, fault, control)
              : kind == K_SAMPLE ? run_sample(rep, pd, &w, sched, draws, fault, control, seed * 1000003)
                                 : run_qcons(rep, pd, &w, draws / 5, fault, control);
@@ -747,23 +754,32 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
                 /* hedge's random gamma multiplies the enumerated paths (~16x, 20-50 s a case here), and
                  * top-p's interplay with each drafter is enumerated under every other scheduler */
                 if (st == S_TOPP && so->gate_sparse && !only && !representative(dops)) continue;
-                if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++, 0)) goto done;
+                if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++, 0, 0)) goto done;
             }
             /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
              * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
             int sample = quick ? is_fixed : !has_det || is_fixed || !strcmp(so->name, "greedy");
-            if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0)) goto done;
+            if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0, 0)) goto done;
         }
-        if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++, 0)) goto done;
+        if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++, 0, 0)) goto done;
         /* its tree mode: tree rounds verified whole (fixed) or priced node by node (greedy), exact at each
          * setting and sampled in a batch (requests whose trees differ in one forward) */
         for (int ts = 0; ts < 2 && dops->gate_config_tree; ts++) {
             const char *tsn = ts ? "greedy" : "fixed";
             for (int e = 0; e < n_exact; e++) {
                 if (ts && (exact_settings[e] == S_GREEDY || exact_settings[e] == S_FULL)) continue;
-                if (run_one(rep, &pd, dops, tsn, exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1)) goto done;
+                if (run_one(rep, &pd, dops, tsn, exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1, 0)) goto done;
             }
-            if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1)) goto done;
+            if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1, 0)) goto done;
+        }
+        /* block verification of its chains (Sun et al.): a stochastic draft LM, a block drafter and a
+         * deterministic one, exact at T > 0 under fixed and greedy, and sampled in a batch */
+        if (!strcmp(dops->name, "vanilla") || !strcmp(dops->name, "dspark-markov") || !strcmp(dops->name, "ngram")) {
+            const int bset[3] = {S_TOPK, S_TOPP, S_TOPK};
+            for (int b = 0; b < (has_det ? 1 : 3); b++)
+                if (run_one(rep, &pd, dops, b == 2 ? "greedy" : "fixed", bset[b], K_EXACT, FAULT_NONE, 0, 0, seed++, 0, 1))
+                    goto done;
+            if (!has_det && run_one(rep, &pd, dops, "fixed", S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0, 1)) goto done;
         }
     }
     if (verbose) fprintf(stderr, "lossless: production round, negative controls\n");
@@ -775,7 +791,8 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         /* fixed seeds and sample sizes: a control's power does not depend on --draws or on how many
          * lossless cases ran before it (reused-uniform: p < 1e-20 at these sizes) */
         long n = c->kind == K_SAMPLE ? 40000 : 40000 * 5 / 2;
-        if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i, c->tree)) goto done;
+        if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i, c->tree, c->block))
+            goto done;
     }
     /* Bonferroni over this part's lossless statistical tests */
     double alpha_each = alpha / (pd.n ? pd.n : 1);

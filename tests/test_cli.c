@@ -199,6 +199,7 @@ static void test_run_and_report(void **state) {
     expect_error("run --drafter medusa-9", 1, "unknown drafter 'medusa-9'");
     expect_error("run --dataset gsm9k", 1, "unknown dataset 'gsm9k'");
     expect_error("run --scheduler retrospective", 1, "unknown scheduler 'retrospective'");
+    expect_error("run --verifier blok", 1, "unknown verifier 'blok' (valid: token, block)");
     expect_error("run --no-baseline", 1, "nothing to run");
     expect_error("report", 1, "give at least one trace file");
     expect_error("report /nonexistent/t.h5", 1, "no such file");

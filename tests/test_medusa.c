@@ -7,6 +7,7 @@
 
 #include "../datasets/traindata.h"
 #include "../drafters/medusa.h"
+#include "../drafters/tree_build.h"
 #include "../engine/decode.h"
 #include "../engine/train.h"
 #include "../schedulers/scheduler.h"
@@ -301,6 +302,99 @@ static void test_checkpoint_vocab(void **state) {
     tiny_close(tt);
 }
 
+/* The tree builder's top-k against a sort: descending, ties to the lower entry, -inf never taken,
+ * probabilities of the full softmax. */
+static void test_tree_topk(void **state) {
+    (void)state;
+    float z[9] = {1.0f, 3.0f, -INFINITY, 3.0f, 0.5f, 2.0f, -INFINITY, 2.0f, -1.0f}, tmp[9], p[16];
+    int ids[16], vid[9] = {10, 11, 12, 13, 14, 15, 16, 17, 18};
+    assert_int_equal(tree_topk_softmax(z, 9, NULL, 4, ids, p, tmp), 4);
+    int want[4] = {1, 3, 5, 7};
+    assert_memory_equal(ids, want, sizeof want);
+    double sum = 0;
+    for (int i = 0; i < 9; i++) sum += z[i] > -INFINITY ? exp((double)z[i] - 3.0) : 0;
+    assert_float_equal(p[0], 1 / sum, 1e-6);
+    assert_float_equal(p[2], exp(-1.0) / sum, 1e-6);
+    assert_int_equal(tree_topk_softmax(z, 9, vid, 16, ids, p, tmp), 7); /* the 7 finite entries, as target ids */
+    assert_int_equal(ids[0], 11);
+    assert_int_equal(ids[6], 18);
+}
+
+/* The parallel drafters' trees (Medusa, DFlash, DSpark-Markov): top-k children by path probability;
+ * the spine of first children is the same drafter's T = 0 chain (for DSpark-Markov: each node's row
+ * follows its own token); siblings distinct; no node deeper than the drafter's block; a budget cuts
+ * the same order. */
+static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg, const char *tree_cfg, int depth_max) {
+    cJSON *ct = cJSON_Parse(tree_cfg), *cc = cJSON_Parse(chain_cfg);
+    drafter dt, dc;
+    if (drafter_open(&dt, name, ct, &tt->t) || drafter_open(&dc, name, cc, &tt->t)) fail_msg("%s: %s", name, ds_errmsg());
+    assert_int_equal(dt.tree_nodes, 10);
+    int seq[8] = {1, 5, 9, 2, 7, 3, 11, 4}, V = tt->t.m.cfg.vocab_size;
+    float *hid = target_states(&tt->t, seq, 7, dt.n_capture, dt.capture_layers);
+    request rt, rc;
+    assert_int_equal(request_init(&rt, &tt->t, 0, seq, 7, 8, 3), 0);
+    assert_int_equal(request_init(&rc, &tt->t, 1, seq, 7, 8, 3), 0);
+    if (dt.ops->begin(&dt, &rt, hid) || dc.ops->begin(&dc, &rc, hid)) fail_msg("%s: %s", name, ds_errmsg());
+    assert_int_equal(ivec_push(&rt.toks, seq[7]), 0); /* the anchor */
+    assert_int_equal(ivec_push(&rc.toks, seq[7]), 0);
+    draft_block bt, bc, b4;
+    assert_int_equal(draft_block_init(&bt, 10, V, 1), 0);
+    assert_int_equal(draft_block_init(&bc, depth_max, V, 1), 0);
+    assert_int_equal(draft_block_init(&b4, 10, V, 1), 0);
+    sampling_params greedy = {0.0f, 0, 1.0f};
+    if (dt.ops->propose(&dt, &rt, 10, &greedy, &bt) || dc.ops->propose(&dc, &rc, depth_max, &greedy, &bc))
+        fail_msg("%s: %s", name, ds_errmsg());
+    assert_int_equal(bt.tree, TREE_TOPK);
+    assert_int_equal(bt.n, 10);
+    int depth[10], spine = 0;
+    for (int i = 0; i < bt.n; i++) {
+        assert_true(bt.parent[i] >= -1 && bt.parent[i] < i);
+        depth[i] = bt.parent[i] < 0 ? 1 : depth[bt.parent[i]] + 1;
+        assert_true(depth[i] <= depth_max);
+        if (bt.parent[i] >= 0) assert_true(bt.conf[i] <= bt.conf[bt.parent[i]]);
+        for (int j = 0; j < i; j++) assert_false(bt.parent[j] == bt.parent[i] && bt.tok[j] == bt.tok[i]);
+        /* the first child of the spine's last node (node 0: the anchor's first child) */
+        if (bt.parent[i] == (spine ? spine - 1 : -1) && (i == 0 || bt.parent[i] != bt.parent[i - 1])) {
+            if (bt.tok[i] != bc.tok[depth[i] - 1])
+                fail_msg("%s: the tree's spine at depth %d is %d, the T = 0 chain's %d", name, depth[i], bt.tok[i],
+                         bc.tok[depth[i] - 1]);
+            spine = i + 1;
+        }
+    }
+    assert_true(spine >= 2); /* the spine goes past the first depth */
+    if (dt.ops->propose(&dt, &rt, 4, &greedy, &b4)) fail_msg("%s: %s", name, ds_errmsg());
+    assert_int_equal(b4.n, 4);
+    assert_memory_equal(b4.tok, bt.tok, 4 * sizeof(int));
+    assert_memory_equal(b4.parent, bt.parent, 4 * sizeof(int));
+    dt.ops->end(&dt, &rt), dc.ops->end(&dc, &rc);
+    request_free(&rt, &tt->t), request_free(&rc, &tt->t);
+    draft_block_free(&bt), draft_block_free(&bc), draft_block_free(&b4);
+    free(hid);
+    drafter_close(&dt), drafter_close(&dc);
+    cJSON_Delete(ct), cJSON_Delete(cc);
+    cJSON *bad = cJSON_Parse("{\"tree_nodes\": 65}");
+    drafter d;
+    assert_int_equal(drafter_open(&d, name, bad, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "tree_nodes"));
+    cJSON_Delete(bad);
+}
+
+static void test_drafter_trees(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    tree_family(tt, "medusa", "{\"heads\": 3, \"init_std\": 2.0}",
+                "{\"heads\": 3, \"init_std\": 2.0, \"tree_nodes\": 10, \"tree_width\": 3}", 3);
+#define BD "\"init_noise\": 5.0, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 4, \"taps\": [0, 1]"
+    tree_family(tt, "dflash", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4);
+    tree_family(tt, "dspark-markov", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4);
+    cJSON *rnn = cJSON_Parse("{" BD ", \"tree_nodes\": 4}");
+#undef BD
+    drafter d;
+    assert_int_equal(drafter_open(&d, "dspark-rnn", rnn, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "RNN"));
+    cJSON_Delete(rnn);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_final),
@@ -308,6 +402,8 @@ int main(void) {
         cmocka_unit_test(test_grad_vocab),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_checkpoint_vocab),
+        cmocka_unit_test(test_tree_topk),
+        cmocka_unit_test(test_drafter_trees),
         cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_overfit_gate_vocab),
     };

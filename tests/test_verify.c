@@ -7,6 +7,7 @@
 #include "../verify/logits.h"
 #include "../verify/lossless.h"
 #include "../verify/stats.h"
+#include "../verify/enumerate.h"
 #include "../verify/verify.h"
 
 /* logits_process against an independent float64 one written from the definitions: p ∝ exp(z / T)
@@ -165,6 +166,80 @@ static void test_tree_exact(void **state) {
     print_message("tree controls: ratio rule on top-k children TV %.4f, resample from p (iid) %.4f, (wor) %.4f\n", d1, d2, d3);
 }
 
+/* ------------------------------------------------------------ block verification, exactly */
+
+/* verify_block on rows that depend on the position only: every draft block x ~ q and every draw of
+ * the verifier enumerated. The first emitted token's law is p[0] (TV < 1e-12) under both rules; for
+ * each x the enumerated mean accepted count equals verify_expected_accepted (both rules); block's
+ * mean over x is at least token-wise's; the token-wise-threshold control is not exact. */
+static double block_case(int l, uint64_t seed, verify_fault fault, chain_rule rule, double *mean_acc) {
+    enum { V = 5 };
+    float p[8 * V], q[8 * V];
+    rng_t r;
+    rng_seed(&r, seed);
+    for (int k = 0; k <= l; k++) {
+        double s = 0, t = 0;
+        for (int i = 0; i < V; i++) {
+            p[k * V + i] = rng_uniform(&r) < 0.2 ? 0.0f : (float)rng_uniform(&r);
+            q[k * V + i] = (float)rng_uniform(&r);
+            s += p[k * V + i], t += q[k * V + i];
+        }
+        if (s == 0) p[k * V] = 1, s = 1;
+        for (int i = 0; i < V; i++) p[k * V + i] /= (float)s, q[k * V + i] /= (float)t;
+    }
+    long double law[V] = {0}, acc = 0;
+    double scratch[V];
+    int n_x = 1;
+    for (int k = 0; k < l; k++) n_x *= V;
+    draw_enum en;
+    assert_int_equal(draw_enum_init(&en), 0);
+    for (int xi = 0; xi < n_x; xi++) {
+        int x[8], t = xi;
+        long double wx = 1;
+        for (int k = 0; k < l; k++) x[k] = t % V, t /= V, wx *= q[k * V + x[k]] / row_sum(q + k * V, V);
+        long double acc_x = 0;
+        do {
+            verify_rng vr;
+            rng_seed(&vr.accept, 1);
+            rng_seed(&vr.resample, 2);
+            vr.accept.en = vr.resample.en = &en;
+            draw_enum_begin(&en);
+            verify_result res;
+            int em[9];
+            assert_int_equal(verify_round(p, q, x, l, V, 0, rule, &vr, scratch, fault, &res, em) > 0, 1);
+            assert_int_equal(draw_enum_end(&en), 0);
+            law[em[0]] += wx * en.weight;
+            acc_x += en.weight * res.n_accepted;
+        } while (draw_enum_next(&en));
+        if (!fault) assert_true(fabsl(acc_x - verify_expected_accepted(p, q, x, l, V, rule)) < 1e-12L);
+        acc += wx * acc_x;
+    }
+    draw_enum_free(&en);
+    long double d = 0;
+    for (int i = 0; i < V; i++) d += fabsl(law[i] - p[i] / (long double)row_sum(p, V)); /* rows as the verifier sees them */
+    *mean_acc = (double)acc;
+    return (double)(d / 2);
+}
+
+static void test_block_exact(void **state) {
+    (void)state;
+    for (int l = 1; l <= 4; l++)
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            double at, ab, ac;
+            double dt = block_case(l, seed, FAULT_NONE, VERIFY_TOKEN, &at);
+            double db = block_case(l, seed, FAULT_NONE, VERIFY_BLOCK, &ab);
+            if (dt > 1e-12 || db > 1e-12) fail_msg("l %d seed %d: first-token TV token %g block %g", l, (int)seed, dt, db);
+            if (ab < at - 1e-12) fail_msg("l %d seed %d: block accepts %.6f < token-wise %.6f", l, (int)seed, ab, at);
+            if (l == 1 && fabs(ab - at) > 1e-12) fail_msg("one draft: block %.6f != token-wise %.6f", ab, at);
+            if (l == 3 && seed == 1) {
+                double dc = block_case(l, seed, FAULT_BLOCK_TOKENWISE, VERIFY_BLOCK, &ac);
+                print_message("block verification, 3 drafts: E[accepted] %.4f vs token-wise %.4f; control TV %.4f\n", ab,
+                              at, dc);
+                assert_true(dc > 1e-3);
+            }
+        }
+}
+
 static void test_pvalues(void **state) {
     (void)state;
     /* textbook critical values */
@@ -251,6 +326,7 @@ int main(void) {
         cmocka_unit_test(test_appendix_a_exact),
         cmocka_unit_test(test_chain_edges),
         cmocka_unit_test(test_tree_exact),
+        cmocka_unit_test(test_block_exact),
         cmocka_unit_test(test_pvalues),
         cmocka_unit_test(test_gate_quick),
         cmocka_unit_test(test_gate_round),

@@ -169,6 +169,7 @@ typedef struct {
     long double **memo;   /* law of the next (N - len) tokens after each shorter prefix */
     enum_law *first;      /* first-round laws */
     verify_fault fault;   /* enumerable controls: accept bias, bonus row */
+    chain_rule rule;      /* token-wise or block verification */
     draw_enum en;         /* walks the production verifier's draws */
     int failed;
 } ectx;
@@ -243,7 +244,7 @@ static void leaf(ectx *e, frame *f, long double wd) {
     do {
         draw_enum_begin(&e->en);
         verify_result res;
-        int n = verify_round(p, qv, f->x, l, V, 0, &vr, scratch, e->fault, &res, out[n_out].em);
+        int n = verify_round(p, qv, f->x, l, V, 0, e->rule, &vr, scratch, e->fault, &res, out[n_out].em);
         if (n < 0 || draw_enum_end(&e->en) || n_out == (int)(sizeof out / sizeof *out)) {
             if (n_out == (int)(sizeof out / sizeof *out)) ds_error("enumeration: too many verifier branches");
             e->failed = 1;
@@ -309,13 +310,13 @@ static long double *law_after(ectx *e, const int *prefix, int n) {
 }
 
 int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, int N, verify_fault fault,
-              enum_law *out) {
+              chain_rule rule, enum_law *out) {
     memset(out, 0, sizeof *out);
     if (gamma < 1 || gamma > MAX_GAMMA || N < 1 || N > 4 || w->V > MAX_V) {
         ds_error("enumeration: gamma %d / N %d / V %d out of range", gamma, N, w->V);
         return -1;
     }
-    ectx e = {w, s, sps, gamma, N, w->V, NULL, out, fault, {0}, 0};
+    ectx e = {w, s, sps, gamma, N, w->V, NULL, out, fault, rule, {0}, 0};
     if (draw_enum_init(&e.en)) return -1;
     size_t slots = 0;
     for (int l = 0; l < N; l++) slots += ipow(w->V, l);
@@ -382,7 +383,7 @@ typedef struct {
 } sim_round_out;
 
 static int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, const int *prefix, int n,
-              rng_t *draft_rng, verify_rng *vr, verify_fault fault, sim_round_out *out) {
+              rng_t *draft_rng, verify_rng *vr, verify_fault fault, chain_rule rule, sim_round_out *out) {
     int V = w->V, tok[64], x[MAX_GAMMA], l, n_draft = gamma;
     float q[MAX_GAMMA][MAX_V], qv[MAX_GAMMA][MAX_V], p[(MAX_GAMMA + 1) * MAX_V], c[MAX_GAMMA];
     double scratch[MAX_V];
@@ -401,7 +402,7 @@ static int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, in
     float qrows[MAX_GAMMA * MAX_V];
     for (int k = 0; k < l; k++) memcpy(qrows + (size_t)k * V, qv[k], sizeof(float) * (size_t)V);
     verify_result res;
-    if (verify_round(p, qrows, x, l, V, 0, vr, scratch, fault, &res, out->emitted) < 0) return -1;
+    if (verify_round(p, qrows, x, l, V, 0, rule, vr, scratch, fault, &res, out->emitted) < 0) return -1;
     out->accepted = res.n_accepted;
     out->verified = l;
     out->bonus = res.bonus;
@@ -467,11 +468,11 @@ static int jagged_sps(sps_table *t) {
 }
 
 static int gate_exact_world(gate_report *rep, const gate_world *w, const char *sched, const sps_table *sps, int gamma, int N,
-                     verify_fault fault, const char *label, int control) {
+                     verify_fault fault, chain_rule rule, const char *label, int control) {
     scheduler s;
     enum_law law;
     if (scheduler_open(&s, sched, NULL, 1)) return -1;
-    if (enum_spec(w, &s, sps, gamma, N, fault, &law)) {
+    if (enum_spec(w, &s, sps, gamma, N, fault, rule, &law)) {
         scheduler_close(&s);
         return -1;
     }
@@ -500,7 +501,49 @@ static int exact_case(gate_report *rep, const toy_spec *ts, const char *sched, i
     if (!w || (jagged ? jagged_sps(&sps) : toy_sps(&sps))) return -1;
     snprintf(name, sizeof name, "enumerate V=%d gamma=%d N=%d %s %s%s%s", ts->V, gamma, N,
              proc_name(&ts->sp, pn, sizeof pn), sched, jagged ? " jagged-SPS" : "", ts->one_sided ? " one-sided-T" : "");
-    int rc = gate_exact_world(rep, w, sched, &sps, gamma, N, FAULT_NONE, name, control);
+    int rc = gate_exact_world(rep, w, sched, &sps, gamma, N, FAULT_NONE, VERIFY_TOKEN, name, control);
+    sps_free(&sps);
+    toy_world_free(w);
+    return rc;
+}
+
+/* Block verification exact (TV of its law from the target's), and the two rules' expected accepted
+ * drafts in the first round from the same enumeration: block must never accept fewer. */
+static int block_exact_case(gate_report *rep, const toy_spec *ts, const char *sched, int gamma, int N,
+                            verify_fault fault) {
+    gate_world *w = toy_world_new(ts);
+    sps_table sps;
+    scheduler s;
+    char name[200], pn[48];
+    if (!w || toy_sps(&sps)) return -1;
+    int control = fault != FAULT_NONE, rc = -1;
+    snprintf(name, sizeof name, "%senumerate block-verify V=%d gamma=%d N=%d %s %s%s%s", control ? "control " : "", ts->V,
+             gamma, N, proc_name(&ts->sp, pn, sizeof pn), sched, control ? " mutant " : "",
+             control ? VERIFY_FAULT_NAMES[fault] : "");
+    if (gate_exact_world(rep, w, sched, &sps, gamma, N, fault, VERIFY_BLOCK, name, control)) goto out;
+    if (!control) {
+        enum_law lt, lb;
+        if (scheduler_open(&s, sched, NULL, 1)) goto out;
+        if (enum_spec(w, &s, &sps, gamma, 1, FAULT_NONE, VERIFY_TOKEN, &lt)) {
+            scheduler_close(&s);
+            goto out;
+        }
+        if (enum_spec(w, &s, &sps, gamma, 1, FAULT_NONE, VERIFY_BLOCK, &lb)) {
+            enum_law_free(&lt);
+            scheduler_close(&s);
+            goto out;
+        }
+        long double et = 0, eb = 0;
+        for (int k = 0; k <= gamma; k++) et += k * lt.accepted[k], eb += k * lb.accepted[k];
+        snprintf(name, sizeof name, "block-verify accepts >= token-wise V=%d gamma=%d %s %s: E[accepted] %.6f vs %.6f",
+                 ts->V, gamma, proc_name(&ts->sp, pn, sizeof pn), sched, (double)eb, (double)et);
+        gate_add(rep, name, "exact-acc", 0, (double)(eb - et), NAN, 0, eb >= et - 1e-12L);
+        enum_law_free(&lt);
+        enum_law_free(&lb);
+        scheduler_close(&s);
+    }
+    rc = 0;
+out:
     sps_free(&sps);
     toy_world_free(w);
     return rc;
@@ -563,7 +606,7 @@ static int exact_batch_case(gate_report *rep, const char *sched, int control) {
             for (int r = 0; r < 2; r++) {
                 verify_result res;
                 int em[MAX_GAMMA + 1];
-                if (verify_round(p[r], qr[r], x[r], l[r], V, 0, &vr, scratch, FAULT_NONE, &res, em) < 0) goto fail;
+                if (verify_round(p[r], qr[r], x[r], l[r], V, 0, VERIFY_TOKEN, &vr, scratch, FAULT_NONE, &res, em) < 0) goto fail;
                 first[r] = em[0];
             }
             if (draw_enum_end(&en)) goto fail;
@@ -590,7 +633,7 @@ int appendix_a_first_token(const char *sched, double *pA) {
     scheduler s;
     sps_table sps;
     enum_law law;
-    if (!w || appendix_a_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, 2, 1, FAULT_NONE, &law)) {
+    if (!w || appendix_a_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, 2, 1, FAULT_NONE, VERIFY_TOKEN, &law)) {
         free(w);
         return -1;
     }
@@ -610,13 +653,13 @@ typedef struct {
 } counts;
 
 static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, int gamma, long N, verify_fault fault,
-                       int control, uint64_t seed, double alpha_each) {
+                       chain_rule rule, int control, uint64_t seed, double alpha_each) {
     gate_world *w = toy_world_new(ts);
     scheduler s;
     sps_table sps;
     enum_law law;
     int V = ts->V;
-    if (!w || toy_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, gamma, 2, FAULT_NONE, &law)) return -1;
+    if (!w || toy_sps(&sps) || scheduler_open(&s, sched, NULL, 1) || enum_spec(w, &s, &sps, gamma, 2, FAULT_NONE, rule, &law)) return -1;
     long double *target = calloc((size_t)V * V, sizeof(long double));
     enum_target(w, 2, target);
     counts c = {calloc((size_t)V * V, sizeof(long)), calloc((size_t)gamma + 1, sizeof(long)),
@@ -628,23 +671,21 @@ static int sample_case(gate_report *rep, const toy_spec *ts, const char *sched, 
     rng_seed(&vr.resample, seed ^ 0x2222);
     sim_round_out o, o2;
     for (long i = 0; i < N; i++) {
-        if (sim_round(w, &s, &sps, gamma, NO_PREFIX, 0, &dr, &vr, fault, &o)) return -1;
+        if (sim_round(w, &s, &sps, gamma, NO_PREFIX, 0, &dr, &vr, fault, rule, &o)) return -1;
         c.acc[o.accepted]++;
         if (!o.bonus) c.res[(size_t)o.accepted * V + o.emitted[o.accepted]]++;
         int t0 = o.emitted[0], t1;
         c.first[t0]++;
         if (o.n_emitted >= 2) t1 = o.emitted[1];
         else {
-            if (sim_round(w, &s, &sps, gamma, &t0, 1, &dr, &vr, fault, &o2)) return -1;
+            if (sim_round(w, &s, &sps, gamma, &t0, 1, &dr, &vr, fault, rule, &o2)) return -1;
             t1 = o2.emitted[0];
         }
         c.joint[t0 * V + t1]++;
     }
     char base[100], pn[48], name[160];
-    snprintf(base, sizeof base, "V=%d gamma=%d %s %s%s%s", V, gamma, proc_name(&ts->sp, pn, sizeof pn), sched,
-             fault == FAULT_UNNORMALISED_RESIDUAL ? " unnormalised-residual"
-             : fault == FAULT_REUSED_UNIFORM      ? " reused-uniform"
-                                                  : "",
+    snprintf(base, sizeof base, "V=%d gamma=%d %s %s%s%s%s%s", V, gamma, proc_name(&ts->sp, pn, sizeof pn), sched,
+             rule == VERIFY_BLOCK ? " block-verify" : "", fault ? " " : "", fault ? VERIFY_FAULT_NAMES[fault] : "",
              ts->one_sided ? " one-sided-T" : "");
     double *prob = malloc(sizeof(double) * (size_t)V * V);
     gof_result g;
@@ -707,7 +748,7 @@ static int ks_world(gate_report *rep, const gate_world *w, const char *sched, co
     rng_seed(&vr.resample, seed ^ 0x4444);
     sim_round_out o;
     for (long i = 0; i < N; i++) {
-        if (sim_round(w, &s, sps, gamma, NO_PREFIX, 0, &dr, &vr, fault, &o)) {
+        if (sim_round(w, &s, sps, gamma, NO_PREFIX, 0, &dr, &vr, fault, VERIFY_TOKEN, &o)) {
             free(cnt);
             scheduler_close(&s);
             return -1;
@@ -758,7 +799,7 @@ static int appendix_a_sample(gate_report *rep, const char *sched, long N, int co
     rng_seed(&vr.resample, 79);
     sim_round_out o;
     for (long i = 0; i < N; i++) {
-        if (sim_round(w, &s, &sps, 2, NO_PREFIX, 0, &dr, &vr, FAULT_NONE, &o)) return -1;
+        if (sim_round(w, &s, &sps, 2, NO_PREFIX, 0, &dr, &vr, FAULT_NONE, VERIFY_TOKEN, &o)) return -1;
         cnt[o.emitted[0]]++;
     }
     gof_result g;
@@ -803,6 +844,23 @@ int gate_run(gate_report *rep, int verbose) {
         if (exact_case(rep, &s8g, "fixed", 3, 2, 0, 0)) return -1;
     }
     if (exact_batch_case(rep, "greedy", 0) || exact_batch_case(rep, "fixed", 0)) return -1;
+    /* block verification: every scheduler, both temperatures, truncated supports, T = 0; its control */
+    for (int ti = 0; ti < 2; ti++) {
+        sampling_params plain = {temps[ti], 0, 1.0f}, topk = {temps[ti], 3, 1.0f}, topp = {temps[ti], 0, 0.9f};
+        toy_spec s4 = {4, 211 + (uint64_t)ti, plain, 0.5f, 0}, s6 = {6, 221 + (uint64_t)ti, plain, 0.3f, 0};
+        toy_spec s4k = {4, 231 + (uint64_t)ti, topk, 0.5f, 0}, s8p = {8, 241 + (uint64_t)ti, topp, 0.5f, 0};
+        const char *scheds[3] = {"fixed", "threshold", "greedy"};
+        for (int si = 0; si < 3; si++)
+            if (block_exact_case(rep, &s4, scheds[si], 3, 3, FAULT_NONE)) return -1;
+        if (block_exact_case(rep, &s6, "fixed", 4, 2, FAULT_NONE) || block_exact_case(rep, &s4k, "fixed", 3, 3, FAULT_NONE) ||
+            block_exact_case(rep, &s8p, "fixed", 3, 2, FAULT_NONE))
+            return -1;
+    }
+    {
+        toy_spec s8g = {8, 261, {0.0f, 0, 1.0f}, 0.7f, 0}, s4 = {4, 271, {1.0f, 0, 1.0f}, 0.4f, 0};
+        if (block_exact_case(rep, &s8g, "fixed", 3, 2, FAULT_NONE)) return -1;
+        if (block_exact_case(rep, &s4, "fixed", 3, 2, FAULT_BLOCK_TOKENWISE)) return -1;
+    }
     if (gate_tree_cases(rep)) return -1;
     {
         double pa_greedy, pa_retro;
@@ -824,7 +882,7 @@ int gate_run(gate_report *rep, int verbose) {
     }
 
     /* 2 + 3. sampling tests; Bonferroni over every lossless statistical test */
-    int n_chi = 4, n_ks = quick ? 4 : 24;
+    int n_chi = 5, n_ks = quick ? 4 : 24;
     int n_tests_est = n_chi * (2 + 3) + n_ks + 1;
     double alpha_each = alpha / n_tests_est;
     if (verbose) fprintf(stderr, "lossless: sampling tests, N = %ld per case, alpha per test %.2g\n", N, alpha_each);
@@ -832,7 +890,7 @@ int gate_run(gate_report *rep, int verbose) {
         const int gammas[2] = {1, 3};
         for (int gi = 0; gi < 2; gi++) {
             toy_spec s16 = {16, 81 + (uint64_t)(ti * 2 + gi), {temps[ti], 0, 1.0f}, 0.5f, 0};
-            if (sample_case(rep, &s16, "fixed", gammas[gi], N, FAULT_NONE, 0, 900 + (uint64_t)(ti * 2 + gi), alpha_each))
+            if (sample_case(rep, &s16, "fixed", gammas[gi], N, FAULT_NONE, VERIFY_TOKEN, 0, 900 + (uint64_t)(ti * 2 + gi), alpha_each))
                 return -1;
         }
     }
@@ -853,15 +911,20 @@ int gate_run(gate_report *rep, int verbose) {
                 }
         if (verbose) fprintf(stderr, "\n");
     }
+    {
+        toy_spec s16 = {16, 85, {1.0f, 0, 1.0f}, 0.4f, 0};
+        if (sample_case(rep, &s16, "fixed", 3, N, FAULT_NONE, VERIFY_BLOCK, 0, 905, alpha_each)) return -1;
+    }
     if (appendix_a_sample(rep, "greedy", N, 0, alpha_each)) return -1;
 
     /* 4. negative controls through the same tests */
     if (verbose) fprintf(stderr, "lossless: negative controls\n");
     {
         toy_spec s16 = {16, 131, {1.0f, 0, 1.0f}, 0.5f, 0}, s16o = {16, 132, {0.6f, 0, 1.0f}, 0.5f, 1};
-        if (sample_case(rep, &s16, "fixed", 3, N, FAULT_UNNORMALISED_RESIDUAL, 1, 7001, alpha_each)) return -1;
-        if (sample_case(rep, &s16, "fixed", 3, N, FAULT_REUSED_UNIFORM, 1, 7002, alpha_each)) return -1;
-        if (sample_case(rep, &s16o, "fixed", 3, N, FAULT_NONE, 1, 7003, alpha_each)) return -1;
+        if (sample_case(rep, &s16, "fixed", 3, N, FAULT_UNNORMALISED_RESIDUAL, VERIFY_TOKEN, 1, 7001, alpha_each)) return -1;
+        if (sample_case(rep, &s16, "fixed", 3, N, FAULT_REUSED_UNIFORM, VERIFY_TOKEN, 1, 7002, alpha_each)) return -1;
+        if (sample_case(rep, &s16o, "fixed", 3, N, FAULT_NONE, VERIFY_TOKEN, 1, 7003, alpha_each)) return -1;
+        if (sample_case(rep, &s16, "fixed", 3, N, FAULT_BLOCK_TOKENWISE, VERIFY_BLOCK, 1, 7007, alpha_each)) return -1;
         toy_spec s64 = {64, 133, {1.0f, 20, 0.9f}, 0.6f, 0}, s64o = {64, 134, {0.6f, 20, 0.9f}, 0.6f, 1};
         if (ks_case(rep, &s64, 3, N, FAULT_UNNORMALISED_RESIDUAL, 1, 7004, alpha_each)) return -1;
         if (ks_case(rep, &s64, 3, N, FAULT_REUSED_UNIFORM, 1, 7005, alpha_each)) return -1;

@@ -37,7 +37,7 @@ typedef struct {
 } enum_law;
 
 int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma, int N, verify_fault fault,
-              enum_law *out);
+              chain_rule rule, enum_law *out);
 void enum_law_free(enum_law *l);
 /* target law of the first N tokens */
 int enum_target(const gate_world *w, int N, long double *law /* [V^N] */);

@@ -1,6 +1,7 @@
 #include "verify.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "../runtime/base/common.h"
 
@@ -14,8 +15,20 @@ double row_sum(const float *x, int V) {
 const char *const VERIFY_FAULT_NAMES[FAULT_COUNT] = {
     "none", "unnormalised-residual", "reused-uniform", "accept-bias-1%", "bonus-row", "shifted-q", "draft-no-top-p",
     "draft-wrong-q", "combine-peeks", "draft-stop-peeks", "tree-ratio",
-    "tree-resample-p",
+    "tree-resample-p", "block-tokenwise",
 };
+
+const char *const CHAIN_RULE_NAMES[2] = {"token", "block"};
+
+int chain_rule_parse(const char *name, chain_rule *out) {
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(name, CHAIN_RULE_NAMES[i])) {
+            *out = (chain_rule)i;
+            return 0;
+        }
+    ds_error("unknown verifier '%s' (valid: token, block)", name);
+    return -1;
+}
 
 double verify_log_ratio(float p_x, float q_x, double sp, double sq) {
     if (!(p_x > 0)) return -INFINITY;
@@ -90,10 +103,12 @@ void verify_greedy(const float *p, const int *x, int l, int V, verify_result *ou
     out->token = argmax_f32(p + (size_t)k * V, V);
 }
 
-int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, verify_rng *rng,
+int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, chain_rule rule, verify_rng *rng,
                  double *scratch, verify_fault fault, verify_result *res, int *emitted) {
     if (greedy) verify_greedy(p, x, l, V, res);
-    else if (verify_chain(p, q, x, l, V, rng, scratch, fault, res)) return -1;
+    else if (rule == VERIFY_BLOCK ? verify_block(p, q, x, l, V, rng, scratch, fault, res)
+                                  : verify_chain(p, q, x, l, V, rng, scratch, fault, res))
+        return -1;
     for (int k = 0; k < res->n_accepted; k++) emitted[k] = x[k];
     emitted[res->n_accepted] = res->token;
     return res->n_accepted + 1;

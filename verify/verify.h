@@ -44,6 +44,8 @@ typedef enum {
                                   * probability of the child, as if they had been sampled (trees.md rule 1) */
     FAULT_TREE_RESAMPLE_P,       /* after a sampled child's rejection p' stays p: resampling from p instead of
                                   * the residual (rule 2) */
+    FAULT_BLOCK_TOKENWISE,       /* block verification whose per-position pass test is the token-wise ratio
+                                  * min(1, p/q) instead of the block's h_i (trees.md control 6) */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
@@ -63,13 +65,28 @@ double verify_residual(const float *p, const float *q, int V, double sp, double 
  * draws go through rng_accept / rng_draw, so the gate can enumerate this very function. */
 int verify_chain(const float *p, const float *q, const int *x, int l, int V, verify_rng *rng, double *scratch,
                  verify_fault fault, verify_result *out);
+/* How a chain is verified at T > 0: token by token (verify_chain) or as a block (verify_block, Sun et al.
+ * 2024: lossless, never fewer accepted tokens in expectation). At T = 0 both are verify_greedy. */
+typedef enum { VERIFY_TOKEN = 0, VERIFY_BLOCK } chain_rule;
+extern const char *const CHAIN_RULE_NAMES[2];
+int chain_rule_parse(const char *name, chain_rule *out); /* -1 with an error naming the valid rules */
+
+/* Block verification (verify/block.c), same rows and streams as verify_chain: the accepted length is
+ * the last position whose pass test succeeds (tests drawn from the last position down), then one draw
+ * from the block residual or the bonus row. */
+int verify_block(const float *p, const float *q, const int *x, int l, int V, verify_rng *rng, double *scratch,
+                 verify_fault fault, verify_result *out);
+/* The expected number of accepted drafts of this very block under a rule (no draws): the two rules
+ * compared on the same drafts. */
+double verify_expected_accepted(const float *p, const float *q, const int *x, int l, int V, chain_rule rule);
+
 /* Temperature 0: accept while x_k is the argmax of p[k-1]; the next token is the argmax of p[k]. */
 void verify_greedy(const float *p, const int *x, int l, int V, verify_result *out);
 
-/* The verify step of one request's round, shared by the decoding loop and the gate: greedy or
- * chain verification of x_1..x_l against p[0..l], then the emitted tokens (the accepted drafts and
+/* The verify step of one request's round, shared by the decoding loop and the gate: greedy, token-wise
+ * or block verification of x_1..x_l against p[0..l], then the emitted tokens (the accepted drafts and
  * the residual or bonus token) into emitted[0..l]. Returns how many were emitted, -1 on error. */
-int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, verify_rng *rng,
+int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, chain_rule rule, verify_rng *rng,
                  double *scratch, verify_fault fault, verify_result *res, int *emitted);
 
 /* How a draft tree's children were made (trees.md): the verification rule depends on it. */

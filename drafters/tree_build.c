@@ -1,0 +1,63 @@
+#include "tree_build.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../runtime/base/common.h"
+#include "../runtime/kernels/kernels_cpu.h"
+
+int tree_topk_softmax(const float *z, int n, const int *vid, int K, int *ids, float *p, float *tmp) {
+    int bad, m = 0, top[TREE_MAX_K];
+    K = DS_MIN(K, TREE_MAX_K);
+    float mx = qk_max_scan(z, n, &bad);
+    if (!(mx > -INFINITY)) return 0;
+    /* a sorted list of the K best entries so far; a later equal logit never displaces an earlier one */
+    for (int j = 0; j < n; j++) {
+        if (!(z[j] > -INFINITY) || (m == K && !(z[j] > z[top[m - 1]]))) continue;
+        int i = m < K ? m++ : K - 1;
+        while (i > 0 && z[j] > z[top[i - 1]]) top[i] = top[i - 1], i--;
+        top[i] = j;
+    }
+    double sum = qk_exp_sum(z, mx, tmp, n); /* z's -inf entries add 0 */
+    for (int i = 0; i < m; i++) {
+        ids[i] = vid ? vid[top[i]] : top[i];
+        p[i] = (float)(exp((double)z[top[i]] - mx) / sum);
+    }
+    return m;
+}
+
+int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out) {
+    struct cand {
+        int parent, rank;     /* the parent node (-1: the anchor) and the child's rank in its row */
+        float pscore, score;  /* the parent's path probability, and the candidate's own */
+    } c[2 * 64 + 2];
+    int rid[65][TREE_MAX_K], rn[65]; /* children rows: [0] the anchor's, [1 + i] node i's */
+    float rp[65][TREE_MAX_K];
+    int depth[64], nc = 0, n = 0;
+    K = DS_MIN(K, TREE_MAX_K);
+    budget = DS_MIN(budget, DS_MIN(out->cap, 64));
+    out->n = 0;
+    out->tree = TREE_TOPK;
+    if (budget <= 0 || K <= 0) return 0;
+    if ((rn[0] = row(ctx, -1, -1, 0, K, rid[0], rp[0])) < 0) return -1;
+    if (rn[0] > 0) c[nc++] = (struct cand){-1, 0, 1.0f, rp[0][0]};
+    while (n < budget && nc > 0) {
+        int b = 0;
+        for (int i = 1; i < nc; i++)
+            if (c[i].score > c[b].score) b = i; /* ties: the earlier candidate */
+        struct cand x = c[b];
+        for (int i = b; i + 1 < nc; i++) c[i] = c[i + 1]; /* keep insertion order for ties */
+        nc--;
+        int r = x.parent + 1, tok = rid[r][x.rank];
+        depth[n] = x.parent < 0 ? 1 : depth[x.parent] + 1;
+        out->tok[n] = tok, out->parent[n] = x.parent;
+        if (out->conf) out->conf[n] = x.score;
+        if (out->conf_raw) out->conf_raw[n] = x.score;
+        if (x.rank + 1 < rn[r]) c[nc++] = (struct cand){x.parent, x.rank + 1, x.pscore, x.pscore * rp[r][x.rank + 1]};
+        if ((rn[n + 1] = row(ctx, n, tok, depth[n], K, rid[n + 1], rp[n + 1])) < 0) return -1;
+        if (rn[n + 1] > 0) c[nc++] = (struct cand){n, 0, x.score, x.score * rp[n + 1][0]};
+        n++;
+    }
+    out->n = n;
+    return 0;
+}

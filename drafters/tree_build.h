@@ -1,0 +1,34 @@
+/* tree_build.h — a best-first draft tree (DDTree's expansion; EAGLE-2's by path confidence), shared by
+ * the tree modes of the drafters that score a node's children from a row: Medusa's heads and DFlash's
+ * positions (one row a depth, the same for every parent), DSpark-Markov's (a row a parent: its token
+ * moves the Markov head).
+ *
+ * A candidate is (parent node, rank) scored by its path probability, the product of its ancestors'
+ * and its own row probability; the best candidate becomes the next node, then its next sibling
+ * (rank + 1) and its first child (rank 0 of its own row) become candidates, until the budget. Nodes
+ * come out parents first and siblings by rank, so every prefix is a tree, and a row lists distinct
+ * tokens, so siblings never repeat. The children depend on the context alone (TREE_TOPK: q unused).
+ * Each node's confidence is its path probability. */
+#ifndef DS_TREE_BUILD_H
+#define DS_TREE_BUILD_H
+
+#include "drafter.h"
+
+#define TREE_MAX_K 16 /* children a node at most */
+
+/* The children row of a node: node -1 is the anchor (depth 0, its children at depth 1), else node
+ * holds tok at depth >= 1. Up to K distinct ids and probabilities, descending, into ids / p; returns
+ * how many (0: no children, e.g. past the drafter's depth or after an end-of-generation token), -1 on
+ * error. */
+typedef int (*tree_row_fn)(void *ctx, int node, int tok, int depth, int K, int *ids, float *p);
+
+/* Up to budget nodes (<= out->cap, <= 64) of K children at most each into out (tok, parent, conf and
+ * conf_raw when present, n, tree = TREE_TOPK). */
+int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out);
+
+/* The K largest entries of softmax(z) over n logits, descending (ties: the lower entry), as target ids
+ * (vid[j] for entry j; NULL: j itself) and their full-softmax probabilities; tmp holds n floats.
+ * Returns how many (min(K, entries of finite logit)). */
+int tree_topk_softmax(const float *z, int n, const int *vid, int K, int *ids, float *p, float *tmp);
+
+#endif
