@@ -542,6 +542,9 @@ int mtp_drafter_propose(drafter *d, request *r, int gamma, const sampling_params
         DS_TRY(head_logits(s, y));
         DS_TRY(draft_from_logits(d, r, s->z, &s->m.sv, sp, &c->contract, k - 1, out, &s->scr, s->qalt));
         out->n = k;
+        /* the next draft costs a module row and a head pass: the scheduler may stop here (its rule reads
+         * c_1..c_k only, never x_k's value, so any stop is lossless) */
+        if (k < g && out->more && out->conf && !out->more(out->more_ctx, k, out->conf)) break;
     }
     return 0;
 fail:

@@ -289,6 +289,9 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         c->flat[T++] = request_anchor(q);
         for (int k = 0; k < c->len[a]; k++) {
             c->par[T] = tree ? blk->parent[k] + 1 : k; /* among the request's new tokens: the anchor is 0 */
+            /* the control: every node after the first child of a parent attends as if its previous node (a
+             * sibling, or a sibling's descendant) were its parent */
+            if (tree && cfg->fault == FAULT_TREE_SIBLING_ROW && k > 0 && blk->parent[k] == blk->parent[k - 1]) c->par[T] = k;
             c->flat[T++] = blk->tok[k];
         }
         any_tree |= tree;
@@ -339,7 +342,8 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         if (tree) {
             c->slots[0] = base;
             for (int i = 0; i < k; i++) c->slots[i + 1] = base + 1 + path[i];
-            DS_TRY(kv_cache_keep(t->be, q->tkv, base, c->slots, k + 1));
+            if (cfg->fault == FAULT_TREE_KV_KEPT) kv_cache_crop(q->tkv, base + 1 + k); /* the control: the first k nodes' rows */
+            else DS_TRY(kv_cache_keep(t->be, q->tkv, base, c->slots, k + 1));
         } else {
             kv_cache_crop(q->tkv, base + 1 + k);
         }

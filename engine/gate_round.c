@@ -594,6 +594,10 @@ static const control_case CONTROLS[] = {
     {"dspark-markov", "threshold", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},
     {"recycling", "fixed", S_TOPK, K_EXACT, FAULT_TREE_RATIO, 1}, /* top-k children judged by p/q */
     {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_RATIO, 1},
+    {"recycling", "fixed", S_TOPK, K_EXACT, FAULT_TREE_SIBLING_ROW, 1}, /* a node sees its sibling's row */
+    {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_SIBLING_ROW, 1},
+    {"recycling", "fixed", S_TOPK, K_EXACT, FAULT_TREE_KV_KEPT, 1}, /* a rejected branch's rows kept */
+    {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_KV_KEPT, 1},
     {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_BLOCK_TOKENWISE, 0, 1}, /* block verification, token-wise tests */
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_BLOCK_TOKENWISE, 0, 1},
 };

@@ -40,7 +40,34 @@ static int sampled_children(const float *q, const int *tok, const int *ch, int k
             return -1;
         }
         for (int i = 0; i < V; i++) pc[i] /= mass;
+        if (fault == FAULT_TREE_TRUNC_RESIDUAL) { /* the control's bug: only the 2 largest entries kept */
+            int a = -1, b = -1;
+            for (int i = 0; i < V; i++)
+                if (a < 0 || pc[i] > pc[a]) b = a, a = i;
+                else if (b < 0 || pc[i] > pc[b]) b = i;
+            double kept = pc[a] + (b >= 0 ? pc[b] : 0);
+            for (int i = 0; i < V; i++) pc[i] = i == a || i == b ? pc[i] / kept : 0;
+        }
     }
+    return -1;
+}
+
+/* the duplicate control's verifier of top-k children: one by one, c_j accepted with p(c_j) / (1 - R), R the
+ * mass rejected so far, a duplicate's mass added again; the emitted token when all are rejected drawn from
+ * p off the children (the correct form zeroes a rejected token once, which is the draw-once rule) */
+static int topk_unmerged(const float *row, const int *tok, const int *ch, int k, int V, verify_rng *rng, double *pc,
+                         int *y, int *err) {
+    row_norm(row, V, pc);
+    double R = 0;
+    for (int j = 0; j < k; j++) {
+        double a = R < 1 ? pc[tok[ch[j]]] / (1 - R) : 0, u;
+        int acc = rng_accept(&rng->accept, a >= 1 ? 0 : a > 0 ? log(a) : -INFINITY, &u);
+        if (acc < 0) return *err = 1, -1;
+        if (acc) return ch[j];
+        R += pc[tok[ch[j]]];
+    }
+    for (int j = 0; j < k; j++) pc[tok[ch[j]]] = 0;
+    if ((*y = rng_draw_d(&rng->resample, pc, V)) < 0) *err = 1;
     return -1;
 }
 
@@ -63,14 +90,18 @@ int verify_tree(const float *p, const float *q, const int *tok, const int *paren
                 DS_CHECK(nc < 256, "verify: tree node %d has more than 256 children", u);
                 ch[nc++] = i;
             }
-        int next = -1, y;
+        int next = -1, y = -1;
         if (nc == 0) { /* a leaf (or the anchor of an empty tree): the bonus */
             y = greedy ? argmax_f32(row, V) : rng_draw(&rng->resample, row, V);
             DS_CHECK(y >= 0, "verify: the bonus draw failed");
             out->n_accepted = k, out->token = y, out->bonus = 1;
             return 0;
         }
-        if (greedy || kind == TREE_TOPK) {
+        if (!greedy && kind == TREE_TOPK && fault == FAULT_TREE_DUP_UNMERGED) {
+            int err = 0;
+            next = topk_unmerged(row, tok, ch, nc, V, rng, pc, &y, &err);
+            if (err) goto fail;
+        } else if (greedy || kind == TREE_TOPK) {
             y = greedy ? argmax_f32(row, V) : rng_draw(&rng->resample, row, V);
             DS_CHECK(y >= 0, "verify: a tree draw failed");
             for (int j = 0; j < nc && next < 0; j++)

@@ -61,6 +61,7 @@ static int tree_replay(const int *par, tree_kind kind, int greedy, verify_fault 
             memcpy(qq, qi, sizeof qq);
             for (int k = 0; k < rank; k++) qq[argmax_f32(qq, TV_V)] = -1;
             tok[i] = argmax_f32(qq, TV_V);
+            if (fault == FAULT_TREE_DUP_UNMERGED && rank == 1) tok[i] = tok[i - 1]; /* a duplicated child */
         } else if ((tok[i] = rng_draw(&dr, qi, TV_V)) < 0) {
             return -1;
         }
@@ -134,6 +135,8 @@ int gate_tree_cases(gate_report *rep) {
         /* controls, each through two checks */
         {0, TREE_TOPK, 0, FAULT_TREE_RATIO}, {1, TREE_TOPK, 0, FAULT_TREE_RATIO},
         {0, TREE_IID, 0, FAULT_TREE_RESAMPLE_P}, {1, TREE_WOR, 0, FAULT_TREE_RESAMPLE_P},
+        {0, TREE_IID, 0, FAULT_TREE_TRUNC_RESIDUAL}, {1, TREE_IID, 0, FAULT_TREE_TRUNC_RESIDUAL},
+        {0, TREE_TOPK, 0, FAULT_TREE_DUP_UNMERGED}, {1, TREE_TOPK, 0, FAULT_TREE_DUP_UNMERGED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double d;

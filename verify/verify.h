@@ -46,6 +46,15 @@ typedef enum {
                                   * the residual (rule 2) */
     FAULT_BLOCK_TOKENWISE,       /* block verification whose per-position pass test is the token-wise ratio
                                   * min(1, p/q) instead of the block's h_i (trees.md control 6) */
+    FAULT_TREE_SIBLING_ROW,      /* the loop's tree mask lets a node after its parent's first child see the node
+                                  * before it (its sibling's row) as its parent (trees.md rule 5) */
+    FAULT_TREE_KV_KEPT,          /* after a tree round the cache keeps the first k nodes' rows instead of the
+                                  * accepted path's: a rejected branch's KV kept (rule 5) */
+    FAULT_TREE_TRUNC_RESIDUAL,   /* sampled children: after a rejection the residual is kept over a truncated
+                                  * candidate list (its 2 largest entries) instead of the vocabulary (rule 4) */
+    FAULT_TREE_DUP_UNMERGED,     /* top-k children verified one by one (accept c_j with p(c_j) over the mass not
+                                  * yet rejected) with a duplicated child tested again: its rejected mass counted
+                                  * twice (rule 3; the gate's drafting duplicates a child under this fault) */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];

@@ -7,7 +7,8 @@
 #   sh experiments/real-pair/train.sh cache     # the data cache: SHARDS x 50 training-mix prompts answered
 #                                               # by the 1.5B (default 4 = 200 prompts, ~46k tokens, ~7 min)
 #   sh experiments/real-pair/train.sh train     # each family STEPS steps (default 300) on it
-#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at T = 0 and 1
+#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at T = 0 and 1 (medusa, dflash,
+#                                               # dspark-markov also as a best-first tree of TREE_NODES = 16)
 #   ONLY="mtp eagle3" sh experiments/real-pair/train.sh train
 #
 # Needs ../shared/datasets (the training mix) and the model (`make model MODEL=qwen2.5-coder-1.5b`).
@@ -30,6 +31,7 @@ SHARDS=${SHARDS:-4}
 STEPS=${STEPS:-300}
 ONLY=${ONLY:-}
 EVAL_N=${EVAL_N:-5}
+TREE_NODES=${TREE_NODES:-16}
 [ -x $B ] || make
 python3 scripts/fetch_model.py qwen2.5-coder-1.5b
 python3 scripts/fetch_model.py qwen2.5-coder-0.5b
@@ -74,18 +76,23 @@ if [ "$STAGE" = eval ] || [ "$STAGE" = all ]; then
     families | while IFS='|' read f dj; do
         case " ${ONLY:-$f} " in *" $f "*) ;; *) continue ;; esac
         [ -d $O/runs/$f/last ] || { echo "train.sh: no checkpoint for $f (train it first)"; continue; }
-        for T in 0 1; do
-            tag=$f-t$T
+        # a chain, and for the families with a tree mode (issue 55) a best-first tree of TREE_NODES nodes
+        tree=""
+        case $f in medusa|dflash|dspark-markov) tree="-tree$TREE_NODES" ;; esac
+        for T in 0 1; do for shape in "" $tree; do
+            tag=$f$shape-t$T
             [ -f $O/$tag.h5 ] && continue
+            extra=""
+            [ -n "$shape" ] && extra=", \"tree_nodes\": $TREE_NODES"
             echo "train.sh: eval $tag ($(date +%H:%M:%S))"
             cat > $O/eval-$tag.json <<JSON
-{"comment": "experiments/real-pair/train.sh: $f for the 1.5B, greedy, the AR baseline alternating",
- "target": "qwen2.5-coder-1.5b", "drafter": {"name": "$f", "checkpoint": "$O/runs/$f/last"},
+{"comment": "experiments/real-pair/train.sh: $f$shape for the 1.5B, greedy, the AR baseline alternating",
+ "target": "qwen2.5-coder-1.5b", "drafter": {"name": "$f", "checkpoint": "$O/runs/$f/last"$extra},
  "scheduler": "greedy", "gamma": 4, "sps": "$O/sps.json", "datasets": ["gsm8k", "humaneval", "mtbench"],
  "limit": $EVAL_N, "temperature": $T, "seed": 1, "max_new_tokens": 128, "out": "$O/$tag.h5"}
 JSON
             $B run --config $O/eval-$tag.json > $O/$tag.txt
             $B report $O/$tag.h5 --out $O/$tag.md > /dev/null
-        done
+        done; done
     done
 fi
