@@ -18,8 +18,9 @@ static int eagle3_open(drafter *d, const cJSON *cfg, target *t) { return mtp_dra
 const drafter_ops drafter_eagle3 = {
     "eagle3",
     "EAGLE-3: one decoder layer on the fusion of the target's low, middle and high states, chained on its own "
-    "states: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} (untrained: "
-    "{\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
+    "states: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\", \"tree_nodes\": 0, \"tree_width\": 4} "
+    "(tree_nodes N > 0: EAGLE-2's dynamic tree of N nodes, verified exactly; untrained: {\"depth\": 3, \"seed\": 1, "
+    "\"init_layer\": -1})",
     eagle3_open, mtp_drafter_begin, mtp_drafter_propose, mtp_drafter_commit, mtp_drafter_end, mtp_drafter_rewind,
     mtp_drafter_save, mtp_drafter_close,
     /* the gate's untrained module as mtp's: the block copied from the tiny target's last layer, P
@@ -28,4 +29,5 @@ const drafter_ops drafter_eagle3 = {
     "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"depth\": 3}",
     .train = &mtp_train_family,
+    .gate_config_tree = "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2], \"tree_nodes\": 6, \"tree_width\": 2}",
 };

@@ -16,6 +16,7 @@
 #include "../runtime/train_ops.h"
 #include "drafter.h"
 #include "train_family.h"
+#include "tree_build.h"
 
 const char *const MTP_TENSOR_NAMES[MTP_N_TENSORS] = {
     "hnorm.weight", "enorm.weight", "eh_proj.weight", "block.attn_norm.weight", "block.attn.wq.weight",
@@ -334,6 +335,13 @@ typedef struct {
     float rstd[1];
     mtp_acts_f acts;            /* the serving pass (requests take turns) */
     lp_scratch scr;
+    const tokenizer *tk;
+    /* EAGLE-2's tree ("tree_nodes" > 0): tree_width children a node, tree_width nodes expanded a depth */
+    int tree_nodes, tree_width;
+    int *ctok, *cpar, *cdep, *crow, *cord; /* the candidates: token, parent, depth, expanded row (-1: none) */
+    float *cscore;                       /* their path probabilities */
+    float *TK, *TV;                      /* a pass's block rows: row r's ancestors then its own, r x depth */
+    float *RK, *RV, *RY;                 /* the expanded rows' K, V and y (their children read y) */
 } mtp;
 
 typedef struct {
@@ -440,6 +448,9 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     const char *bp;
     DS_TRY(drafter_precision(&r, "block_precision", &bp));
+    s->tree_width = 4;
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
+    DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(mtp_load(&s->m, ck, &t->m, kind, 0));
@@ -466,7 +477,24 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->taps, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%d-%016llx", kind, c->depth, (unsigned long long)s->m.n_params);
-    int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
+    s->tk = &t->tk;
+    int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd, W = s->tree_nodes ? s->tree_width : 1;
+    if (s->tree_nodes) { /* EAGLE-2's tree: candidates W at depth 1, W x W at every depth after */
+        d->tree_nodes = s->tree_nodes;
+        size_t l = strlen(d->fingerprint), KD = (size_t)c->n_kv_heads * c->head_dim, NC = (size_t)W + (size_t)(c->depth - 1) * W * W;
+        size_t NE = (size_t)(c->depth - 1) * W + 1;
+        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", s->tree_nodes, W);
+        l = strlen(d->describe);
+        snprintf(d->describe + l, sizeof d->describe - l, ", EAGLE-2 tree of %d nodes (%d a node, %d expanded a depth)",
+                 s->tree_nodes, W, W);
+        DS_TRYP(s->ctok = ds_malloc(sizeof(int) * 5 * NC, "mtp tree"));
+        s->cpar = s->ctok + NC, s->cdep = s->cpar + NC, s->crow = s->cdep + NC, s->cord = s->crow + NC;
+        DS_TRYP(s->cscore = ds_malloc(sizeof(float) * NC, "mtp tree"));
+        DS_TRYP(s->TK = ds_malloc(sizeof(float) * 2 * (size_t)W * c->depth * KD, "mtp tree"));
+        s->TV = s->TK + (size_t)W * c->depth * KD;
+        DS_TRYP(s->RK = ds_malloc(sizeof(float) * NE * (2 * KD + (size_t)D), "mtp tree"));
+        s->RV = s->RK + NE * KD, s->RY = s->RV + NE * KD;
+    }
     backend *be = s->be = t->be;
     int fits = c->dim % QK8_0 == 0 && (c->n_heads * c->head_dim) % QK8_0 == 0 && c->hidden_dim % QK8_0 == 0;
     DS_TRY(drafter_type_of(bp, "block_precision", fits, "widths that are multiples of 32", &s->bt));
@@ -477,11 +505,11 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
     DS_TRY(subvocab_gather_head(&s->m.sv, &t->m.output));
     if (s->m.sv.rows) DS_TRY(be->prepare_mats(be, (const qmat *[]){&s->m.sv.head}, 1));
     s->emb = &t->m.tok_embd, s->head = &s->m.sv.head;
-    DS_TRYP(s->Xd = be->alloc(be, sizeof(float) * (size_t)D));
-    DS_TRYP(s->Zd = be->alloc(be, sizeof(float) * (size_t)Vd));
-    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)Vd, "mtp logits"));
+    DS_TRYP(s->Xd = be->alloc(be, sizeof(float) * (size_t)W * D));
+    DS_TRYP(s->Zd = be->alloc(be, sizeof(float) * (size_t)W * Vd));
+    DS_TRYP(s->z = ds_malloc(sizeof(float) * (size_t)W * Vd, "mtp logits"));
     DS_TRYP(s->qalt = ds_malloc(sizeof(float) * (size_t)V, "mtp logits"));
-    DS_TRYP(s->hf = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
+    DS_TRYP(s->hf = ds_malloc(sizeof(float) * (size_t)W * D, "mtp state"));
     DS_TRYP(s->ych = ds_malloc(sizeof(float) * (size_t)D, "mtp state"));
     if (mtp_fused(c)) DS_TRYP(s->cat = ds_malloc(sizeof(float) * MTP_CHUNK * (size_t)mtp_fused(c) * D, "eagle3 taps"));
     return 0;
@@ -510,18 +538,110 @@ fail:
     return -1; /* end() frees what was made */
 }
 
-/* z = head(final_norm(y)) on the backend */
-static int head_logits(mtp *s, const float *y) {
+/* z = head(final_norm(y)) on the backend, for N rows of y (N <= the tree's width) */
+static int head_logits(mtp *s, const float *y, int N) {
     const mtp_config *c = &s->m.cfg;
     backend *be = s->be;
-    rmsnorm_forward_f(s->hf, s->rstd, y, s->m.pv.final_norm, 1, c->dim, c->eps);
+    for (int i = 0; i < N; i++)
+        rmsnorm_forward_f(s->hf + (size_t)i * c->dim, s->rstd, y + (size_t)i * c->dim, s->m.pv.final_norm, 1, c->dim, c->eps);
     float *o[1] = {s->Zd};
     const qmat *w[1] = {s->head};
-    DS_TRY(be->to_device(be, s->Xd, s->hf, sizeof(float) * (size_t)c->dim));
-    DS_TRY(be->matmul(be, 1, o, w, s->Xd, 1));
-    DS_TRY(be->to_host(be, s->z, s->Zd, sizeof(float) * (size_t)s->m.sv.Vd));
+    DS_TRY(be->to_device(be, s->Xd, s->hf, sizeof(float) * (size_t)N * c->dim));
+    DS_TRY(be->matmul(be, 1, o, w, s->Xd, N));
+    DS_TRY(be->to_host(be, s->z, s->Zd, sizeof(float) * (size_t)N * s->m.sv.Vd));
     return 0;
 fail:
+    return -1;
+}
+
+/* candidates by path probability, then depth (a parent before a child of equal probability), then age */
+static const float *cmp_score;
+static const int *cmp_dep;
+static int cand_cmp(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (cmp_score[i] != cmp_score[j]) return cmp_score[i] > cmp_score[j] ? -1 : 1;
+    if (cmp_dep[i] != cmp_dep[j]) return cmp_dep[i] - cmp_dep[j];
+    return i - j;
+}
+
+/* EAGLE-2's dynamic tree (Li et al. 2024): depth 1 is the anchor row's top W tokens (W = tree_width);
+ * at each depth the W candidates of highest path probability (the product of their ancestors' and their
+ * own draft probabilities, softmax of the logits at temperature 1) are expanded in one pass of the
+ * module, each row reading its parent's y and its own token at position p + depth - 1 and attending to
+ * the committed cache and to its ancestors' rows alone (the tree mask, as block rows), and each adds its
+ * top W children. The tree is the budget best candidates: a child's path probability never exceeds its
+ * parent's, so in that order parents come first and every prefix is a tree. The tree is a function of
+ * the context alone (TREE_TOPK: q unused); an end-of-generation token is not expanded. */
+static int propose_tree(mtp *s, mtp_state *st, int budget, draft_block *out) {
+    const mtp_config *c = &s->m.cfg;
+    int W = s->tree_width, D = c->dim, Vd = s->m.sv.Vd, p = st->n, nc = 0, ne = 0, ids[TREE_MAX_K];
+    size_t KD = (size_t)c->n_kv_heads * c->head_dim;
+    float pr[TREE_MAX_K];
+    out->n = 0;
+    out->tree = TREE_TOPK;
+    budget = DS_MIN(budget, DS_MIN(out->cap, 64));
+    if (budget <= 0) return 0;
+    DS_TRY(head_logits(s, st->y1, 1));
+    int n = tree_topk_softmax(s->z, Vd, s->m.sv.vid, W, ids, pr, s->qalt);
+    for (int i = 0; i < n; i++)
+        s->ctok[nc] = ids[i], s->cpar[nc] = -1, s->cdep[nc] = 1, s->crow[nc] = -1, s->cscore[nc++] = pr[i];
+    for (int dd = 1; dd < c->depth; dd++) {
+        int sel[TREE_MAX_K], ns = 0;
+        for (int i = 0; i < nc; i++) { /* the W best at depth dd, by path probability (ties: the older) */
+            if (s->cdep[i] != dd || tokenizer_is_eog(s->tk, s->ctok[i])) continue;
+            if (ns == W && !(s->cscore[i] > s->cscore[sel[ns - 1]])) continue;
+            int k = ns < W ? ns++ : W - 1;
+            while (k > 0 && s->cscore[i] > s->cscore[sel[k - 1]]) sel[k] = sel[k - 1], k--;
+            sel[k] = i;
+        }
+        if (!ns) break;
+        DS_TRY(mtp_acts_reserve_f(&s->acts, c, ns, p + dd));
+        mtp_acts_f *a = &s->acts;
+        for (int r = 0; r < ns; r++) { /* row r: block rows r*depth.. hold its ancestors (depth 1..dd-1), then its own */
+            int i = sel[r], slot = dd - 2;
+            DS_CHECK(s->ctok[i] >= 0 && s->ctok[i] < c->vocab, "mtp: token %d outside the vocabulary", s->ctok[i]);
+            memcpy(a->hin + (size_t)r * D, s->cpar[i] < 0 ? st->y1 : s->RY + (size_t)s->crow[s->cpar[i]] * D,
+                   sizeof(float) * (size_t)D);
+            qmat_row_f32(s->emb, s->ctok[i], a->ein + (size_t)r * D);
+            for (int an = s->cpar[i]; an >= 0; an = s->cpar[an], slot--) {
+                size_t to = ((size_t)r * c->depth + slot) * KD, from = (size_t)s->crow[an] * KD;
+                memcpy(s->TK + to, s->RK + from, sizeof(float) * KD), memcpy(s->TV + to, s->RV + from, sizeof(float) * KD);
+            }
+            a->pos[r] = p + dd - 1, a->bidx[r] = r * c->depth + dd - 1;
+            a->ctx_len[r] = p, a->lo[r] = r * c->depth, a->hi[r] = r * c->depth + dd;
+        }
+        DS_TRY(mtp_pass_forward_f(c, &s->m.pv, a, ns, st->K, st->V, s->TK, s->TV, a->cap_l));
+        for (int r = 0; r < ns; r++, ne++) {
+            size_t from = (size_t)a->bidx[r] * KD;
+            s->crow[sel[r]] = ne;
+            memcpy(s->RK + (size_t)ne * KD, s->TK + from, sizeof(float) * KD);
+            memcpy(s->RV + (size_t)ne * KD, s->TV + from, sizeof(float) * KD);
+            memcpy(s->RY + (size_t)ne * D, a->y + (size_t)r * D, sizeof(float) * (size_t)D);
+        }
+        DS_TRY(head_logits(s, a->y, ns));
+        for (int r = 0; r < ns; r++) {
+            n = tree_topk_softmax(s->z + (size_t)r * Vd, Vd, s->m.sv.vid, W, ids, pr, s->qalt);
+            for (int k = 0; k < n; k++)
+                s->ctok[nc] = ids[k], s->cpar[nc] = sel[r], s->cdep[nc] = dd + 1, s->crow[nc] = -1,
+                s->cscore[nc++] = s->cscore[sel[r]] * pr[k];
+        }
+    }
+    for (int i = 0; i < nc; i++) s->cord[i] = i;
+    cmp_score = s->cscore, cmp_dep = s->cdep;
+    qsort(s->cord, (size_t)nc, sizeof(int), cand_cmp);
+    n = DS_MIN(budget, nc);
+    for (int k = 0; k < n; k++) s->crow[s->cord[k]] = k; /* crow now: the candidate's node index */
+    for (int k = 0; k < n; k++) {
+        int i = s->cord[k];
+        out->tok[k] = s->ctok[i], out->parent[k] = s->cpar[i] < 0 ? -1 : s->crow[s->cpar[i]];
+        DS_CHECK(out->parent[k] < k, "mtp: the tree's node %d comes before its parent", k);
+        if (out->conf) out->conf[k] = s->cscore[i];
+        if (out->conf_raw) out->conf_raw[k] = s->cscore[i];
+    }
+    out->n = n;
+    return 0;
+fail:
+    out->n = 0;
     return -1;
 }
 
@@ -533,13 +653,14 @@ int mtp_drafter_propose(drafter *d, request *r, int gamma, const sampling_params
     out->n = 0;
     if (g <= 0) return 0;
     DS_CHECK(p == r->toks.n - 1, "mtp: the module's cache ends at %d but the anchor is at %d", p, r->toks.n - 1);
+    if (s->tree_nodes) return propose_tree(s, st, gamma, out);
     const float *y = st->y1;
     for (int k = 1; k <= g; k++) {
         if (k >= 2) { /* a speculative row at position p + k - 2: (y of step k - 1, x_{k-1}) */
             DS_TRY(run_rows(s, st, y, 0, &out->tok[k - 2], 1, p + k - 2, s->ych));
             y = s->ych;
         }
-        DS_TRY(head_logits(s, y));
+        DS_TRY(head_logits(s, y, 1));
         DS_TRY(draft_from_logits(d, r, s->z, &s->m.sv, sp, &c->contract, k - 1, out, &s->scr, s->qalt));
         out->n = k;
         /* the next draft costs a module row and a head pass: the scheduler may stop here (its rule reads
@@ -603,6 +724,7 @@ void mtp_drafter_close(drafter *d) {
     mtp_model_free(&s->m);
     mtp_acts_free_f(&s->acts);
     free(s->z), free(s->hf), free(s->ych), free(s->qalt), free(s->cat);
+    free(s->ctok), free(s->cscore), free(s->TK), free(s->RK);
     lp_scratch_free(&s->scr);
     free(s);
     d->impl = NULL;
@@ -653,7 +775,9 @@ const train_family mtp_train_family = {sizeof(mtp_train), mtp_tf_configure, mtp_
 const drafter_ops drafter_mtp = {
     "mtp",
     "DeepSeek-V3-style MTP module on the target's last hidden state, one module chained: {\"checkpoint\": DIR, "
-    "\"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} (untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
+    "\"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\", \"tree_nodes\": 0, \"tree_width\": 4} (tree_nodes N > 0: "
+    "EAGLE-2's dynamic tree of N nodes, tree_width children a node and nodes expanded a depth, verified exactly; "
+    "untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
     mtp_open, mtp_drafter_begin, mtp_drafter_propose, mtp_drafter_commit, mtp_drafter_end, mtp_drafter_rewind, mtp_drafter_save, mtp_drafter_close,
     /* the gate's untrained module: the block copied from the tiny target's last layer, P random; on
      * the tiny target over a draft vocabulary of 6 of its 8 tokens in a scrambled order, on the real
@@ -661,4 +785,6 @@ const drafter_ops drafter_mtp = {
     "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
     "{\"depth\": 3}",
     .train = &mtp_train_family,
+    /* its EAGLE-2 tree on the tiny target: 2 children a node, 2 expanded a depth, 6 of 10 candidates */
+    .gate_config_tree = "{\"depth\": 3, \"vocab_ids\": [6, 1, 4, 0, 7, 2], \"tree_nodes\": 6, \"tree_width\": 2}",
 };

@@ -320,11 +320,13 @@ static void test_tree_topk(void **state) {
     assert_int_equal(ids[6], 18);
 }
 
-/* The parallel drafters' trees (Medusa, DFlash, DSpark-Markov): top-k children by path probability;
+/* The drafters' trees (Medusa, DFlash, DSpark-Markov, and EAGLE-2's for mtp / eagle3): top-k children by
+ * path probability;
  * the spine of first children is the same drafter's T = 0 chain (for DSpark-Markov: each node's row
  * follows its own token); siblings distinct; no node deeper than the drafter's block; a budget cuts
  * the same order. */
-static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg, const char *tree_cfg, int depth_max) {
+static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg, const char *tree_cfg, int depth_max,
+                        int spine_min) {
     cJSON *ct = cJSON_Parse(tree_cfg), *cc = cJSON_Parse(chain_cfg);
     drafter dt, dc;
     if (drafter_open(&dt, name, ct, &tt->t) || drafter_open(&dc, name, cc, &tt->t)) fail_msg("%s: %s", name, ds_errmsg());
@@ -334,9 +336,9 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
     request rt, rc;
     assert_int_equal(request_init(&rt, &tt->t, 0, seq, 7, 8, 3), 0);
     assert_int_equal(request_init(&rc, &tt->t, 1, seq, 7, 8, 3), 0);
-    if (dt.ops->begin(&dt, &rt, hid) || dc.ops->begin(&dc, &rc, hid)) fail_msg("%s: %s", name, ds_errmsg());
-    assert_int_equal(ivec_push(&rt.toks, seq[7]), 0); /* the anchor */
+    assert_int_equal(ivec_push(&rt.toks, seq[7]), 0); /* the anchor, drawn before begin (as decode does) */
     assert_int_equal(ivec_push(&rc.toks, seq[7]), 0);
+    if (dt.ops->begin(&dt, &rt, hid) || dc.ops->begin(&dc, &rc, hid)) fail_msg("%s: %s", name, ds_errmsg());
     draft_block bt, bc, b4;
     assert_int_equal(draft_block_init(&bt, 10, V, 1), 0);
     assert_int_equal(draft_block_init(&bc, depth_max, V, 1), 0);
@@ -361,7 +363,7 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
             spine = i + 1;
         }
     }
-    assert_true(spine >= 2); /* the spine goes past the first depth */
+    if (depth[spine - 1] < spine_min) fail_msg("%s: the spine ends at depth %d (< %d)", name, depth[spine - 1], spine_min);
     if (dt.ops->propose(&dt, &rt, 4, &greedy, &b4)) fail_msg("%s: %s", name, ds_errmsg());
     assert_int_equal(b4.n, 4);
     assert_memory_equal(b4.tok, bt.tok, 4 * sizeof(int));
@@ -383,10 +385,14 @@ static void test_drafter_trees(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     tree_family(tt, "medusa", "{\"heads\": 3, \"init_std\": 2.0}",
-                "{\"heads\": 3, \"init_std\": 2.0, \"tree_nodes\": 10, \"tree_width\": 3}", 3);
+                "{\"heads\": 3, \"init_std\": 2.0, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 2);
 #define BD "\"init_noise\": 5.0, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 4, \"taps\": [0, 1]"
-    tree_family(tt, "dflash", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4);
-    tree_family(tt, "dspark-markov", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4);
+    tree_family(tt, "dflash", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4, 2);
+    tree_family(tt, "dspark-markov", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4, 2);
+    /* EAGLE-2's trees (mtp, eagle3): rows past depth 1 run in a tree-masked pass; the spine is the chain
+     * to depth 3 (mtp) and 4 (eagle3): rows reading their ancestors' K/V, not the chain's cache */
+    tree_family(tt, "mtp", "{\"depth\": 3, \"seed\": 5}", "{\"depth\": 3, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 3);
+    tree_family(tt, "eagle3", "{\"depth\": 4, \"seed\": 5}", "{\"depth\": 4, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 4, 4);
     cJSON *rnn = cJSON_Parse("{" BD ", \"tree_nodes\": 4}");
 #undef BD
     drafter d;
