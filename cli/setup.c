@@ -34,7 +34,8 @@ int run_models_open(const run_config *rc, const char *cmd, target *t, drafter *d
     DS_CHECK(t->has_tokenizer, "the target has no tokenizer; %s needs a GGUF target", cmd);
     if (!rc->drafter[0]) return 0;
     DS_TRY(drafter_open(d, rc->drafter, rc->drafter_cfg, t));
-    DS_CHECK(!d->max_gamma || rc->gamma <= d->max_gamma,
+    /* a tree's size is its tree_nodes (the loop drafts that many nodes, its depth the drafter's own) */
+    DS_CHECK(!d->max_gamma || d->tree_nodes || rc->gamma <= d->max_gamma,
              "gamma %d: the drafter was trained to draft %d tokens a round (its checkpoint's gamma); use gamma <= %d",
              rc->gamma, d->max_gamma, d->max_gamma);
     return 0;

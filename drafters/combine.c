@@ -407,7 +407,8 @@ static int combine_open(drafter *d, const cJSON *cfg, target *t) {
         det &= c->m[i].d.deterministic;
         /* a member with no limit lifts combine's; otherwise the largest member limit */
         cap = cap < 0 || !c->m[i].d.max_gamma ? -1 : DS_MAX(cap, c->m[i].d.max_gamma);
-        if (c->m[i].d.ops->observe) d->observe_prompt = DS_MAX(d->observe_prompt, DS_MAX(1, c->m[i].d.observe_prompt));
+        /* the prompt's rows when a member asks for them (suffix observes rounds only) */
+        if (c->m[i].d.ops->observe) d->observe_prompt = DS_MAX(d->observe_prompt, c->m[i].d.observe_prompt);
     }
     for (i = 0; i < c->n; i++) {
         cb_member *mb = &c->m[i];

@@ -32,6 +32,7 @@
 #include "../runtime/kernels/kernels_cpu.h"
 #include "accept_stats.h"
 #include "drafter.h"
+#include "tree_build.h"
 
 #define RC_PB 8 /* recorded-probability buckets */
 #define RC_CELLS (RC_PB * 2)
@@ -48,7 +49,7 @@ typedef struct {
     int k, V;
     int repeat;           /* a token whose row is unknown is followed by itself (else the chain stops) */
     int tree_nodes;       /* > 0: a best-first tree of this many nodes instead of the chain */
-    double cal_conf, cal_acc; /* finished requests' verified tree nodes: raw confidence summed, accepted */
+    tree_calib cal;           /* finished requests' verified tree nodes */
     rc_table run;
     accept_prior ap;
     accept_counts runc;   /* finished requests' acceptance counts */
@@ -63,7 +64,7 @@ typedef struct {
     int n, n0, tok[RC_MAXG], cell[RC_MAXG], after; /* n0: committed tokens at the last proposal */
     float tconf[RC_MAXG];    /* the last tree's raw node confidences (path products), best first */
     int tn;                  /* its nodes */
-    double cal_conf, cal_acc; /* this request's verified nodes: raw confidence summed, accepted */
+    tree_calib cal;           /* this request's verified tree nodes */
 } rc_state;
 
 static int table_new(rc_table *t, int V, int k) {
@@ -172,7 +173,7 @@ static int recycling_observe(drafter *d, request *r, const int *in, const float 
     int id[RC_MAXK];
     float p[RC_MAXK];
     if (!prefill && g->tree_nodes) /* the anchor's row, then the verified nodes' (a prefix of the tree) */
-        for (int j = 0; j + 1 < n && j < s->tn; j++) s->cal_conf += s->tconf[j];
+        for (int j = 0; j + 1 < n && j < s->tn; j++) s->cal.conf += s->tconf[j];
     for (int j = 0; j < n; j++) {
         DS_CHECK(in[j] >= 0 && in[j] < g->V, "recycling: token %d outside the vocabulary", in[j]);
         row_topk(g, logits + (size_t)j * g->V, id, p);
@@ -203,7 +204,7 @@ static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor
     int nc = 0, n = 0;
     /* node confidences for the scheduler: the path products scaled by the run's accepted nodes over their
      * summed products (the products alone are overconfident), at most 1; a function of finished rounds */
-    double scale = (g->cal_acc + s->cal_acc + 1) / (g->cal_conf + s->cal_conf + 1);
+    double scale = tree_calib_scale(&g->cal, &s->cal);
     /* the candidate (parent, tok, rank) when its row has that rank (or, with repeat, tok itself at rank 0) */
 #define PUSH(par_, tok_, rank_, ps_)                                                                         \
     do {                                                                                                     \
@@ -278,7 +279,7 @@ static int recycling_commit(drafter *d, request *r, int n_accepted, int next_tok
     DS_UNUSED(hidden), DS_UNUSED(next_token);
     recycling *g = d->impl;
     rc_state *s = r->dstate;
-    if (g->tree_nodes) s->cal_acc += n_accepted, s->tn = 0;
+    if (g->tree_nodes) s->cal.acc += n_accepted, s->tn = 0;
     accept_observe(&s->own_c, &g->runc, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, s->after);
     s->n = 0;
     return 0;
@@ -292,7 +293,7 @@ static void recycling_end(drafter *d, request *r) {
     if (s->wpre) rows_copy(g, &g->run, &s->pre, s->wpre, s->n_pre);
     if (s->wown) rows_copy(g, &g->run, &s->own, s->wown, s->n_own);
     if (s->own_c.acc) accept_counts_add(&g->runc, &s->own_c);
-    g->cal_conf += s->cal_conf, g->cal_acc += s->cal_acc;
+    g->cal.conf += s->cal.conf, g->cal.acc += s->cal.acc;
     accept_counts_free(&s->own_c);
     table_free(&s->pre), table_free(&s->own);
     free(s->wpre), free(s->wown);
@@ -307,7 +308,7 @@ static int recycling_rewind(drafter *d, request *r) {
     s->n_own = 0;
     accept_counts_zero(&s->own_c);
     s->n = s->tn = 0;
-    s->cal_conf = s->cal_acc = 0;
+    s->cal = (tree_calib){0, 0};
     return 0;
 }
 

@@ -22,6 +22,17 @@
  * error. */
 typedef int (*tree_row_fn)(void *ctx, int node, int tok, int depth, int K, int *ids, float *p);
 
+/* A tree drafter's node confidences for the scheduler: raw path scores (count ratios, recorded
+ * probabilities) are overconfident, so they are scaled by the accepted nodes over the summed raw
+ * confidence of the verified ones, counted over the run's finished requests and this request's finished
+ * rounds (a function of the past alone: the gate's replays stay deterministic). */
+typedef struct {
+    double conf, acc; /* the verified nodes' raw confidences summed, the accepted nodes */
+} tree_calib;
+static inline double tree_calib_scale(const tree_calib *run, const tree_calib *req) {
+    return (run->acc + req->acc + 1) / (run->conf + req->conf + 1);
+}
+
 /* Up to budget nodes (<= out->cap, <= 64) of K children at most each into out (tok, parent, conf and
  * conf_raw when present, n, tree = TREE_TOPK). */
 int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out);

@@ -416,7 +416,21 @@ static void test_suffix_tree_mode(void **state) {
     assert_memory_equal(f.b.parent, par, sizeof par);
     assert_float_equal(f.b.conf[0], 2.0 / 3, 1e-6);
     assert_float_equal(f.b.conf[1], 1.0 / 3, 1e-6);
+    /* calibration: both nodes verified (raw confidences summing to 1), none accepted: the scheduler's
+     * confidences halve, (0 + 1) / (1 + 1); the raw frequencies stay */
+    int in[] = {5, 7, 8};
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 3, 0), 0);
     assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 2);
+    assert_float_equal(f.b.conf_raw[0], 2.0 / 3, 1e-6);
+    assert_float_equal(f.b.conf[0], 1.0 / 3, 1e-6);
+    assert_float_equal(f.b.conf[1], 1.0 / 6, 1e-6);
+    /* a cut tree: the anchor's row and one node verified, one accepted: (0 + 1 + 1) / (1 + 2/3 + 1) */
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 2, 0), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 7, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    assert_float_equal(f.b.conf[0], 2.0 / 3 * 2 / (8.0 / 3), 1e-6);
     f.d.ops->end(&f.d, &r);
     ivec_free(&r.toks);
     fake_close(&f);

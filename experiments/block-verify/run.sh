@@ -2,7 +2,7 @@
 # Issue 55 step 4: block verification (Sun et al. 2024) against token-wise verification on the same
 # prompts at T = 1, on the real pair (Qwen2.5-Coder-1.5B-Instruct target, its 0.5B sibling as the
 # draft model) and on SmolLM2 (a self-draft of its first 20 layers). One command from the repository
-# root, resumable (a finished run is skipped; rm -r out/block-verify to redo), ~12 min on a 2-core Zen 4:
+# root, resumable (a finished run is skipped; rm -r out/block-verify to redo), ~22 min on a 2-core Xeon:
 #
 #   sh experiments/block-verify/run.sh
 #   CODE=4 SB=2 sh experiments/block-verify/run.sh   # more prompts
@@ -35,6 +35,8 @@ configs() {
     echo "qwen-0.5b-greedy-code|$TGT|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|greedy|8|$CODESETS|$CODE|sps-qwen"
     echo "qwen-0.5b-fixed4-sb|$TGT|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|fixed|4|$SBSETS|$SB|sps-qwen"
     echo "smol-self20-fixed4-sb|smollm2-135m|{\"name\": \"vanilla\", \"layers\": 20}|fixed|4|$SBSETS|$SB|sps-smol"
+    # the same on 8 prompts a category: at ~5 % acceptance a 1-prompt run's paired estimate is noisy
+    echo "smol-self20-fixed4-sb8|smollm2-135m|{\"name\": \"vanilla\", \"layers\": 20}|fixed|4|$SBSETS|8|sps-smol"
 }
 configs | while IFS='|' read name tgt dj sched gamma ds lim sps; do
     for rule in token block; do

@@ -7,8 +7,9 @@
 #   sh experiments/real-pair/train.sh cache     # the data cache: SHARDS x 50 training-mix prompts answered
 #                                               # by the 1.5B (default 4 = 200 prompts, ~46k tokens, ~7 min)
 #   sh experiments/real-pair/train.sh train     # each family STEPS steps (default 300) on it
-#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at T = 0 and 1 (medusa, dflash,
-#                                               # dspark-markov also as a best-first tree of TREE_NODES = 16)
+#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at TEMPS = "0 1" (medusa, dflash,
+#                                               # dspark-markov also as a best-first tree of TREE_NODES = 16,
+#                                               # mtp and eagle3 as EAGLE-2's tree of 16)
 #   ONLY="mtp eagle3" sh experiments/real-pair/train.sh train
 #
 # Needs ../shared/datasets (the training mix) and the model (`make model MODEL=qwen2.5-coder-1.5b`).
@@ -32,6 +33,7 @@ STEPS=${STEPS:-300}
 ONLY=${ONLY:-}
 EVAL_N=${EVAL_N:-5}
 TREE_NODES=${TREE_NODES:-16}
+TEMPS=${TEMPS:-0 1}
 [ -x $B ] || make
 python3 scripts/fetch_model.py qwen2.5-coder-1.5b
 python3 scripts/fetch_model.py qwen2.5-coder-0.5b
@@ -78,8 +80,8 @@ if [ "$STAGE" = eval ] || [ "$STAGE" = all ]; then
         [ -d $O/runs/$f/last ] || { echo "train.sh: no checkpoint for $f (train it first)"; continue; }
         # a chain, and for the families with a tree mode (issue 55) a best-first tree of TREE_NODES nodes
         tree=""
-        case $f in medusa|dflash|dspark-markov) tree="-tree$TREE_NODES" ;; esac
-        for T in 0 1; do for shape in "" $tree; do
+        case $f in medusa|dflash|dspark-markov|mtp|eagle3) tree="-tree$TREE_NODES" ;; esac
+        for T in $TEMPS; do for shape in "" $tree; do
             tag=$f$shape-t$T
             [ -f $O/$tag.h5 ] && continue
             extra=""

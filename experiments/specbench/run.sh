@@ -7,6 +7,10 @@
 #   LIMIT=5 sh experiments/specbench/run.sh     # about half
 #   LIMIT=80 sh experiments/specbench/run.sh    # the whole benchmark (480 prompts, ~6 h there)
 #   ONLY="ngram combine" TEMPS=0 sh experiments/specbench/run.sh   # a subset of the rows and temperatures
+#   MODEL=qwen2.5-coder-1.5b LIMIT=2 O=out/specbench-qwen \
+#     ONLY="suffix suffix-tree16-greedy recycling recycling-tree16-greedy" sh experiments/specbench/run.sh
+#                                               # the trees beside the chains on the real target (~4 min a row
+#                                               # and temperature; fetches the model when missing)
 #
 # Nothing else may run beside it (wall times). Steps:
 # 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
@@ -26,10 +30,15 @@ LIMIT=${LIMIT:-10}
 TEMPS=${TEMPS:-0 1}
 ONLY=${ONLY:-}
 REF=${REF:-experiments/learned-heads/runs/vanilla/last}
+MODEL=${MODEL:-smollm2-135m}
 [ -x $B ] || make
 . scripts/specbench_lib.sh
 mkdir -p $O
-[ -f $O/sps.json ] || $B bench-target --max-B 16 --reps 9 --out $O/sps.json > $O/sps.txt
+if [ "$MODEL" = smollm2-135m ]; then make model > /dev/null; else python3 scripts/fetch_model.py $MODEL; REF=none; fi
+# SmolLM2's table as before; the 1.5B's to 32 tokens (a 16-node tree verifies 17), one context (a minute)
+SPSOPT="--max-B 16"
+[ "$MODEL" = smollm2-135m ] || SPSOPT="--model $MODEL --max-B 32 --context2 0"
+[ -f $O/sps.json ] || $B bench-target $SPSOPT --reps 9 --out $O/sps.json > $O/sps.txt
 CATS='["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'
 COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, {"name": "recycling"}]}'
 COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]}'
@@ -39,6 +48,7 @@ COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]
 configs() {
     echo "ngram|{\"name\": \"ngram\"}|8|$LIMIT|greedy"
     echo "suffix|{\"name\": \"suffix\"}|8|$LIMIT|greedy"
+    echo "suffix-tree16-greedy|{\"name\": \"suffix\", \"tree_nodes\": 16}|16|$LIMIT|greedy"
     echo "recycling|{\"name\": \"recycling\"}|8|$LIMIT|greedy"
     echo "recycling-chain-fixed|{\"name\": \"recycling\"}|8|$LIMIT|fixed"
     echo "recycling-tree8|{\"name\": \"recycling\", \"tree_nodes\": 8}|8|$LIMIT|fixed"
@@ -49,14 +59,14 @@ configs() {
     echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT|greedy"
     if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))|greedy"; fi
 }
-[ -d "$REF" ] || echo "run.sh: no trained reference at $REF (sh experiments/learned-heads/run.sh trains it); its row is skipped"
+[ -d "$REF" ] || [ "$REF" = none ] || echo "run.sh: no trained reference at $REF (sh experiments/learned-heads/run.sh trains it); its row is skipped"
 for T in $TEMPS; do
     configs | while IFS='|' read name dj gamma lim sched; do
         case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
         tag=$name-t$T
         [ -f $O/$tag.done ] && { echo "run.sh: $tag done (skipped)"; continue; }
         cat > $O/$tag.json <<JSON
-{"comment": "experiments/specbench/run.sh: $tag", "drafter": $dj, "scheduler": "$sched", "gamma": $gamma,
+{"comment": "experiments/specbench/run.sh: $tag", "target": "$MODEL", "drafter": $dj, "scheduler": "$sched", "gamma": $gamma,
  "datasets": $CATS, "limit": $lim, "temperature": $T, "max_new_tokens": 128, "seed": 1, "sps": "$O/sps.json",
  "out": "$O/$tag.h5"}
 JSON
@@ -69,7 +79,7 @@ done
 # summary
 S=$O/summary.md
 {
-    echo "# Spec-Bench: training-free drafters, the combiner, recycling's trees and a trained reference (greedy scheduler unless the row says fixed, 128 new tokens)"
+    echo "# Spec-Bench on $MODEL: training-free drafters, the combiner, draft trees and a trained reference (greedy scheduler unless the row says fixed, 128 new tokens)"
     echo
     grep -m1 "kernels:" $O/sps.txt || true
     echo
@@ -95,7 +105,7 @@ S=$O/summary.md
             awk -v name="$name" -F'|' '/^\| position k/ { on = 1; next } on && /^\| [0-9]/ { a[$2 + 0] = $3 } on && /^$/ { on = 0 }
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
         done
-        for name in recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy; do
+        for name in suffix-tree16-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy; do
             if [ -f $O/$name-t$T.md ]; then echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; fi
         done
         for name in combine combine-ngram-suffix; do
