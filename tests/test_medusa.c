@@ -399,6 +399,7 @@ static void test_drafter_trees(void **state) {
     assert_int_equal(drafter_open(&d, "dspark-rnn", rnn, &tt->t), -1);
     assert_non_null(strstr(ds_errmsg(), "RNN"));
     cJSON_Delete(rnn);
+    tiny_close(tt);
 }
 
 int main(void) {
