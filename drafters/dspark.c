@@ -119,12 +119,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
         /* an RNN head's state is its path's: every node would carry its own, which this tree does not */
         DS_CHECK(c->head != HEAD_RNN, "%s: tree_nodes needs a head whose rows depend on the parent token only "
                  "(dflash, dspark-markov), not an RNN head", d->ops->name);
-        d->tree_nodes = s->tree_nodes;
-        size_t l = strlen(d->fingerprint);
-        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", s->tree_nodes, s->tree_width);
-        l = strlen(d->describe);
-        snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes (%d a node)", s->tree_nodes,
-                 s->tree_width);
+        tree_mark(d, "a best-first tree", s->tree_nodes, s->tree_width);
     }
     int Vd = s->m.Vd;
     if (c->head != HEAD_NONE) {

@@ -308,14 +308,7 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     d->capture_layers[0] = c->tap;
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
     s->tk = &t->tk;
-    if (s->tree_nodes) { /* Medusa's tree: best first over the heads' top tree_width tokens */
-        d->tree_nodes = s->tree_nodes;
-        size_t l = strlen(d->fingerprint);
-        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", s->tree_nodes, s->tree_width);
-        l = strlen(d->describe);
-        snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes (%d a node)", s->tree_nodes,
-                 s->tree_width);
-    }
+    if (s->tree_nodes) tree_mark(d, "a best-first tree", s->tree_nodes, s->tree_width); /* over the heads' top tokens */
     int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;
     backend *be = s->be = t->be;
     DS_TRY(drafter_type_of(bp, "block_precision", D % QK8_0 == 0, "a width that is a multiple of 32", &s->bt));

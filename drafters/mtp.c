@@ -338,7 +338,8 @@ typedef struct {
     const tokenizer *tk;
     /* EAGLE-2's tree ("tree_nodes" > 0): tree_width children a node, tree_width nodes expanded a depth */
     int tree_nodes, tree_width;
-    int *ctok, *cpar, *cdep, *crow, *cord; /* the candidates: token, parent, depth, expanded row (-1: none) */
+    int *ctok, *cpar, *cdep, *crow;      /* the candidates: token, parent, depth, expanded row (-1: none) */
+    struct cand_key { float score; int dep, i; } *cord; /* their order */
     float *cscore;                       /* their path probabilities */
     float *TK, *TV;                      /* a pass's block rows: row r's ancestors then its own, r x depth */
     float *RK, *RV, *RY;                 /* the expanded rows' K, V and y (their children read y) */
@@ -480,15 +481,12 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
     s->tk = &t->tk;
     int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd, W = s->tree_nodes ? s->tree_width : 1;
     if (s->tree_nodes) { /* EAGLE-2's tree: candidates W at depth 1, W x W at every depth after */
-        d->tree_nodes = s->tree_nodes;
-        size_t l = strlen(d->fingerprint), KD = (size_t)c->n_kv_heads * c->head_dim, NC = (size_t)W + (size_t)(c->depth - 1) * W * W;
+        size_t KD = (size_t)c->n_kv_heads * c->head_dim, NC = (size_t)W + (size_t)(c->depth - 1) * W * W;
         size_t NE = (size_t)(c->depth - 1) * W + 1;
-        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", s->tree_nodes, W);
-        l = strlen(d->describe);
-        snprintf(d->describe + l, sizeof d->describe - l, ", EAGLE-2 tree of %d nodes (%d a node, %d expanded a depth)",
-                 s->tree_nodes, W, W);
-        DS_TRYP(s->ctok = ds_malloc(sizeof(int) * 5 * NC, "mtp tree"));
-        s->cpar = s->ctok + NC, s->cdep = s->cpar + NC, s->crow = s->cdep + NC, s->cord = s->crow + NC;
+        tree_mark(d, "EAGLE-2's tree (as many expanded a depth)", s->tree_nodes, W);
+        DS_TRYP(s->ctok = ds_malloc(sizeof(int) * 4 * NC, "mtp tree"));
+        s->cpar = s->ctok + NC, s->cdep = s->cpar + NC, s->crow = s->cdep + NC;
+        DS_TRYP(s->cord = ds_malloc(sizeof *s->cord * NC, "mtp tree"));
         DS_TRYP(s->cscore = ds_malloc(sizeof(float) * NC, "mtp tree"));
         DS_TRYP(s->TK = ds_malloc(sizeof(float) * 2 * (size_t)W * c->depth * KD, "mtp tree"));
         s->TV = s->TK + (size_t)W * c->depth * KD;
@@ -555,13 +553,11 @@ fail:
 }
 
 /* candidates by path probability, then depth (a parent before a child of equal probability), then age */
-static const float *cmp_score;
-static const int *cmp_dep;
 static int cand_cmp(const void *a, const void *b) {
-    int i = *(const int *)a, j = *(const int *)b;
-    if (cmp_score[i] != cmp_score[j]) return cmp_score[i] > cmp_score[j] ? -1 : 1;
-    if (cmp_dep[i] != cmp_dep[j]) return cmp_dep[i] - cmp_dep[j];
-    return i - j;
+    const struct cand_key *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->dep != y->dep) return x->dep - y->dep;
+    return x->i - y->i;
 }
 
 /* EAGLE-2's dynamic tree (Li et al. 2024): depth 1 is the anchor row's top W tokens (W = tree_width);
@@ -626,13 +622,12 @@ static int propose_tree(mtp *s, mtp_state *st, int budget, draft_block *out) {
                 s->cscore[nc++] = s->cscore[sel[r]] * pr[k];
         }
     }
-    for (int i = 0; i < nc; i++) s->cord[i] = i;
-    cmp_score = s->cscore, cmp_dep = s->cdep;
-    qsort(s->cord, (size_t)nc, sizeof(int), cand_cmp);
+    for (int i = 0; i < nc; i++) s->cord[i] = (struct cand_key){s->cscore[i], s->cdep[i], i};
+    qsort(s->cord, (size_t)nc, sizeof *s->cord, cand_cmp);
     n = DS_MIN(budget, nc);
-    for (int k = 0; k < n; k++) s->crow[s->cord[k]] = k; /* crow now: the candidate's node index */
+    for (int k = 0; k < n; k++) s->crow[s->cord[k].i] = k; /* crow now: the candidate's node index */
     for (int k = 0; k < n; k++) {
-        int i = s->cord[k];
+        int i = s->cord[k].i;
         out->tok[k] = s->ctok[i], out->parent[k] = s->cpar[i] < 0 ? -1 : s->crow[s->cpar[i]];
         DS_CHECK(out->parent[k] < k, "mtp: the tree's node %d comes before its parent", k);
         if (out->conf) out->conf[k] = s->cscore[i];
@@ -724,7 +719,7 @@ void mtp_drafter_close(drafter *d) {
     mtp_model_free(&s->m);
     mtp_acts_free_f(&s->acts);
     free(s->z), free(s->hf), free(s->ych), free(s->qalt), free(s->cat);
-    free(s->ctok), free(s->cscore), free(s->TK), free(s->RK);
+    free(s->ctok), free(s->cord), free(s->cscore), free(s->TK), free(s->RK);
     lp_scratch_free(&s->scr);
     free(s);
     d->impl = NULL;

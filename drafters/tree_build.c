@@ -1,6 +1,7 @@
 #include "tree_build.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../runtime/base/common.h"
@@ -60,4 +61,12 @@ int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *
     }
     out->n = n;
     return 0;
+}
+
+void tree_mark(drafter *d, const char *what, int nodes, int width) {
+    d->tree_nodes = nodes;
+    size_t l = strlen(d->fingerprint);
+    snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%dx%d", nodes, width);
+    l = strlen(d->describe);
+    snprintf(d->describe + l, sizeof d->describe - l, ", %s of %d nodes (%d a node)", what, nodes, width);
 }

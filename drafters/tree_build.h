@@ -22,6 +22,10 @@
  * error. */
 typedef int (*tree_row_fn)(void *ctx, int node, int tok, int depth, int K, int *ids, float *p);
 
+/* a drafter in tree mode: d->tree_nodes set, ":treeNxW" on its fingerprint and "what" (e.g. "a best-first
+ * tree") with its size on its describe line */
+void tree_mark(drafter *d, const char *what, int nodes, int width);
+
 /* A tree drafter's node confidences for the scheduler: raw path scores (count ratios, recorded
  * probabilities) are overconfident, so they are scaled by the accepted nodes over the summed raw
  * confidence of the verified ones, counted over the run's finished requests and this request's finished
