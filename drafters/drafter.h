@@ -81,6 +81,9 @@ typedef struct drafter_ops {
     const char *gate_config_tree;
 } drafter_ops;
 
+/* a tree's nodes at most (Token Recycling's static template has 80); a chain drafts 64 at most */
+#define DRAFT_TREE_MAX 80
+
 struct drafter {
     const drafter_ops *ops;
     void *impl;

@@ -10,7 +10,9 @@
  * Drafting follows M's first column from the anchor, x_1 = M[anchor][0], x_{k+1} = M[x_k][0],
  * stopping at a row never written or after end-of-generation: the top branch of the paper's static
  * tree (its 80-node tree is a GPU design; on a CPU every verified slot costs). No model and no
- * randomness: q_k = delta(x_k), so the round is exact at every temperature.
+ * randomness: q_k = delta(x_k), so the round is exact at every temperature. Trees: "tree_nodes" N
+ * with "tree_shape" "best-first" (DDTree's expansion over the recorded probabilities) or "static"
+ * (the paper's 80-node template filled breadth first, its N most probable nodes).
  *
  * Kept per request and across requests: a request writes its prompt's rows and its own rows since
  * into two tables of its own (a rewind keeps the first), lookups read the request's rows and else
@@ -38,6 +40,7 @@
 #define RC_CELLS (RC_PB * 2)
 #define RC_MAXG 64
 #define RC_MAXK 32
+#define RC_TEMPLATE_NODES 80 /* the paper's static tree's draft nodes */
 
 typedef struct {
     int *id;        /* [V][k] */
@@ -48,7 +51,8 @@ typedef struct {
 typedef struct {
     int k, V;
     int repeat;           /* a token whose row is unknown is followed by itself (else the chain stops) */
-    int tree_nodes;       /* > 0: a best-first tree of this many nodes instead of the chain */
+    int tree_nodes;       /* > 0: a tree of this many nodes instead of the chain */
+    int tree_static;      /* the tree is the paper's static template (else best-first) */
     tree_calib cal;           /* finished requests' verified tree nodes */
     rc_table run;
     accept_prior ap;
@@ -62,7 +66,7 @@ typedef struct {
     int *wpre, n_pre, *wown, n_own; /* which rows each holds (merged at end; own cleared at rewind) */
     accept_counts own_c;
     int n, n0, tok[RC_MAXG], cell[RC_MAXG], after; /* n0: committed tokens at the last proposal */
-    float tconf[RC_MAXG];    /* the last tree's raw node confidences (path products), best first */
+    float tconf[DRAFT_TREE_MAX]; /* the last tree's raw node confidences (path products) */
     int tn;                  /* its nodes */
     tree_calib cal;           /* this request's verified tree nodes */
 } rc_state;
@@ -92,7 +96,13 @@ static int recycling_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     DS_TRY(jcfg_int(&r, "k", 1, RC_MAXK, &g->k));
     DS_TRY(jcfg_bool(&r, "repeat", &g->repeat));
-    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &g->tree_nodes));
+    const char *shape = "best-first";
+    DS_TRY(jcfg_str(&r, "tree_shape", &shape));
+    g->tree_static = !strcmp(shape, "static");
+    DS_CHECK(g->tree_static || !strcmp(shape, "best-first"),
+             "drafter.tree_shape: '%s' is not a tree shape (best-first, static)", shape);
+    g->tree_nodes = g->tree_static ? RC_TEMPLATE_NODES : 0;
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, g->tree_static ? RC_TEMPLATE_NODES : 64, &g->tree_nodes));
     d->observe_prompt = 256;
     DS_TRY(jcfg_int(&r, "prompt_rows", 1, 1 << 20, &d->observe_prompt));
     DS_TRY(accept_prior_read(&r, &g->ap));
@@ -107,12 +117,14 @@ static int recycling_open(drafter *d, const cJSON *cfg, target *t) {
     d->tree_nodes = g->tree_nodes;
     if (g->tree_nodes)
         snprintf(d->describe, sizeof d->describe,
-                 "recycling: Token Recycling tree of %d nodes, best-first over each token's top-%d recorded next tokens",
-                 g->tree_nodes, g->k);
+                 "recycling: Token Recycling tree of %d nodes, %s over each token's top-%d recorded next tokens",
+                 g->tree_nodes, g->tree_static ? "the paper's static template" : "best-first", g->k);
     else
         snprintf(d->describe, sizeof d->describe,
                  "recycling: Token Recycling chain, each token's top-%d next tokens from the target's verified rows", g->k);
-    if (g->tree_nodes) snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d:tree%d", g->k, g->tree_nodes);
+    if (g->tree_nodes)
+        snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d:%s%d", g->k, g->tree_static ? "static" : "tree",
+                 g->tree_nodes);
     else snprintf(d->fingerprint, sizeof d->fingerprint, "recycling:%d", g->k);
     return 0;
 fail:
@@ -190,57 +202,113 @@ static const rc_table *row_of(const recycling *g, const rc_state *s, int x) {
     return s->own.stamp[x] ? &s->own : s->pre.stamp[x] ? &s->pre : g->run.stamp[x] ? &g->run : NULL;
 }
 
-/* The tree: DDTree's best-first expansion over the recorded probabilities. A candidate is (parent
- * node, rank) scored by the product of recorded probabilities along its path; the best is taken as
- * the next node, then its next sibling (rank + 1) and its first child (rank 0 of its own token's row)
- * become candidates, until the budget. Nodes come out parents first and siblings by rank, so every
- * prefix is a tree; children of one node are one row's distinct top-k ids, so never duplicates.
+/* The tree: DDTree's best-first expansion (tree_build.h) over the recorded probabilities: a node's
+ * children are its token's row (the request's own, its prompt's, the run's; with repeat and no row, the
+ * token itself at 0.5; TREE_MAX_K of a row at most), none after end-of-generation; rows list distinct ids, so
+ * siblings never repeat.
  * Deterministic given the tables: TREE_TOPK, q unused. */
-static void propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
-    struct cand {
-        int parent, tok, rank; /* the parent node (-1: the anchor), its token, the child's rank in its row */
-        float pscore, score;   /* the parent's path probability, and the candidate's own */
-    } c[2 * 64 + 2];
-    int nc = 0, n = 0;
-    /* node confidences for the scheduler: the path products scaled by the run's accepted nodes over their
-     * summed products (the products alone are overconfident), at most 1; a function of finished rounds */
+typedef struct {
+    const recycling *g;
+    const rc_state *s;
+    const drafter *d;
+    int anchor;
+} rc_rows;
+
+static int rc_row(void *ctx, int node, int tok, int depth, int K, int *ids, float *p) {
+    DS_UNUSED(depth);
+    const rc_rows *x = ctx;
+    if (node < 0) tok = x->anchor;
+    else if (x->g->eos_ok && tokenizer_is_eog(&x->d->t->tk, tok)) return 0;
+    const rc_table *t = row_of(x->g, x->s, tok);
+    if (!t) {
+        if (!x->g->repeat) return 0;
+        ids[0] = tok, p[0] = 0.5f;
+        return 1;
+    }
+    int m = DS_MIN(K, x->g->k);
+    memcpy(ids, t->id + (size_t)tok * x->g->k, sizeof(int) * (size_t)m);
+    memcpy(p, t->p + (size_t)tok * x->g->k, sizeof(float) * (size_t)m);
+    return m;
+}
+
+/* node confidences for the scheduler: the raw path products (tree_best_first's) scaled by the run's
+ * accepted nodes over their summed products (the products alone are overconfident), at most 1 */
+static void tree_confs(const recycling *g, rc_state *s, int anchor, draft_block *out, verify_fault fault) {
     double scale = tree_calib_scale(&g->cal, &s->cal);
-    /* the candidate (parent, tok, rank) when its row has that rank (or, with repeat, tok itself at rank 0) */
-#define PUSH(par_, tok_, rank_, ps_)                                                                         \
-    do {                                                                                                     \
-        const rc_table *t_ = row_of(g, s, tok_);                                                             \
-        if (t_ && (rank_) < g->k)                                                                            \
-            c[nc++] = (struct cand){par_, tok_, rank_, ps_, (ps_) * t_->p[(size_t)(tok_) * g->k + (rank_)]}; \
-        else if (!t_ && g->repeat && (rank_) == 0)                                                           \
-            c[nc++] = (struct cand){par_, tok_, 0, ps_, (ps_) * 0.5f};                                       \
-    } while (0)
-    PUSH(-1, anchor, 0, 1.0f);
-    while (n < budget && nc > 0) {
-        int b = 0;
-        for (int i = 1; i < nc; i++)
-            if (c[i].score > c[b].score) b = i; /* ties: the earlier candidate */
-        struct cand x = c[b];
-        for (int i = b; i + 1 < nc; i++) c[i] = c[i + 1]; /* keep insertion order for ties */
-        nc--;
-        const rc_table *t = row_of(g, s, x.tok);
-        int tok = t ? t->id[(size_t)x.tok * g->k + x.rank] : x.tok;
-        out->tok[n] = tok, out->parent[n] = x.parent;
-        out->conf_raw[n] = s->tconf[n] = x.score;
-        out->conf[n] = (float)DS_MIN(1.0, x.score * scale);
-        if (d->fault == FAULT_TREE_RATIO) { /* the gate's control reads a soft q: the parent's recorded row */
-            float *q = out->q + (size_t)n * out->V;
+    for (int i = 0; i < out->n; i++) {
+        float raw = out->conf[i];
+        s->tconf[i] = raw;
+        if (out->conf_raw) out->conf_raw[i] = raw;
+        out->conf[i] = (float)DS_MIN(1.0, raw * scale);
+        if (fault == FAULT_TREE_RATIO) { /* the gate's control reads a soft q: the parent's recorded row */
+            int pt = out->parent[i] < 0 ? anchor : out->tok[out->parent[i]];
+            const rc_table *t = row_of(g, s, pt);
+            float *q = out->q + (size_t)i * out->V;
             memset(q, 0, sizeof(float) * (size_t)out->V);
             if (t)
-                for (int j = 0; j < g->k; j++) q[t->id[(size_t)x.tok * g->k + j]] = t->p[(size_t)x.tok * g->k + j];
-            else q[tok] = 1;
+                for (int j = 0; j < g->k; j++) q[t->id[(size_t)pt * g->k + j]] = t->p[(size_t)pt * g->k + j];
+            else q[out->tok[i]] = 1;
         }
-        PUSH(x.parent, x.tok, x.rank + 1, x.pscore); /* its next sibling */
-        if (!(g->eos_ok && tokenizer_is_eog(&d->t->tk, tok))) PUSH(n, tok, 0, x.score); /* its first child */
-        n++;
     }
-#undef PUSH
-    out->n = s->tn = n;
+    s->tn = out->n;
+}
+
+static int propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
+    rc_rows x = {g, s, d, anchor};
+    if (tree_best_first(rc_row, &x, g->k, budget, out)) return -1;
+    tree_confs(g, s, anchor, out, d->fault);
+    return 0;
+}
+
+/* The paper's static tree (Luo et al., App. 8.1, Fig. 5) as SAM-Decoding ships it
+ * (samd/config/token_recycle.json): 80 draft nodes in 6 levels, numbered breadth first from the anchor
+ * (0). RC_TEMPLATE[i] is how many children node i has; the c-th child of a node is the c-th token of its
+ * token's row, so higher-ranked nodes get more children. Children are numbered consecutively, so the
+ * counts alone fix every node's parent and rank. */
+static const unsigned char RC_TEMPLATE[RC_TEMPLATE_NODES + 1] = {
+    8,                                                                         /* the anchor */
+    8, 4, 3, 2, 1, 1, 1, 1,                                                    /* depth 1: nodes 1-8 */
+    8, 3, 2, 1, 1, 1, 1, 1, 2, 1, 0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 0,             /* depth 2: 9-29 */
+    5, 2, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, /* depth 3: 30-54 */
+    3, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0,                               /* depth 4: 55-69 */
+    2, 0, 0, 1, 0, 0, 0, 0,                                                    /* depth 5: 70-77 */
+    0, 0, 0};                                                                  /* depth 6: 78-80 */
+
+/* The static tree: the template's nodes filled breadth first, each with the rank-th token of its parent's
+ * row; a node whose parent is absent, whose parent's row is unknown or shorter than its rank, or whose
+ * parent ends the generation is absent with its subtree. The present nodes are handed out by path
+ * probability (the product of recorded probabilities; ties: breadth-first order), so a parent comes
+ * before its children, a budget keeps the template's most probable nodes, and greedy's admitted prefix
+ * is exactly what it priced. Confidences: the path products, calibrated as best-first's. */
+static void propose_static(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
+    int tok[RC_TEMPLATE_NODES + 1], par[RC_TEMPLATE_NODES + 1], ord[RC_TEMPLATE_NODES], to[RC_TEMPLATE_NODES + 1];
+    float path[RC_TEMPLATE_NODES + 1];
+    int m = 0, next = 1; /* present nodes; the next template node to number */
+    tok[0] = anchor, path[0] = 1;
+    for (int u = 0; u <= RC_TEMPLATE_NODES && next <= RC_TEMPLATE_NODES; u++) {
+        int live = tok[u] >= 0 && !(u && g->eos_ok && tokenizer_is_eog(&d->t->tk, tok[u]));
+        const rc_table *t = live ? row_of(g, s, tok[u]) : NULL;
+        for (int c = 0; c < RC_TEMPLATE[u] && next <= RC_TEMPLATE_NODES; c++, next++) {
+            tok[next] = -1, par[next] = u, path[next] = 0;
+            if (t && c < g->k)
+                tok[next] = t->id[(size_t)tok[u] * g->k + c], path[next] = path[u] * t->p[(size_t)tok[u] * g->k + c];
+            else if (live && !t && g->repeat && c == 0) tok[next] = tok[u], path[next] = path[u] * 0.5f;
+            if (tok[next] < 0) continue;
+            int i = m++; /* insertion by path, stable: a child's path never exceeds its parent's */
+            while (i > 0 && path[ord[i - 1]] < path[next]) ord[i] = ord[i - 1], i--;
+            ord[i] = next;
+        }
+    }
+    int n = DS_MIN(m, budget);
+    to[0] = -1;
+    for (int i = 0; i < n; i++) {
+        int v = ord[i];
+        to[v] = i;
+        out->tok[i] = tok[v], out->parent[i] = to[par[v]], out->conf[i] = path[v];
+    }
+    out->n = n;
     out->tree = TREE_TOPK;
+    tree_confs(g, s, anchor, out, d->fault);
 }
 
 static int recycling_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
@@ -249,7 +317,8 @@ static int recycling_propose(drafter *d, request *r, int gamma, const sampling_p
     rc_state *s = r->dstate;
     if (g->tree_nodes) {
         s->n = 0, s->n0 = r->toks.n, s->after = -1; /* acceptance by cell is a chain's: commit learns nothing */
-        propose_tree(g, s, d, request_anchor(r), DS_MIN(gamma, out->cap), out);
+        if (g->tree_static) propose_static(g, s, d, request_anchor(r), DS_MIN(gamma, out->cap), out);
+        else return propose_tree(g, s, d, request_anchor(r), DS_MIN(gamma, out->cap), out);
         return 0;
     }
     gamma = DS_MIN(gamma, DS_MIN(RC_MAXG, out->cap));
@@ -326,7 +395,7 @@ const drafter_ops drafter_recycling = {
     "recycling",
     "Token Recycling (training-free): a chain through each token's top-k next tokens recorded from the target's "
     "verified rows and the prompt's, kept per request and across requests; with tree_nodes N > 0 a best-first tree of N "
-    "nodes over them, verified exactly: {\"k\": 8, \"tree_nodes\": 0, \"prompt_rows\": 256, \"repeat\": false, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
+    "nodes over them (\"tree_shape\": \"static\": the paper's 80-node template, its first N nodes), verified exactly: {\"k\": 8, \"tree_nodes\": 0, \"tree_shape\": \"best-first\", \"prompt_rows\": 256, \"repeat\": false, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
     "\"request_weight\": 4, \"calibration\": [T_1, ...]}",
     recycling_open, recycling_begin, recycling_propose, recycling_commit, recycling_end, recycling_rewind, NULL,
     recycling_close,

@@ -17,7 +17,7 @@ int request_init(request *r, target *t, int id, const int *prompt, int n_prompt,
     }
     for (int i = 0; i < n_prompt; i++)
         if (ivec_push(&r->toks, prompt[i])) goto fail;
-    int cap = DS_MIN(n_prompt + max_new + 72, t->m.cfg.max_seq);
+    int cap = DS_MIN(n_prompt + max_new + DRAFT_TREE_MAX + 8, t->m.cfg.max_seq); /* + a round's rows */
     if (!(r->tkv = kv_cache_new(t->be, &t->m.cfg, cap))) goto fail;
     /* independent streams: drafting, accept tests, residual/bonus draws */
     rng_seed(&r->rng_draft, seed * 0x9e3779b97f4a7c15ull + 1);
@@ -200,7 +200,8 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
     DS_CHECK(!d || !d->tree_nodes || !strcmp(cfg->s->ops->name, "fixed") || !strcmp(cfg->s->ops->name, "greedy"),
              "decode: %s drafts trees (tree_nodes %d), which the fixed and greedy schedulers verify, not '%s'",
              d ? d->ops->name : "?", d ? d->tree_nodes : 0, cfg->s ? cfg->s->ops->name : "?");
-    DS_CHECK(!d || d->tree_nodes <= 64, "decode: a tree of %d nodes (at most 64)", d ? d->tree_nodes : 0);
+    DS_CHECK(!d || d->tree_nodes <= DRAFT_TREE_MAX, "decode: a tree of %d nodes (at most %d)", d ? d->tree_nodes : 0,
+             DRAFT_TREE_MAX);
     if (d && d->tree_nodes) gamma = d->tree_nodes; /* the scheduler's length cuts nodes, not depth */
     DS_TRYP(c = ds_calloc(1, sizeof *c, "decode context"));
     c->R_max = R_max, c->gamma = gamma, c->V = V;
@@ -312,7 +313,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
                 goto fail;
             }
         verify_result vres;
-        int emitted[66];
+        int emitted[DRAFT_TREE_MAX + 2];
         int tree = c->istree[a], *path = c->path;
         /* the shifted-q control hands row k+1 as row k (the block has a spare zero row) */
         const float *qrows = blk->q ? blk->q + (cfg->fault == FAULT_SHIFTED_Q ? (size_t)V : 0) : NULL;

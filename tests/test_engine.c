@@ -109,6 +109,44 @@ static void test_greedy_equals_autoregressive(void **state) {
     cJSON_Delete(dc);
 }
 
+/* greedy decoding with drafter d under scheduler s equals autoregression token for token, alone and in a
+ * batch of three requests whose trees differ; the speculative run's statistics in ss */
+static void tree_equals_ar(ctx *c, drafter *d, scheduler *s, decode_stats *ss) {
+    sampling_params greedy = {0, 0, 1};
+    int na[3], ns[3], nb[3];
+    decode_stats sa, sb;
+    int **ar = decode_all(&c->t, NULL, NULL, 0, greedy, 48, 1, na, &sa, 1);
+    int **sp = decode_all(&c->t, d, s, 4, greedy, 48, 1, ns, ss, 1);
+    int **bt = decode_all(&c->t, d, s, 4, greedy, 48, 3, nb, &sb, 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(na[i], ns[i]);
+        assert_memory_equal(ar[i], sp[i], sizeof(int) * (size_t)na[i]);
+        assert_int_equal(na[i], nb[i]);
+        assert_memory_equal(ar[i], bt[i], sizeof(int) * (size_t)na[i]);
+    }
+    assert_int_equal(ss->emitted, ns[0] + ns[1] + ns[2] - 3);
+    assert_true(ss->accepted > 0 && ss->rounds < sa.rounds);
+    free_outs(ar), free_outs(sp), free_outs(bt);
+}
+
+/* Recycling's static tree of 80 nodes (more than a chain's 64 rows): greedy output is autoregression's,
+ * and rounds verify more than 64 nodes (the cache's slack holds them) */
+static void test_static_tree_equals_autoregressive(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"tree_shape\": \"static\"}");
+    assert_int_equal(drafter_open(&d, "recycling", dc, &c->t), 0);
+    assert_int_equal(d.tree_nodes, 80);
+    assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+    decode_stats ss;
+    tree_equals_ar(c, &d, &s, &ss);
+    assert_true(ss.verified > 64 * 4); /* most rounds verify more than 64 nodes */
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+}
+
 /* A recycling tree of 8 nodes, greedy: the output is autoregression's token for token, alone and in a
  * batch of three requests whose trees differ, and its trace has one row a verified node whose accepted
  * ones are the rounds' accepted paths. */
@@ -121,19 +159,8 @@ static void test_tree_greedy_equals_autoregressive(void **state) {
     assert_int_equal(d.tree_nodes, 8);
     assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
     sampling_params greedy = {0, 0, 1};
-    int na[3], ns[3], nb[3];
-    decode_stats sa, ss, sb;
-    int **ar = decode_all(&c->t, NULL, NULL, 0, greedy, 48, 1, na, &sa, 1);
-    int **sp = decode_all(&c->t, &d, &s, 4, greedy, 48, 1, ns, &ss, 1);
-    int **bt = decode_all(&c->t, &d, &s, 4, greedy, 48, 3, nb, &sb, 1);
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(na[i], ns[i]);
-        assert_memory_equal(ar[i], sp[i], sizeof(int) * (size_t)na[i]);
-        assert_int_equal(na[i], nb[i]);
-        assert_memory_equal(ar[i], bt[i], sizeof(int) * (size_t)na[i]);
-    }
-    assert_int_equal(ss.emitted, ns[0] + ns[1] + ns[2] - 3);
-    assert_true(ss.accepted > 0 && ss.rounds < sa.rounds);
+    decode_stats ss;
+    tree_equals_ar(c, &d, &s, &ss);
     assert_true(ss.verified > ss.rounds); /* trees of several nodes were verified */
     /* the trace's nodes */
     char path[512];
@@ -170,7 +197,6 @@ static void test_tree_greedy_equals_autoregressive(void **state) {
     assert_null(decode_ctx_new(&c->t, &bad, 1));
     assert_non_null(strstr(ds_errmsg(), "threshold"));
     scheduler_close(&g);
-    free_outs(ar), free_outs(sp), free_outs(bt);
     drafter_close(&d);
     scheduler_close(&s);
     cJSON_Delete(dc);
@@ -395,6 +421,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_autoregressive),
         cmocka_unit_test(test_tree_greedy_equals_autoregressive),
+        cmocka_unit_test(test_static_tree_equals_autoregressive),
         cmocka_unit_test(test_full_depth_draft_always_accepted),
         cmocka_unit_test(test_serve_continuous_batching),
         cmocka_unit_test(test_config_errors),

@@ -146,7 +146,7 @@ static void fake_open(fake *f, const char *name, const char *cfg) {
     assert_non_null(c);
     assert_int_equal(drafter_open(&f->d, name, c, &f->t), 0);
     cJSON_Delete(c);
-    assert_int_equal(draft_block_init(&f->b, 8, 16, 1), 0);
+    assert_int_equal(draft_block_init(&f->b, 16, 16, 1), 0);
 }
 
 static void fake_close(fake *f) {
@@ -358,6 +358,54 @@ static void test_recycling(void **state) {
     cJSON_Delete(cj);
 }
 
+/* recycling's static tree: the paper's template filled breadth first (the c-th child of a node is the
+ * c-th token of its row), a node absent with its subtree when its parent's row is unknown or short,
+ * handed out by path probability (ties breadth first), its N most probable nodes under a budget */
+static void test_recycling_static_tree(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "recycling", "{\"k\": 3, \"tree_shape\": \"static\"}");
+    assert_int_equal(f.d.tree_nodes, 80);
+    request r;
+    int p[] = {1, 2, 3, 4};
+    req_set(&r, p, 4, 3);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    /* rows: 4 -> 7 8 9, 7 -> 10 11 12, 8 -> 13 14 15, 10 -> 1 2 3 */
+    float z[4][16];
+    int in[] = {4, 7, 8, 10}, a[] = {7, 8, 9}, b[] = {10, 11, 12}, e[] = {13, 14, 15}, h[] = {1, 2, 3};
+    row_of(z[0], a, 3), row_of(z[1], b, 3), row_of(z[2], e, 3), row_of(z[3], h, 3);
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], 4, 0), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 80, NULL, &f.b), 0);
+    /* present: the anchor's 8 children (3 known: 7 8 9), 7's 8 (10 11 12), 8's 4 (13 14 15), 10's 8 (1 2 3);
+     * by path (row probabilities ~.665 .245 .090, a row's tail shifting them slightly): 7 .665, 10 .442,
+     * 1 .294, 8 .245, 11 .163, 13 .163, 2 .108, 9 .090, 12 .060, 14 .060, 3 .040, 15 .022 */
+    int tok[] = {7, 10, 1, 8, 11, 13, 2, 9, 12, 14, 3, 15}, par[] = {-1, 0, 1, -1, 0, 3, 1, -1, 0, 3, 1, 3};
+    assert_int_equal(f.b.tree, TREE_TOPK);
+    assert_int_equal(f.b.n, 12);
+    assert_memory_equal(f.b.tok, tok, sizeof tok);
+    assert_memory_equal(f.b.parent, par, sizeof par);
+    assert_float_equal(f.b.conf_raw[1], f.b.conf_raw[0] * f.b.conf_raw[0], 1e-5); /* 7 then 10: the same row shape */
+    assert_float_equal(f.b.conf_raw[2], f.b.conf_raw[1] * f.b.conf_raw[0], 1e-5);
+    for (int i = 1; i < 12; i++) assert_true(f.b.conf_raw[i] <= f.b.conf_raw[i - 1]);
+    /* a budget keeps the most probable nodes: the same order cut */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 5, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 5);
+    assert_memory_equal(f.b.tok, tok, 5 * sizeof(int));
+    assert_memory_equal(f.b.parent, par, 5 * sizeof(int));
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+    const char *bad[] = {"{\"tree_shape\": \"round\"}", "{\"tree_shape\": \"static\", \"tree_nodes\": 81}"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *cj = cJSON_Parse(bad[i]);
+        drafter d;
+        assert_int_equal(drafter_open(&d, "recycling", cj, &f.t), -1);
+        assert_non_null(strstr(ds_errmsg(), i ? "tree_nodes" : "tree_shape"));
+        cJSON_Delete(cj);
+    }
+}
+
 /* recycling's tree: DDTree's best-first order over the recorded probabilities, parents before children,
  * siblings by rank, scores the path products */
 static void test_recycling_tree(void **state) {
@@ -444,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_recycling),
         cmocka_unit_test(test_recycling_tree),
+        cmocka_unit_test(test_recycling_static_tree),
         cmocka_unit_test(test_suffix_tree_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

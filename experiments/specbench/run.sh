@@ -11,6 +11,10 @@
 #     ONLY="suffix suffix-tree16-greedy recycling recycling-tree16-greedy" sh experiments/specbench/run.sh
 #                                               # the trees beside the chains on the real target (~4 min a row
 #                                               # and temperature; fetches the model when missing)
+#   SPS_MAX_B=96 O=out/specbench-static TEMPS=0 LIMIT=5 \
+#     ONLY="recycling recycling-tree16 recycling-static80 recycling-static80-greedy" sh experiments/specbench/run.sh
+#                                               # Token Recycling's static 80-node tree (the paper's template)
+#                                               # beside its chain and best-first tree on SmolLM2
 #
 # Nothing else may run beside it (wall times). Steps:
 # 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
@@ -36,15 +40,17 @@ MODEL=${MODEL:-smollm2-135m}
 mkdir -p $O
 if [ "$MODEL" = smollm2-135m ]; then make model > /dev/null; else python3 scripts/fetch_model.py $MODEL; REF=none; fi
 # SmolLM2's table as before; the 1.5B's to 32 tokens (a 16-node tree verifies 17), one context (a minute)
-SPSOPT="--max-B 16"
-[ "$MODEL" = smollm2-135m ] || SPSOPT="--model $MODEL --max-B 32 --context2 0"
+SPSOPT="--max-B ${SPS_MAX_B:-16}"
+[ "$MODEL" = smollm2-135m ] || SPSOPT="--model $MODEL --max-B ${SPS_MAX_B:-32} --context2 0"
 [ -f $O/sps.json ] || $B bench-target $SPSOPT --reps 9 --out $O/sps.json > $O/sps.txt
 CATS='["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'
 COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, {"name": "recycling"}]}'
 COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]}'
 # name|drafter-object|gamma|prompts|scheduler (the reference drafts 4 a round, as trained, on fewer prompts:
 # it is slow). Issue 55's rows: recycling's best-first trees of 8 and 16 nodes, verified whole (only the
-# fixed scheduler), beside its chain under the same scheduler; then trees of 16 and 32 nodes cut by greedy.
+# fixed scheduler), beside its chain under the same scheduler; then trees of 16 and 32 nodes cut by greedy;
+# the paper's static template of 80 nodes verified whole and cut by greedy (the size is the tree's, not gamma;
+# its SPS table wants SPS_MAX_B=96).
 configs() {
     echo "ngram|{\"name\": \"ngram\"}|8|$LIMIT|greedy"
     echo "suffix|{\"name\": \"suffix\"}|8|$LIMIT|greedy"
@@ -55,6 +61,8 @@ configs() {
     echo "recycling-tree16|{\"name\": \"recycling\", \"tree_nodes\": 16}|16|$LIMIT|fixed"
     echo "recycling-tree16-greedy|{\"name\": \"recycling\", \"tree_nodes\": 16}|16|$LIMIT|greedy"
     echo "recycling-tree32-greedy|{\"name\": \"recycling\", \"tree_nodes\": 32}|32|$LIMIT|greedy"
+    echo "recycling-static80|{\"name\": \"recycling\", \"tree_shape\": \"static\"}|64|$LIMIT|fixed"
+    echo "recycling-static80-greedy|{\"name\": \"recycling\", \"tree_shape\": \"static\"}|64|$LIMIT|greedy"
     echo "combine|$COMBINE|8|$LIMIT|greedy"
     echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT|greedy"
     if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))|greedy"; fi
@@ -105,7 +113,8 @@ S=$O/summary.md
             awk -v name="$name" -F'|' '/^\| position k/ { on = 1; next } on && /^\| [0-9]/ { a[$2 + 0] = $3 } on && /^$/ { on = 0 }
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
         done
-        for name in suffix-tree16-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy; do
+        for name in suffix-tree16-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy \
+            recycling-static80 recycling-static80-greedy; do
             if [ -f $O/$name-t$T.md ]; then echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; fi
         done
         for name in combine combine-ngram-suffix; do
