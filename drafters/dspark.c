@@ -31,6 +31,7 @@ typedef struct {
     qmat headq;          /* the target's quantized head, or its draft-vocabulary rows gathered */
     void *w2_q;          /* the Markov/RNN factor W2 quantized (head_precision q8_0 or q4_1), owned */
     struct dlayer { qmat wq, wk, wv, wo, w_gate, w_up, w_down; } *lq;
+    uint32_t lt;         /* the draft layers' and the taps' projection's type (layer_precision); quantized: owned */
     /* backend buffers for one block of B rows */
     float *x, *xn, *q, *kb, *vb, *att, *tmp, *g, *u, *h, *Ud, *w2in, *w2out;
     /* host */
@@ -64,8 +65,11 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     /* the sequential head reads all of W2 (Vd x rank) once per drafted position: in Q8_0 it moves a
      * quarter of fp32's bytes. q stays the law the token is drawn from, so verification is exact
      * either way; only the draft distribution moves (by the Q8_0 rounding of W2). */
-    const char *hp;
+    const char *hp, *lp;
     DS_TRY(drafter_precision(&r, "head_precision", &hp));
+    /* the draft layers and the taps' projection are read whole by every block pass: two layers at the 1.5B's
+     * width are ~400 MB in fp32 (a third of a target step), ~110 MB in Q8_0; exact either way, as above */
+    DS_TRY(drafter_precision(&r, "layer_precision", &lp));
     s->tree_width = 4;
     DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
     DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
@@ -95,6 +99,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "init_std");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "vocab_ids");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "head_precision");
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, "layer_precision");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "tree_nodes");
             cJSON_DeleteItemFromObjectCaseSensitive(arch, "tree_width");
         }
@@ -145,15 +150,24 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     }
     backend *be = s->be = t->be;
     s->Eq = F32Q(V, D, s->m.E);
-    s->fcq = F32Q(D, c->n_tap * D, s->m.fc);
+    int fits = D % QK8_0 == 0 && QD % QK8_0 == 0 && HF % QK8_0 == 0;
+    DS_TRY(drafter_type_of(lp, "layer_precision", fits, "widths that are multiples of 32", &s->lt));
     DS_TRYP(s->lq = ds_calloc((size_t)L, sizeof *s->lq, "draft layers"));
+    if (s->lt == GGML_F32) s->fcq = F32Q(D, c->n_tap * D, s->m.fc);
+    else DS_TRY(drafter_quantize(s->m.fc, D, c->n_tap * D, s->lt, &s->fcq, "the taps' projection"));
     for (int l = 0; l < L; l++) {
         const struct bd_layer *w = &s->m.layer[l];
-        s->lq[l] = (struct dlayer){F32Q(QD, D, w->wq),     F32Q(KD, D, w->wk),   F32Q(KD, D, w->wv),    F32Q(D, QD, w->wo),
-                                   F32Q(HF, D, w->w_gate), F32Q(HF, D, w->w_up), F32Q(D, HF, w->w_down)};
-        const qmat *ws[7] = {&s->lq[l].wq, &s->lq[l].wk, &s->lq[l].wv, &s->lq[l].wo, &s->lq[l].w_gate, &s->lq[l].w_up, &s->lq[l].w_down};
-        DS_TRY(be->prepare_mats(be, ws, 7));
+        struct dlayer *q = &s->lq[l];
+        const float *src[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+        const int rows[7] = {QD, KD, KD, D, HF, HF, D}, cols[7] = {D, D, D, QD, D, D, HF};
+        qmat *ws[7] = {&q->wq, &q->wk, &q->wv, &q->wo, &q->w_gate, &q->w_up, &q->w_down};
+        for (int i = 0; i < 7; i++)
+            if (s->lt == GGML_F32) *ws[i] = F32Q(rows[i], cols[i], (float *)src[i]);
+            else DS_TRY(drafter_quantize(src[i], rows[i], cols[i], s->lt, ws[i], "a draft layer"));
+        DS_TRY(be->prepare_mats(be, (const qmat *const *)ws, 7));
     }
+    snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe), ", layers %s",
+             drafter_type_key(s->lt));
     {
         const qmat *ws[3] = {&s->Eq, &s->fcq, &s->W2q};
         DS_TRY(be->prepare_mats(be, ws, c->head != HEAD_NONE ? 3 : 2));
@@ -470,6 +484,18 @@ static void dspark_close(drafter *d) {
     }
     /* the backend keys its copies by the data's address: forget them before the rows are freed */
     if (s->m.sv.rows && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->headq}, 1);
+    if (s->lt != GGML_F32 && s->lq) { /* ours: forgotten by the backend, then freed */
+        for (int l = 0; l < s->m.cfg.n_layers; l++) {
+            qmat *ws[7] = {&s->lq[l].wq, &s->lq[l].wk, &s->lq[l].wv, &s->lq[l].wo, &s->lq[l].w_gate, &s->lq[l].w_up,
+                           &s->lq[l].w_down};
+            for (int i = 0; i < 7; i++) {
+                if (ws[i]->data && s->be) s->be->forget_mats(s->be, (const qmat *[]){ws[i]}, 1);
+                free((void *)ws[i]->data);
+            }
+        }
+        if (s->fcq.data && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->fcq}, 1);
+        free((void *)s->fcq.data);
+    }
     bd_model_free(&s->m);
     free(s->lq);
     if (s->w2_q && s->be) s->be->forget_mats(s->be, (const qmat *[]){&s->W2q}, 1);
@@ -502,12 +528,12 @@ static void dspark_close(drafter *d) {
     "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1], "     \
     "\"vocab_ids\": [0, 1, 2, 4, 5, 6], \"tree_nodes\": 6, \"tree_width\": 2}"
 const drafter_ops drafter_dflash =
-    BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR, \"tree_nodes\": 0, "
+    BLOCK_OPS("dflash", "parallel block drafter on injected target states: {\"checkpoint\": DIR, \"layer_precision\": \"auto\", \"tree_nodes\": 0, "
               "\"tree_width\": 4} (tree_nodes N > 0: DDTree's best-first tree of N nodes over the positions' top tree_width "
               "tokens, verified exactly)", BLOCK_GATE, .gate_config_tree = BLOCK_GATE_TREE);
 const drafter_ops drafter_dspark_markov =
-    BLOCK_OPS("dspark-markov", "DFlash backbone + Markov head + confidence head: {\"checkpoint\": DIR, \"tree_nodes\": 0, "
+    BLOCK_OPS("dspark-markov", "DFlash backbone + Markov head + confidence head: {\"checkpoint\": DIR, \"layer_precision\": \"auto\", \"head_precision\": \"auto\", \"tree_nodes\": 0, "
               "\"tree_width\": 4} (tree_nodes N > 0: a best-first tree, each node's children from the Markov head after "
               "its own token)", BLOCK_GATE_VOCAB, .gate_config_tree = BLOCK_GATE_VOCAB_TREE);
 const drafter_ops drafter_dspark_rnn =
-    BLOCK_OPS("dspark-rnn", "DFlash backbone + gated RNN head + confidence head: {\"checkpoint\": DIR}", BLOCK_GATE);
+    BLOCK_OPS("dspark-rnn", "DFlash backbone + gated RNN head + confidence head: {\"checkpoint\": DIR, \"layer_precision\": \"auto\", \"head_precision\": \"auto\"}", BLOCK_GATE);

@@ -381,6 +381,54 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
     cJSON_Delete(bad);
 }
 
+/* DFlash / DSpark's draft layers in Q8_0 (layer_precision, the default where the widths fit) against fp32:
+ * the same drafts' q rows within the rounding's reach, the describe line naming the type, and a bad
+ * value refused by its key */
+static void test_layer_precision(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+#define BD "\"init_noise\": 5.0, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 4, \"taps\": [0, 1]"
+    const char *cfg[2] = {"{" BD ", \"layer_precision\": \"f32\"}", "{" BD "}"};
+    int seq[8] = {1, 5, 9, 2, 7, 3, 11, 4}, V = tt->t.m.cfg.vocab_size;
+    float *q[2];
+    for (int i = 0; i < 2; i++) {
+        cJSON *cj = cJSON_Parse(cfg[i]);
+        drafter d;
+        if (drafter_open(&d, "dspark-markov", cj, &tt->t)) fail_msg("%s", ds_errmsg());
+        assert_non_null(strstr(d.describe, i ? "layers q8_0" : "layers f32"));
+        float *hid = target_states(&tt->t, seq, 7, d.n_capture, d.capture_layers);
+        request r;
+        assert_int_equal(request_init(&r, &tt->t, 0, seq, 7, 8, 3), 0);
+        assert_int_equal(ivec_push(&r.toks, seq[7]), 0);
+        if (d.ops->begin(&d, &r, hid)) fail_msg("%s", ds_errmsg());
+        draft_block b;
+        assert_int_equal(draft_block_init(&b, 4, V, 1), 0);
+        sampling_params greedy = {0.0f, 0, 1.0f}, t1 = {1.0f, 0, 1.0f};
+        if (d.ops->propose(&d, &r, 1, &greedy, &b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b.n, 1);
+        if (d.ops->propose(&d, &r, 1, &t1, &b)) fail_msg("%s", ds_errmsg()); /* the first row's law at T = 1 */
+        q[i] = malloc(sizeof(float) * (size_t)V);
+        memcpy(q[i], b.q, sizeof(float) * (size_t)V);
+        d.ops->end(&d, &r);
+        request_free(&r, &tt->t);
+        draft_block_free(&b);
+        free(hid);
+        drafter_close(&d);
+        cJSON_Delete(cj);
+    }
+    double tv = 0;
+    for (int v = 0; v < V; v++) tv += fabs((double)q[0][v] - q[1][v]) / 2;
+    assert_true(tv > 0 && tv < 0.05); /* moved by the rounding, not replaced */
+    free(q[0]), free(q[1]);
+    cJSON *bad = cJSON_Parse("{" BD ", \"layer_precision\": \"q3\"}");
+#undef BD
+    drafter d;
+    assert_int_equal(drafter_open(&d, "dflash", bad, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "layer_precision"));
+    cJSON_Delete(bad);
+    tiny_close(tt);
+}
+
 static void test_drafter_trees(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -411,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_vocab),
         cmocka_unit_test(test_tree_topk),
         cmocka_unit_test(test_drafter_trees),
+        cmocka_unit_test(test_layer_precision),
         cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_overfit_gate_vocab),
     };
