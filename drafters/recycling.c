@@ -53,7 +53,7 @@ typedef struct {
     int repeat;           /* a token whose row is unknown is followed by itself (else the chain stops) */
     int tree_nodes;       /* > 0: a tree of this many nodes instead of the chain */
     int tree_static;      /* the tree is the paper's static template (else best-first) */
-    tree_calib cal;           /* finished requests' judged tree nodes */
+    tree_calib cal;           /* finished requests' verified tree nodes */
     rc_table run;
     accept_prior ap;
     accept_counts runc;   /* finished requests' acceptance counts */
@@ -66,8 +66,9 @@ typedef struct {
     int *wpre, n_pre, *wown, n_own; /* which rows each holds (merged at end; own cleared at rewind) */
     accept_counts own_c;
     int n, n0, tok[RC_MAXG], cell[RC_MAXG], after; /* n0: committed tokens at the last proposal */
-    tree_last tl;            /* the last tree (its raw confidences: path products), judged after its round */
-    tree_calib cal;           /* this request's judged tree nodes */
+    float tconf[DRAFT_TREE_MAX]; /* the last tree's raw node confidences (path products) */
+    int tn;                  /* its nodes */
+    tree_calib cal;           /* this request's verified tree nodes */
 } rc_state;
 
 static int table_new(rc_table *t, int V, int k) {
@@ -183,6 +184,8 @@ static int recycling_observe(drafter *d, request *r, const int *in, const float 
     rc_state *s = r->dstate;
     int id[RC_MAXK];
     float p[RC_MAXK];
+    if (!prefill && g->tree_nodes) /* the anchor's row, then the verified nodes' (a prefix of the tree) */
+        for (int j = 0; j + 1 < n && j < s->tn; j++) s->cal.conf += s->tconf[j];
     for (int j = 0; j < n; j++) {
         DS_CHECK(in[j] >= 0 && in[j] < g->V, "recycling: token %d outside the vocabulary", in[j]);
         row_topk(g, logits + (size_t)j * g->V, id, p);
@@ -232,10 +235,9 @@ static int rc_row(void *ctx, int node, int tok, int depth, int K, int *ids, floa
  * accepted nodes over their summed products (the products alone are overconfident), at most 1 */
 static void tree_confs(const recycling *g, rc_state *s, int anchor, draft_block *out, verify_fault fault) {
     double scale = tree_calib_scale(&g->cal, &s->cal);
-    float raw_of[DRAFT_TREE_MAX];
     for (int i = 0; i < out->n; i++) {
         float raw = out->conf[i];
-        raw_of[i] = raw;
+        s->tconf[i] = raw;
         if (out->conf_raw) out->conf_raw[i] = raw;
         out->conf[i] = (float)DS_MIN(1.0, raw * scale);
         if (fault == FAULT_TREE_RATIO) { /* the gate's control reads a soft q: the parent's recorded row */
@@ -248,7 +250,7 @@ static void tree_confs(const recycling *g, rc_state *s, int anchor, draft_block 
             else q[out->tok[i]] = 1;
         }
     }
-    tree_last_keep(&s->tl, out, raw_of, s->n0);
+    s->tn = out->n;
 }
 
 static int propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
@@ -343,10 +345,10 @@ static int recycling_propose(drafter *d, request *r, int gamma, const sampling_p
 }
 
 static int recycling_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(hidden), DS_UNUSED(next_token), DS_UNUSED(n_accepted);
+    DS_UNUSED(hidden), DS_UNUSED(next_token);
     recycling *g = d->impl;
     rc_state *s = r->dstate;
-    if (g->tree_nodes) tree_calib_round(&s->cal, &s->tl, r->toks.v + s->tl.n0, r->toks.n - s->tl.n0);
+    if (g->tree_nodes) s->cal.acc += n_accepted, s->tn = 0;
     accept_observe(&s->own_c, &g->runc, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, s->after);
     s->n = 0;
     return 0;
@@ -374,7 +376,7 @@ static int recycling_rewind(drafter *d, request *r) {
     for (int i = 0; i < s->n_own; i++) s->own.stamp[s->wown[i]] = 0; /* the prompt's rows stay */
     s->n_own = 0;
     accept_counts_zero(&s->own_c);
-    s->n = s->tl.n = 0;
+    s->n = s->tn = 0;
     s->cal = (tree_calib){0, 0};
     return 0;
 }

@@ -33,7 +33,7 @@ typedef struct {
     suffix_tree corpus;
     accept_counts run;
     int eos_ok;
-    tree_calib cal;             /* tree mode: finished requests' judged nodes */
+    tree_calib cal;             /* tree mode: finished requests' verified nodes */
 } suffix;
 
 typedef struct {
@@ -42,8 +42,9 @@ typedef struct {
     accept_counts own;
     int n, n0, tok[SF_MAXG], cell[SF_MAXG]; /* the last proposal, and the committed tokens then */
     int *ext;                   /* the context's tail + the draft, for re-matching */
-    tree_calib cal;             /* tree mode: this request's judged nodes */
-    tree_last tl;               /* the last tree, judged after its round */
+    tree_calib cal;             /* tree mode: this request's verified nodes */
+    int tn;                     /* the last tree's nodes, their raw confidences */
+    float tconf[SF_MAXG];
 } sf_state;
 
 typedef struct {
@@ -166,7 +167,7 @@ static void suffix_tree_draft(suffix *g, sf_state *s, const drafter *d, suffix_t
         nc--;
         int tok = t->tok[x.node];
         out->tok[n] = tok, out->parent[n] = x.parent;
-        out->conf_raw[n] = (float)x.score;
+        out->conf_raw[n] = s->tconf[n] = (float)x.score;
         out->conf[n] = (float)DS_MIN(1.0, x.score * scale);
         /* the next sibling by count: the best of the parent's children below this one's count (ties: later) */
         int p = t->parent[x.node], sib = -1;
@@ -182,9 +183,8 @@ static void suffix_tree_draft(suffix *g, sf_state *s, const drafter *d, suffix_t
         n++;
     }
 #undef PUSH
-    out->n = n;
+    out->n = s->tn = n;
     out->tree = TREE_TOPK;
-    tree_last_keep(&s->tl, out, out->conf_raw, s->n0);
 }
 
 static int suffix_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
@@ -211,7 +211,7 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
     if (g->tree_nodes) { /* the tree grows in the trie whose chain scored higher, from its match */
         suffix_tree *t = c == &cg ? &g->corpus : &s->local;
         int len, node = suffix_tree_match(t, r->toks.v + n - n_ctx, n_ctx, &len);
-        s->tl.n = 0;
+        s->tn = 0;
         if (c->n > 0 && len >= g->min_match) suffix_tree_draft(g, s, d, t, node, gamma, out);
         return 0; /* s->n = 0: acceptance by cell is a chain's */
     }
@@ -233,12 +233,23 @@ fail:
 }
 
 static int suffix_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(hidden), DS_UNUSED(next_token), DS_UNUSED(n_accepted);
+    DS_UNUSED(hidden), DS_UNUSED(next_token);
     suffix *g = d->impl;
     sf_state *s = r->dstate;
     accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, -1);
     s->n = 0;
-    if (g->tree_nodes) tree_calib_round(&s->cal, &s->tl, r->toks.v + s->tl.n0, r->toks.n - s->tl.n0);
+    if (g->tree_nodes) s->cal.acc += n_accepted, s->tn = 0;
+    return 0;
+}
+
+/* tree mode: the round's verified rows are the anchor's and a prefix of the tree's nodes (the scheduler
+ * may cut it): their raw confidences join the calibration (logits unused) */
+static int suffix_observe(drafter *d, request *r, const int *in, const float *logits, int n, int prefill) {
+    DS_UNUSED(in), DS_UNUSED(logits);
+    suffix *g = d->impl;
+    sf_state *s = r->dstate;
+    if (!prefill && g->tree_nodes)
+        for (int j = 0; j + 1 < n && j < s->tn; j++) s->cal.conf += s->tconf[j];
     return 0;
 }
 
@@ -267,7 +278,7 @@ static int suffix_rewind(drafter *d, request *r) {
     suffix_tree_clear(&s->local);
     DS_TRY(suffix_tree_begin(&s->local, 0));
     s->synced = 0;
-    s->n = s->tl.n = 0;
+    s->n = s->tn = 0;
     s->cal = (tree_calib){0, 0};
     accept_counts_zero(&s->own);
     return 0;
@@ -291,7 +302,7 @@ const drafter_ops drafter_suffix = {
     suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, NULL, suffix_close,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0}",
     NULL,
-    NULL,
+    suffix_observe,
     NULL,
     NULL,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0, \"tree_nodes\": 5}",

@@ -63,24 +63,6 @@ int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *
     return 0;
 }
 
-void tree_last_keep(tree_last *t, const draft_block *out, const float *raw, int n0) {
-    t->n = DS_MIN(out->n, DRAFT_TREE_MAX), t->n0 = n0;
-    memcpy(t->tok, out->tok, sizeof(int) * (size_t)t->n);
-    memcpy(t->parent, out->parent, sizeof(int) * (size_t)t->n);
-    memcpy(t->raw, raw, sizeof(float) * (size_t)t->n);
-}
-
-void tree_calib_round(tree_calib *cal, tree_last *t, const int *emitted, int n_emitted) {
-    int depth[DRAFT_TREE_MAX], on[DRAFT_TREE_MAX];
-    for (int i = 0; i < t->n; i++) { /* parents come first */
-        int p = t->parent[i];
-        depth[i] = p < 0 ? 1 : depth[p] + 1;
-        on[i] = depth[i] <= n_emitted && (p < 0 || on[p]) && t->tok[i] == emitted[depth[i] - 1];
-        if (depth[i] <= n_emitted) cal->conf += t->raw[i], cal->acc += on[i];
-    }
-    t->n = 0;
-}
-
 void tree_mark(drafter *d, const char *what, int nodes, int width) {
     d->tree_nodes = nodes;
     size_t l = strlen(d->fingerprint);

@@ -37,25 +37,6 @@ static inline double tree_calib_scale(const tree_calib *run, const tree_calib *r
     return (run->acc + req->acc + 1) / (run->conf + req->conf + 1);
 }
 
-/* A request's last proposed tree, kept for the calibration after its round. */
-typedef struct {
-    int n, n0; /* nodes; committed tokens when it was proposed (the anchor included) */
-    int tok[DRAFT_TREE_MAX], parent[DRAFT_TREE_MAX];
-    float raw[DRAFT_TREE_MAX];
-} tree_last;
-
-/* keep out's tree (n0: r->toks.n at the proposal), raw[i] its nodes' raw confidences */
-void tree_last_keep(tree_last *t, const draft_block *out, const float *raw, int n0);
-
-/* After the round, the emitted tokens (emitted[0] the first after the anchor) judge every node of the
- * last tree whose depth they reach, verified or not: on the emitted path or not. Its raw confidence joins
- * cal->conf and a hit cal->acc. Judging only verified nodes starves the scale: once it is low, greedy
- * verifies nothing and nothing raises it again (SmolLM2's recycling tree under greedy verified 4 trees in
- * 1,800 rounds). At T = 0 a hit is a node the verifier would have accepted; at T > 0 a node is hit with
- * its acceptance probability (deterministic children: p of its token given an accepted parent). A
- * function of committed tokens: the drafts stay a function of the past. Clears t. */
-void tree_calib_round(tree_calib *cal, tree_last *t, const int *emitted, int n_emitted);
-
 /* Up to budget nodes (<= out->cap, <= 64) of K children at most each into out (tok, parent, conf and
  * conf_raw when present, n, tree = TREE_TOPK). */
 int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out);

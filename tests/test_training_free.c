@@ -431,18 +431,6 @@ static void test_recycling_tree(void **state) {
     assert_memory_equal(f.b.parent, par, sizeof par);
     for (int i = 1; i < 6; i++) assert_true(f.b.conf[i] <= f.b.conf[i - 1]); /* best first */
     assert_float_equal(f.b.conf[1], f.b.conf[0] * f.b.conf[0], 1e-5); /* 7 then 10: .665^2 */
-    /* calibration: 8 then 14 emitted judge all six nodes (depths 1-2): 8 hit, its child 13 missed, 7's
-     * children off the path; the next tree's confidences are the raw ones x (1 + 1) / (sum raw + 1) */
-    float raw[6];
-    double sum = 0;
-    for (int i = 0; i < 6; i++) raw[i] = f.b.conf_raw[i], sum += raw[i];
-    assert_int_equal(ivec_push(&r.toks, 8), 0);
-    assert_int_equal(ivec_push(&r.toks, 14), 0);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 14, NULL), 0);
-    r.toks.n = 4;
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 6, NULL, &f.b), 0);
-    assert_memory_equal(f.b.tok, tok, sizeof tok);
-    for (int i = 0; i < 6; i++) assert_float_equal(f.b.conf[i], raw[i] * 2 / (sum + 1), 1e-5);
     /* a budget cuts the same order */
     assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
     assert_int_equal(f.b.n, 3);
@@ -476,24 +464,21 @@ static void test_suffix_tree_mode(void **state) {
     assert_memory_equal(f.b.parent, par, sizeof par);
     assert_float_equal(f.b.conf[0], 2.0 / 3, 1e-6);
     assert_float_equal(f.b.conf[1], 1.0 / 3, 1e-6);
-    /* calibration: the emitted token (9) judges both depth-1 nodes (raw confidences summing to 1), verified
-     * or not, and hits none: the scheduler's confidences halve, (0 + 1) / (1 + 1); the raw frequencies
-     * stay (the context is set back so the same tree comes again) */
-    assert_int_equal(ivec_push(&r.toks, 9), 0);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 9, NULL), 0);
-    r.toks.n = 7;
+    /* calibration: both nodes verified (raw confidences summing to 1), none accepted: the scheduler's
+     * confidences halve, (0 + 1) / (1 + 1); the raw frequencies stay */
+    int in[] = {5, 7, 8};
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 3, 0), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
     assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
     assert_int_equal(f.b.n, 2);
     assert_float_equal(f.b.conf_raw[0], 2.0 / 3, 1e-6);
     assert_float_equal(f.b.conf[0], 1.0 / 3, 1e-6);
     assert_float_equal(f.b.conf[1], 1.0 / 6, 1e-6);
-    /* 7 then 2 emitted: node 7 hit (verified or not), 8 missed: (0 + 1 + 1) / (1 + 1 + 1) */
-    assert_int_equal(ivec_push(&r.toks, 7), 0);
-    assert_int_equal(ivec_push(&r.toks, 2), 0);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 7, NULL), 0);
-    r.toks.n = 7;
+    /* a cut tree: the anchor's row and one node verified, one accepted: (0 + 1 + 1) / (1 + 2/3 + 1) */
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 2, 0), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 7, NULL), 0);
     assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
-    assert_float_equal(f.b.conf[0], 2.0 / 3 * 2 / 3.0, 1e-6);
+    assert_float_equal(f.b.conf[0], 2.0 / 3 * 2 / (8.0 / 3), 1e-6);
     f.d.ops->end(&f.d, &r);
     ivec_free(&r.toks);
     fake_close(&f);

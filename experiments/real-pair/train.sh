@@ -7,7 +7,8 @@
 #   sh experiments/real-pair/train.sh cache     # the data cache: SHARDS x 50 training-mix prompts answered
 #                                               # by the 1.5B (default 4 = 200 prompts, ~46k tokens, ~7 min)
 #   sh experiments/real-pair/train.sh train     # each family STEPS steps (default 300) on it
-#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at TEMPS = "0 1" (medusa, dflash,
+#   sh experiments/real-pair/train.sh eval      # tau and speedup per domain at TEMPS = "0 1" under greedy (DFlash's
+#                                               # chain, which has no confidences: fixed) (medusa, dflash,
 #                                               # dspark-markov also as a best-first tree of TREE_NODES = 16,
 #                                               # mtp and eagle3 as EAGLE-2's tree of 16)
 #   ONLY="mtp eagle3" sh experiments/real-pair/train.sh train
@@ -87,10 +88,14 @@ if [ "$STAGE" = eval ] || [ "$STAGE" = all ]; then
             extra=""
             [ -n "$shape" ] && extra=", \"tree_nodes\": $TREE_NODES"
             echo "train.sh: eval $tag ($(date +%H:%M:%S))"
+            # greedy prices drafts by their confidences; DFlash's chain has none (its tree's nodes carry their
+            # path probabilities), so it runs under fixed
+            sched=greedy
+            [ "$f" = dflash ] && [ -z "$shape" ] && sched=fixed
             cat > $O/eval-$tag.json <<JSON
-{"comment": "experiments/real-pair/train.sh: $f$shape for the 1.5B, greedy, the AR baseline alternating",
+{"comment": "experiments/real-pair/train.sh: $f$shape for the 1.5B, $sched, the AR baseline alternating",
  "target": "qwen2.5-coder-1.5b", "drafter": {"name": "$f", "checkpoint": "$O/runs/$f/last"$extra},
- "scheduler": "greedy", "gamma": 4, "sps": "$O/sps.json", "datasets": ["gsm8k", "humaneval", "mtbench"],
+ "scheduler": "$sched", "gamma": 4, "sps": "$O/sps.json", "datasets": ["gsm8k", "humaneval", "mtbench"],
  "limit": $EVAL_N, "temperature": $T, "seed": 1, "max_new_tokens": 128, "out": "$O/$tag.h5"}
 JSON
             $B run --config $O/eval-$tag.json > $O/$tag.txt
