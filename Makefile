@@ -53,7 +53,7 @@ CUDA_OBJ :=
 ifeq ($(CUDA),1)
   CFLAGS += -DDS_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
-  CUDA_OBJ := $(BUILD)/runtime/kernels/kernels_cuda.o
+  CUDA_OBJ := $(BUILD)/runtime/kernels/kernels_cuda.o $(BUILD)/runtime/kernels/kernels_cuda_i8.o
 endif
 # Ampere and Hopper machine code, and PTX for anything newer
 NVCCFLAGS := -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
@@ -78,7 +78,7 @@ $(BUILD)/%.o: %.c $(BUILD)/config.mk $(CUDA_FLAG) $(wildcard runtime/*.inc runti
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/runtime/kernels/kernels_cuda.o: runtime/kernels/kernels_cuda.cu runtime/kernels/kernels_cuda.h
+$(BUILD)/runtime/kernels/%.o: runtime/kernels/%.cu runtime/kernels/kernels_cuda.h runtime/kernels/kernels_cuda_launch.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

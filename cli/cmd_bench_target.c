@@ -149,7 +149,7 @@ int cmd_bench_target(int argc, char **argv) {
         {"max-B", OPT_INT, &max_b, "N", "largest batch in the SPS(B) curve (default 64)", 1, 4096, 0},
         {"out", OPT_STR, &out_path, "FILE", "write the results as JSON", 0, 0, 0},
         {"synthetic", OPT_STR, &synth, "SHAPE", "a random timing model of this shape made on the GPU instead of --model "
-         "(smollm2-135m, llama-1b, llama-3b, qwen3-4b; needs --backend cuda)", 0, 0, 0},
+         "(smollm2-135m, llama-1b, llama-3b, qwen3-4b, qwen2.5-1.5b; needs --backend cuda)", 0, 0, 0},
         {"synthetic-type", OPT_STR, &synth_type, "TYPE", "its matrices' type: q4_1 (default), q4_0, q8_0, f16, bf16", 0, 0, 0},
         {"roof", OPT_FLAG, &roof_only, NULL, "measure only the roof (int8 peak, bandwidth, cores) and stop", 0, 0, 0},
         OPT_BACKEND(bo),

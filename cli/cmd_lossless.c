@@ -51,7 +51,7 @@ int cmd_lossless(int argc, char **argv) {
         {"model", OPT_STR, &model, "NAME|PATH", "real target: a name (below) or a file (default: smollm2-135m)", 0, 0, 0},
         {"exact", OPT_FLAG, &exact, NULL, "targets on the fp32 matmul contract (default: int8, what runs by default)", 0, 0, 0},
         {"backend", OPT_STR, &be_name, "NAME", "the production round's and --two-sample's targets on this backend (default cpu; "
-                                             "cuda has the fp32 contract only)", 0, 0, 0},
+                                             "cuda: both contracts, int8 bit for bit the cpu's)", 0, 0, 0},
         {"drafter", OPT_STR, &only, "NAME", "only this drafter's production-round cases and controls (no toy worlds)", 0, 0, 0},
         {"both-contracts", OPT_FLAG, &exact_too, NULL, "the production round on the int8 and on the fp32 contract", 0, 0, 0},
         {"part", OPT_STR, &part, "K/2", "--both-contracts split in two processes: 1/2 the toy worlds and int8, 2/2 fp32 "

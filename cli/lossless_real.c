@@ -103,7 +103,7 @@ int lossless_real(const real_opts *o) {
     triple *ar = NULL, *sp = NULL;
     int rc = -1, bad = 0;
     if (target_open(&t, o->model ? o->model : target_default_path(), &(backend_opts){.name = o->backend, .exact = o->exact})) return -1;
-    if (t.be->exact != o->exact) { /* cuda has the fp32 contract only */
+    if (t.be->exact != o->exact) { /* a backend with one contract only */
         ds_error("lossless: backend '%s' computes on the %s contract (%s)", t.be->name, t.be->exact ? "fp32" : "int8",
                  t.be->exact ? "add --exact" : "drop --exact");
         target_close(&t);

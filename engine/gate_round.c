@@ -205,7 +205,7 @@ static const char *g_backend;
 static int g_verbose; /* each case's time on stderr (what CI's budget is spent on) */
 
 /* the report labels every case with the contract asked for: a backend that has only the other one
- * (cuda: fp32) must not run under the wrong label */
+ * must not run under the wrong label */
 static int contract_matches(const backend *be) {
     DS_CHECK(be->exact == g_exact, "gate: backend '%s' computes on the %s contract, not the %s one asked for (%s)",
              be->name, be->exact ? "fp32" : "int8", g_exact ? "fp32" : "int8", be->exact ? "add --exact" : "drop --exact");

@@ -2,11 +2,16 @@
  *
  * Weights are uploaded once (prepare / prepare_mats, or on first sight for quantized matrices, as
  * the CPU backend packs them) and stay in their file's blocks on the device; the kernels
- * (kernels/kernels_cuda.cu) decode them in registers. Activations are fp32 throughout: this
- * backend implements the exact contract only (be->exact is 1 whatever was asked). Batches of fewer
- * than gemm_min_T tokens take the warp-per-row kernel, whose every output is summed in the same
- * order whatever the batch; larger ones decode each matrix to fp32 in scratch and run cuBLAS
- * SGEMM (fp32, no TF32), as the CPU's exact contract switches to OpenBLAS at the same size.
+ * (kernels/kernels_cuda.cu) decode them in registers. Two contracts, as on the CPU:
+ *  - int8 (the default): quantized matrices (Q4_1, Q8_0, Q5_0, Q4_K, Q6_K) are held in qk_pack's
+ *    QK_DEVICE form and multiplied by kernels_cuda_i8.cu with the CPU's int8 contract, operation
+ *    for operation; the KV cache holds bf16 and attention, RMSNorm, SwiGLU, RoPE, embed and the adds
+ *    are the CPU's operations in its order, so the logits equal the CPU backend's bit for bit
+ *    (test_cuda). Other matrices (a drafter's fp32) take the exact contract's kernels.
+ *  - exact (--exact): fp32 activations throughout. Batches of fewer than gemm_min_T tokens take the
+ *    warp-per-row kernel, whose every output is summed in the same order whatever the batch; larger
+ *    ones decode each matrix to fp32 in scratch and run cuBLAS SGEMM (fp32, no TF32), as the CPU's
+ *    exact contract switches to OpenBLAS at the same size.
  *
  * cuBLAS is opened with dlopen when the backend is made, and the CUDA runtime is linked
  * statically: a build with CUDA runs on machines without a GPU or the CUDA libraries, and only
@@ -24,7 +29,12 @@
 #include "backend.h"
 #include "base/common.h"
 #include "formats/quant.h"
+#include "kernels/kernels_cpu.h"
 #include "kernels/kernels_cuda.h"
+
+_Static_assert((int)KC_I8_Q8_0 == (int)QK_Q8_0 && (int)KC_I8_Q4_1 == (int)QK_Q4_1 && (int)KC_I8_Q4_K == (int)QK_Q4_K &&
+                   (int)KC_I8_Q6_K == (int)QK_Q6_K,
+               "the int8 kernels take qk_kind's values");
 
 typedef cublasStatus_t (*cublas_create_fn)(cublasHandle_t *);
 typedef cublasStatus_t (*cublas_destroy_fn)(cublasHandle_t);
@@ -40,6 +50,9 @@ typedef struct {
     uint32_t type;         /* device storage type (F32 for types decoded at upload) */
     int rows, cols;        /* 1 x n for a norm vector */
     size_t row_bytes;      /* of the device copy */
+    int kind;              /* the int8 form (key: i8_key): its qk_kind; its scales and their bytes a row */
+    const uint8_t *scales;
+    size_t srb;
 } dev_slot;
 
 typedef struct {
@@ -74,6 +87,12 @@ typedef struct {
     int graphs;
     cudaStream_t stream;
     long graph_breaks; /* recordings run early by an op that needs the host */
+    int i8;            /* the int8 contract (be->exact == 0) */
+    int8_t *aq;        /* int8 activations [T][cols], their scales and block sums [T][cols/32] */
+    float *ae, *as;
+    size_t aq_len, ae_len, as_len;
+    float *emb;        /* host rows of an embedding decoded on the host (types the device does not read) */
+    size_t emb_len;
 } cuda_ctx;
 
 static int cu_ok(cudaError_t e, const char *what) {
@@ -341,9 +360,47 @@ static const float *keep_vec(cuda_ctx *c, const float *v, int n) {
     return dev;
 }
 
+/* A matrix's int8 form is kept under its data's address plus one (a weight's data is never at an odd
+ * address), beside a raw copy of the same matrix where embed needs one. */
+static const void *i8_key(const qmat *w) { return (const char *)w->data + 1; }
+
+/* keep the int8 contract's form of a quantized matrix (qk_pack's QK_DEVICE, packed here, uploaded) */
+static const dev_slot *keep_i8(cuda_ctx *c, const qmat *w) {
+    dev_slot *s = slot_find(c, i8_key(w));
+    if (s) {
+        if (s->rows != w->rows || s->cols != w->cols) {
+            ds_error("cuda: a %dx%d %s matrix shares its data with a kept %dx%d one", w->rows, w->cols,
+                     ggml_type_name(w->type), s->rows, s->cols);
+            return NULL;
+        }
+        return s;
+    }
+    qk_mat pk;
+    if (eager(c) || qk_pack(w, QK_DEVICE, &pk)) return NULL;
+    size_t srb = qk_device_scale_bytes(pk.kind, pk.nb), bytes = pk.qoff + srb * (size_t)w->rows;
+    void *dev = NULL;
+    if (cu_ok(cudaMalloc(&dev, bytes), "weight upload") ||
+        cu_ok(cudaMemcpy(dev, pk.data, bytes, cudaMemcpyHostToDevice), "weight upload") ||
+        !(s = slot_new(c, i8_key(w)))) {
+        cudaFree(dev);
+        qk_mat_free(&pk);
+        return NULL;
+    }
+    s->dev = dev, s->bytes = bytes, s->type = w->type, s->rows = w->rows, s->cols = w->cols, s->row_bytes = pk.rb;
+    s->kind = pk.kind, s->scales = (const uint8_t *)dev + pk.qoff, s->srb = srb;
+    qk_mat_free(&pk);
+    return s;
+}
+
+/* the copy a matmul reads: the int8 form on the int8 contract where the type has one */
+static int keep_for_matmul(cuda_ctx *c, const qmat *w) {
+    if (c->i8 && qk_supported(w)) return keep_i8(c, w) ? 0 : -1;
+    return keep_mat(c, w) ? 0 : -1;
+}
+
 static int cuda_prepare_mats(backend *be, const qmat *const *W, int n) {
     for (int i = 0; i < n; i++)
-        if (!keep_mat(be->ctx, W[i])) return -1;
+        if (keep_for_matmul(be->ctx, W[i])) return -1;
     return 0;
 }
 
@@ -386,9 +443,19 @@ static int cuda_prepare(backend *be, const model *m) {
     const qmat **ws = ds_malloc(sizeof *ws * (size_t)cap, "weight list");
     const float **vs = ds_malloc(sizeof *vs * (size_t)vcap, "norm list");
     int *len = ds_malloc(sizeof *len * (size_t)vcap, "norm list");
-    if (ws && vs && len && !cuda_prepare_mats(be, ws, model_mats(m, ws))) {
-        int nv = model_vecs(m, vs, len);
+    cuda_ctx *c = be->ctx;
+    if (ws && vs && len) {
+        int n = model_mats(m, ws);
         rc = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            /* the embedding: read on the device where it can be (the int8 contract decodes other
+             * types' rows on the host: op_embed), and as a matmul's where it is the head too */
+            if (ws[i] == &m->tok_embd && c->i8) {
+                if (kc_type_native(ws[i]->type)) rc = keep_mat(c, ws[i]) ? 0 : -1;
+                if (!rc && m->output.data == m->tok_embd.data) rc = keep_for_matmul(c, ws[i]);
+            } else rc = ws[i] == &m->tok_embd ? (keep_mat(c, ws[i]) ? 0 : -1) : keep_for_matmul(c, ws[i]);
+        }
+        int nv = model_vecs(m, vs, len);
         for (int i = 0; i < nv && !rc; i++) rc = keep_vec(be->ctx, vs[i], len[i]) ? 0 : -1;
     }
     free(ws);
@@ -424,10 +491,10 @@ static void forget_keys(cuda_ctx *c, const void *const *keys, int n) {
 }
 
 static void cuda_forget_mats(backend *be, const qmat *const *W, int n) {
-    const void **keys = ds_malloc(sizeof *keys * (size_t)(n ? n : 1), "weight list");
+    const void **keys = ds_malloc(sizeof *keys * (size_t)(n ? 2 * n : 1), "weight list");
     if (!keys) return;
-    for (int i = 0; i < n; i++) keys[i] = W[i]->data;
-    forget_keys(be->ctx, keys, n);
+    for (int i = 0; i < n; i++) keys[2 * i] = W[i]->data, keys[2 * i + 1] = i8_key(W[i]);
+    forget_keys(be->ctx, keys, 2 * n);
     free(keys);
 }
 
@@ -436,10 +503,10 @@ static void cuda_forget(backend *be, const model *m) {
     const qmat **ws = ds_malloc(sizeof *ws * (size_t)cap, "weight list");
     const float **vs = ds_malloc(sizeof *vs * (size_t)vcap, "norm list");
     int *len = ds_malloc(sizeof *len * (size_t)vcap, "norm list");
-    const void **keys = ds_malloc(sizeof *keys * (size_t)(cap + vcap), "weight list");
+    const void **keys = ds_malloc(sizeof *keys * (size_t)(2 * cap + vcap), "weight list");
     if (ws && vs && len && keys) {
         int n = model_mats(m, ws), nv = model_vecs(m, vs, len), k = 0;
-        for (int i = 0; i < n; i++) keys[k++] = ws[i]->data;
+        for (int i = 0; i < n; i++) keys[k++] = ws[i]->data, keys[k++] = i8_key(ws[i]);
         for (int i = 0; i < nv; i++) keys[k++] = vs[i];
         forget_keys(be->ctx, keys, k);
     }
@@ -468,6 +535,20 @@ static int cuda_fill_random(backend *be, const qmat *w, uint64_t seed) {
         return -1;
     }
     s->dev = dev, s->bytes = bytes, s->type = w->type, s->rows = w->rows, s->cols = w->cols, s->row_bytes = w->row_bytes;
+    if (c->i8 && qk_supported(w)) { /* and the int8 form the matmuls read, random too */
+        int kind = qk_kind_of(w->type), nb = w->cols / 32;
+        size_t rb = (size_t)nb * (kind == QK_Q4_1 || kind == QK_Q4_K ? 16 : 32), srb = qk_device_scale_bytes(kind, nb);
+        size_t code_bytes = rb * (size_t)w->rows, all = code_bytes + srb * (size_t)w->rows;
+        void *d8 = NULL;
+        DS_TRY(cu_ok(cudaMalloc(&d8, all), "random weights"));
+        if (kc_ok(kc_fill_i8(d8, code_bytes, (uint8_t *)d8 + code_bytes, all - code_bytes, seed)) ||
+            !(s = slot_new(c, i8_key(w)))) {
+            cudaFree(d8);
+            return -1;
+        }
+        s->dev = d8, s->bytes = all, s->type = w->type, s->rows = w->rows, s->cols = w->cols, s->row_bytes = rb;
+        s->kind = kind, s->scales = (const uint8_t *)d8 + code_bytes, s->srb = srb;
+    }
     return 0;
 fail:
     return -1;
@@ -521,6 +602,20 @@ static int op_embed(backend *be, float *out, const qmat *emb, const int *tok, in
     if (T <= 0) return 0;
     for (int t = 0; t < T; t++)
         DS_CHECK(tok[t] >= 0 && tok[t] < emb->rows, "embed: token %d outside the table (%d rows)", tok[t], emb->rows);
+    if (c->i8 && !kc_type_native(emb->type) && !slot_find(c, emb->data)) {
+        /* a type the device does not read (Q4_K, Q6_K...): the rows decoded on the host, as the CPU
+         * decodes them, then copied (a table of 151,936 x 1,536 would be 0.9 GB in fp32 on the device) */
+        size_t n = (size_t)T * (size_t)emb->cols;
+        if (c->emb_len < n) {
+            free(c->emb);
+            c->emb_len = 0;
+            DS_TRYP(c->emb = ds_malloc(n * sizeof(float), "embedding rows"));
+            c->emb_len = n;
+        }
+        for (int t = 0; t < T; t++) qmat_row_f32(emb, tok[t], c->emb + (size_t)t * emb->cols);
+        DS_TRY(eager(c));
+        return cu_ok(cudaMemcpy(out, c->emb, n * sizeof(float), cudaMemcpyHostToDevice), "embedding rows");
+    }
     dev_slot tmp;
     const dev_slot *s = mat_for_call(c, emb, 0, &tmp);
     DS_TRYP(s);
@@ -568,14 +663,10 @@ fail:
     return -1;
 }
 
-static int op_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
+/* the exact contract's matmul (every matrix on the int8 contract without an int8 form) */
+static int op_matmul_f32(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
     cuda_ctx *c = be->ctx;
     int cols = W[0]->cols;
-    DS_CHECK(n >= 1 && n <= 8, "matmul: %d matrices in one call (1..8)", n);
-    for (int i = 1; i < n; i++)
-        DS_CHECK(W[i]->cols == cols, "matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols,
-                 cols);
-    if (T <= 0) return 0;
     if (T < be->gemm_min_T) { /* the warp-per-row kernel: one launch for the set where it can */
         dev_slot tmp[8];
         kc_mat set[8];
@@ -613,6 +704,62 @@ static int op_matmul(backend *be, int n, float *const *out, const qmat *const *W
                  s->rows, cols, T);
     }
     return 0;
+fail:
+    return -1;
+}
+
+/* x's int8 activations in the backend's scratch (grown outside a recording: launches kept earlier
+ * may read the old buffers) */
+static int quantize_x(cuda_ctx *c, const float *x, int T, int cols) {
+    size_t nq = (size_t)T * (size_t)cols, ne = (size_t)T * (size_t)(cols / 32) * sizeof(float);
+    if (c->aq_len < nq || c->ae_len < ne || c->as_len < ne) DS_TRY(eager(c));
+    DS_TRY(dev_reserve((void **)&c->aq, &c->aq_len, nq, "int8 activations"));
+    DS_TRY(dev_reserve((void **)&c->ae, &c->ae_len, ne, "int8 activations"));
+    DS_TRY(dev_reserve((void **)&c->as, &c->as_len, ne, "int8 activations"));
+    return kc_ok(kc_quantize(x, T, cols, c->aq, c->ae, c->as));
+fail:
+    return -1;
+}
+
+/* the int8 contract: x quantized once, then each run of matrices with an int8 form of one kind in
+ * one launch (add: out += the product, matmul_add's); the others on the exact contract's kernels */
+static int matmul_i8(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T, int add) {
+    cuda_ctx *c = be->ctx;
+    int cols = W[0]->cols;
+    DS_TRY(quantize_x(c, x, T, cols));
+    for (int i = 0; i < n;) {
+        if (!qk_supported(W[i])) {
+            DS_CHECK(!add, "cuda: matmul_add of a %s matrix on the int8 path", ggml_type_name(W[i]->type));
+            DS_TRY(op_matmul_f32(be, 1, &out[i], &W[i], x, T));
+            i++;
+            continue;
+        }
+        kc_i8mat set[KC_MV_SET];
+        int k = 0, kind = -1;
+        for (; i < n && k < KC_MV_SET && qk_supported(W[i]); i++, k++) {
+            const dev_slot *s = keep_i8(c, W[i]);
+            DS_TRYP(s);
+            if (k && s->kind != kind) break;
+            kind = s->kind;
+            set[k] = (kc_i8mat){s->dev, s->scales, s->srb, out[i], s->rows};
+        }
+        DS_TRY(kc_ok(kc_matvec_i8(set, k, kind, cols, c->aq, c->ae, c->as, T, add)));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static int op_matmul(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T) {
+    cuda_ctx *c = be->ctx;
+    int cols = W[0]->cols, any_i8 = 0;
+    DS_CHECK(n >= 1 && n <= 8, "matmul: %d matrices in one call (1..8)", n);
+    for (int i = 1; i < n; i++)
+        DS_CHECK(W[i]->cols == cols, "matmul: matrices sharing an input must have the same width (%d vs %d)", W[i]->cols,
+                 cols);
+    if (T <= 0) return 0;
+    for (int i = 0; i < n; i++) any_i8 |= c->i8 && qk_supported(W[i]);
+    return any_i8 ? matmul_i8(be, n, out, W, x, T, 0) : op_matmul_f32(be, n, out, W, x, T);
 fail:
     return -1;
 }
@@ -668,7 +815,7 @@ fail:
 
 static int op_kv_write(backend *be, const attn_batch *ab, int layer, const float *k, const float *v) {
     cuda_ctx *c = be->ctx;
-    int T = ab->T, d = 0;
+    int T = ab->T, d = 0, elem = 0;
     if (T <= 0) return 0;
     DS_TRY(reserve_tables(c, T));
     if (T > KC_TAB_MAX) DS_TRY(eager(c)); /* the table is copied to the device */
@@ -676,12 +823,13 @@ static int op_kv_write(backend *be, const attn_batch *ab, int layer, const float
         kv_cache *kv = ab->kv[ab->seq[t]];
         DS_CHECK(ab->pos[t] >= 0 && ab->pos[t] < kv->cap, "kv_write: position %d outside the cache (capacity %d)",
                  ab->pos[t], kv->cap);
-        DS_CHECK(t == 0 || kv->kv_dim == d, "kv_write: caches of different widths in one batch (%d, %d)", d, kv->kv_dim);
-        d = kv->kv_dim;
-        c->hdst[t].k = kv->k[layer] + (size_t)ab->pos[t] * d;
-        c->hdst[t].v = kv->v[layer] + (size_t)ab->pos[t] * d;
+        DS_CHECK(t == 0 || (kv->kv_dim == d && kv->elem == elem),
+                 "kv_write: caches of different widths or elements in one batch (%d, %d)", d, kv->kv_dim);
+        d = kv->kv_dim, elem = kv->elem;
+        c->hdst[t].k = kv_row(kv, kv->k[layer], (size_t)ab->pos[t] * d);
+        c->hdst[t].v = kv_row(kv, kv->v[layer], (size_t)ab->pos[t] * d);
     }
-    return kc_ok(kc_kv_write(c->hdst, c->tdst, T, d, k, v));
+    return kc_ok(kc_kv_write(c->hdst, c->tdst, T, d, k, v, elem == 2));
 fail:
     return -1;
 }
@@ -689,8 +837,9 @@ fail:
 static int op_attention(backend *be, float *out, const float *q, const attn_batch *ab, int layer, int n_heads,
                           int n_kv_heads, int hd) {
     cuda_ctx *c = be->ctx;
-    int T = ab->T, maxn = 1;
+    int T = ab->T, maxn = 1, elem;
     if (T <= 0) return 0;
+    elem = ab->kv[ab->seq[0]]->elem;
     DS_TRY(reserve_tables(c, T));
     if (T > KC_TAB_MAX) DS_TRY(eager(c)); /* the table is copied to the device */
     for (int t = 0; t < T; t++) {
@@ -700,14 +849,16 @@ static int op_attention(backend *be, float *out, const float *q, const attn_batc
         DS_CHECK(nv >= 1 && nv <= kv->cap, "attention: token %d would see %d positions of a cache of %d", t, nv, kv->cap);
         DS_CHECK(kv->kv_dim == n_kv_heads * hd, "attention: a cache of width %d for %d KV heads of %d", kv->kv_dim,
                  n_kv_heads, hd);
+        DS_CHECK(kv->elem == elem, "attention: fp32 and bf16 caches in one batch");
         c->hsrc[t] = (kc_kvsrc){kv->k[layer], kv->v[layer], nv, kv->kv_dim};
         maxn = DS_MAX(maxn, nv);
     }
     size_t len = (size_t)T * n_heads * maxn;
     if (len * sizeof(float) > c->scores_len) DS_TRY(eager(c));
     DS_TRY(dev_reserve((void **)&c->scores, &c->scores_len, len * sizeof(float), "attention scores"));
+    /* the scale as the CPU backend computes it (the same expression, so the same float) */
     return kc_ok(kc_attention(out, q, c->hsrc, c->tsrc, T, n_heads, n_kv_heads, hd, 1.0f / sqrtf((float)hd), c->scores,
-                              (size_t)maxn));
+                              (size_t)maxn, elem == 2));
 fail:
     return -1;
 }
@@ -719,6 +870,7 @@ static int op_add(backend *be, float *x, const float *y, size_t n);
 static int op_matmul_add(backend *be, float *out, const qmat *W, const float *x, int T) {
     cuda_ctx *c = be->ctx;
     if (T <= 0) return 0;
+    if (c->i8 && qk_supported(W)) return matmul_i8(be, 1, &out, &W, x, T, 1);
     if (T < be->gemm_min_T) {
         dev_slot tmp;
         const dev_slot *s = mat_for_call(c, W, 0, &tmp);
@@ -834,8 +986,8 @@ static void cuda_destroy(backend *be) {
         free(c->slots);
         for (int i = 0; i < 8; i++) cudaFree(c->tmp[i]);
         cudaFree(c->ntmp), cudaFree(c->deq), cudaFree(c->resid), cudaFree(c->scores), cudaFree(c->tdst), cudaFree(c->tsrc);
-        cudaFree(c->tok), cudaFree(c->cos), cudaFree(c->sin);
-        free(c->hdst), free(c->hsrc), free(c->rope_host);
+        cudaFree(c->tok), cudaFree(c->cos), cudaFree(c->sin), cudaFree(c->aq), cudaFree(c->ae), cudaFree(c->as);
+        free(c->hdst), free(c->hsrc), free(c->rope_host), free(c->emb);
         if (c->cublas) c->cublas_destroy(c->cublas);
         if (c->cublas_lib) dlclose(c->cublas_lib);
         free(c);
@@ -863,7 +1015,7 @@ fail:
 }
 
 backend *backend_cuda_new(const backend_opts *o) {
-    DS_UNUSED(o);
+    int exact = o ? o->exact : 0;
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
     if (e != cudaSuccess || n_dev < 1) {
@@ -888,10 +1040,12 @@ backend *backend_cuda_new(const backend_opts *o) {
     }
     snprintf(c->gpu, sizeof c->gpu, "%.95s", p.name);
     be->name = "cuda";
-    snprintf(be->kernels, sizeof be->kernels, "cuda fp32 (exact), sm_%d%d%s", p.major, p.minor,
+    snprintf(be->kernels, sizeof be->kernels, "cuda %s, sm_%d%d%s", exact ? "fp32 (exact)" : "int8", p.major, p.minor,
              c->graphs ? ", graphs" : "");
     be->n_threads = 1;
-    be->exact = 1;
+    be->exact = exact;
+    c->i8 = !exact;
+    be->kv_bf16 = !exact; /* the CPU's int8 contract keeps bf16 caches: the same values */
     be->gemm_min_T = 32;
     be->device = c->gpu;
     be->prepare = cuda_prepare;

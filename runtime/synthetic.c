@@ -20,10 +20,12 @@ static const shape SHAPES[] = {
     {"llama-1b", ARCH_LLAMA, 2048, 16, 32, 8, 64, 8192, 128256, 500000.0f},   /* Llama-3.2-1B */
     {"llama-3b", ARCH_LLAMA, 3072, 28, 24, 8, 128, 8192, 128256, 500000.0f},  /* Llama-3.2-3B */
     {"qwen3-4b", ARCH_QWEN3, 2560, 36, 32, 8, 128, 9728, 151936, 1000000.0f}, /* Qwen3-4B */
+    /* the real pair's target (its Q/K/V biases left out: 1,792 additions a token) */
+    {"qwen2.5-1.5b", ARCH_QWEN2, 1536, 28, 12, 2, 128, 8960, 151936, 1000000.0f}, /* Qwen2.5-Coder-1.5B */
 };
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
-const char *synthetic_names(void) { return "smollm2-135m, llama-1b, llama-3b, qwen3-4b"; }
+const char *synthetic_names(void) { return "smollm2-135m, llama-1b, llama-3b, qwen3-4b, qwen2.5-1.5b"; }
 
 static void *own(model *m, size_t bytes, const char *what) {
     void *p = ds_calloc(1, bytes, what);

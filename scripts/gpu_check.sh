@@ -12,7 +12,11 @@
 #    the GPU with that SPS table, AR baseline in the same process; 4. the losslessness gate's
 #    production round and SmolLM2 cases on the GPU (suffix drafter).
 # Environment: DSB_BUILD (default build) holds dspark-bench and tests/; GPU_CHECK_STAGE=ops runs
-# only what needs no model (tests without SmolLM2, synthetic models); GPU_CHECK_GATE lists more
+# only what needs no model (tests without SmolLM2, synthetic models); GPU_CHECK_STAGE=int8 (issue 56):
+# test_cuda (the int8 contract bit for bit the CPU's, its mutant red), decode and SPS(B) of the
+# int8 and exact contracts side by side on random models of the real target's shape and others, a
+# decode profile, and test_cuda's forwards as CUDA graphs; everything into OUTDIR/gpu-int8.tgz
+# (a lent machine returns few files) and a summary on stdout. GPU_CHECK_GATE lists more
 # drafters for step 4 (each bounded by GPU_CHECK_GATE_S seconds, default 75).
 # A machine that takes few files at a time: scripts/gpu_bundle.sh packs binaries, libraries and
 # the model in parts (BENCHMARKS.md, "The CUDA backend", says how it was done on an H100).
@@ -25,7 +29,39 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/env.txt" 2>&1
 lscpu | grep -E "Model name|^CPU\(s\)" >> "$OUT/env.txt"
 cat "$OUT/env.txt"
-[ "$STAGE" = ops ] && export DSPARK_SKIP_REAL_MODEL=1
+[ "$STAGE" = ops ] || [ "$STAGE" = int8 ] && export DSPARK_SKIP_REAL_MODEL=1
+if [ "$STAGE" = int8 ]; then
+  W=$OUT/int8 && mkdir -p "$W"
+  echo "== test_cuda: both contracts, the int8 one bit for bit against the CPU's"
+  timeout 150 "$BLD/tests/test_cuda" > "$W/test_cuda.txt" 2>&1; echo "rc=$?" >> "$W/test_cuda.txt"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED)|^\[  ERROR|int8|mutant|differ|not bit|Failure|rc=" "$W/test_cuda.txt" | head -60
+  for st in "qwen2.5-1.5b q4_1 int8 64" "qwen2.5-1.5b q4_1 exact 16" "qwen2.5-1.5b q8_0 int8 16" \
+            "llama-1b q4_1 int8 16" "llama-1b q4_1 exact 16"; do
+    set -- $st
+    X=; [ $3 = exact ] && X=--exact
+    echo "== bench-target synthetic $1 $2, $3 contract" | tee -a "$W/synth.txt"
+    timeout 50 "$B" bench-target --backend cuda $X --synthetic $1 --synthetic-type $2 --max-B $4 --decode-tokens 64 \
+      --reps 3 --out "$W/synth-$1-$2-$3.json" >> "$W/synth.txt" 2>&1; echo "rc=$?" >> "$W/synth.txt"
+  done
+  grep -E "^==|^kernels|^decode|bandwidth floor|^ +(1|8|16|64) |rc=|error" "$W/synth.txt"
+  for u in 1 4; do
+    echo "== qwen2.5-1.5b q4_1 int8 decode, DSPARK_CUDA_I8_U=$u (passes in flight a warp; default 2)" | tee -a "$W/synth.txt"
+    DSPARK_CUDA_I8_U=$u timeout 35 "$B" bench-target --backend cuda --synthetic qwen2.5-1.5b --max-B 1 --decode-tokens 64 \
+      --reps 3 >> "$W/synth-u.txt" 2>&1; echo "rc=$?" >> "$W/synth-u.txt"
+    grep -E "^decode" "$W/synth-u.txt" | tail -1
+  done
+  echo "== decode profile, qwen2.5-1.5b q4_1 int8 (DSPARK_CUDA_PROFILE=1)"
+  DSPARK_CUDA_PROFILE=1 timeout 35 "$B" bench-target --backend cuda --synthetic qwen2.5-1.5b --max-B 1 --decode-tokens 64 \
+    --reps 2 > "$W/profile.txt" 2>&1; echo "rc=$?" >> "$W/profile.txt"
+  sed -n '/one-token forwards/,/^  all/p' "$W/profile.txt" | head -16
+  echo "== test_cuda with every forward as CUDA graphs"
+  DSPARK_CUDA_GRAPH=1 DSPARK_CUDA_GRAPH_STATS=1 timeout 100 "$BLD/tests/test_cuda" > "$W/test_cuda_graph.txt" 2>&1
+  echo "rc=$?" >> "$W/test_cuda_graph.txt"
+  grep -E "^\[  (PASSED|FAILED)|not bit|cuda graphs|rc=" "$W/test_cuda_graph.txt" | head -20
+  nvidia-smi > "$W/nvidia-smi.txt" 2>&1; cp "$OUT/env.txt" "$W/"
+  tar -C "$OUT" -czf "$OUT/gpu-int8.tgz" int8 && rm -rf "$W"
+  exit 0
+fi
 echo "== test_cuda"
 timeout 300 "$BLD/tests/test_cuda" > "$OUT/test_cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/test_cuda.txt"
 grep -E "^\[  (PASSED|FAILED|SKIPPED)|SmolLM2|greedy|FAIL|rc=" "$OUT/test_cuda.txt"

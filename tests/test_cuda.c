@@ -1,7 +1,9 @@
-/* test_cuda — the CUDA backend against the CPU backend's exact (fp32) contract, llm.c dev/cuda
- * style: every op on random inputs with a stated bound, the whole forward on tiny models (prefill
+/* test_cuda — the CUDA backend against the CPU backend, llm.c dev/cuda style. The exact (fp32)
+ * contract: every op on random inputs with a stated bound, the whole forward on tiny models (prefill
  * on the cuBLAS path, decode and varlen batches on the warp-per-row path, hidden-state capture),
- * batch invariance below gemm_min_T, and SmolLM2: prefill logits and greedy continuations.
+ * batch invariance below gemm_min_T, and SmolLM2: prefill logits and greedy continuations. The int8
+ * contract (the default): every op and the whole forward bit for bit the CPU's int8 backend, on
+ * every quantized type (Q4_1, Q8_0, Q5_0, Q4_K, Q6_K), with a mutant kernel shown red.
  *
  * Bounds: a dot product of n terms summed in another order differs by at most ~n * eps * sum|terms|
  * (we allow 4x that); elementwise ops within a few ulps; logits of the forward within 1e-3 of their
@@ -19,7 +21,7 @@
 #include "../runtime/kernels/kernels_cuda.h"
 #endif
 
-static backend *gpu, *cpu;
+static backend *gpu, *cpu, *gpu8, *cpu8; /* exact contract; int8 contract */
 static char why_skip[512];
 
 #define NEED_GPU()                                                        \
@@ -75,7 +77,10 @@ static void make_mat(tmat *m, uint32_t type, int rows, int cols, uint64_t seed) 
             q->d = ds_f32_to_f16(1.0f / 8);
             for (int i = 0; i < 16; i++) q->qs[i] = (uint8_t)((int)((f[k * 32 + i] + 1) * 7.99f) | ((int)((f[k * 32 + 16 + i] + 1) * 7.99f) << 4));
         }
-    } else if (type == GGML_Q4_K) { /* random bytes, sane scales: the host-decoded path */
+    } else if (type == GGML_Q5_0) quantize_q5_0(f, (block_q5_0 *)b, (int64_t)n);
+    else if (type == GGML_Q6_K) quantize_q6_k(f, (block_q6_K *)b, (int64_t)n);
+    else if (type == GGML_Q4_K && seed % 2) quantize_q4_k(f, (block_q4_K *)b, (int64_t)n);
+    else if (type == GGML_Q4_K) { /* random bytes, sane scales: the host-decoded path */
         rng_t r;
         rng_seed(&r, seed + 1);
         for (size_t i = 0; i < (size_t)rows * m->w.row_bytes; i++) b[i] = (uint8_t)rng_u64(&r);
@@ -384,7 +389,8 @@ static void test_attention(void **state) {
 /* ------------------------------------------------------------------------------ the forward */
 
 /* the forward on backends g and c, step by step: within the bounds of the CPU comparison, or (bitwise)
- * equal bit for bit (the same kernels, run as a CUDA graph or one launch at a time) */
+ * equal bit for bit (the same kernels run as a CUDA graph or one launch at a time; the int8 contract
+ * on the GPU and on the CPU) */
 static void forward_case(const tiny_spec *spec, const char *name, backend *gpu, backend *cpu, int bitwise) {
     size_t n;
     uint8_t *img = tiny_model_gguf(spec, 77, &n);
@@ -425,11 +431,12 @@ static void forward_case(const tiny_spec *spec, const char *name, backend *gpu, 
         size_t where;
         float d = max_abs_diff(lg, lc, (size_t)T * V, &where), dh = max_abs_diff(hg, hc, (size_t)T * dim, NULL);
         float dc = max_abs_diff(capg, capc, (size_t)3 * T * dim, NULL);
-        print_message("  forward %s step %d (%d tokens): logits max |%s-%s| %.3g (scale %.3g), final hidden %.3g,"
-                      " captures %.3g\n", name, s, T, gpu->name, bitwise ? "graph" : cpu->name, d, scale, dh, dc);
+        print_message("  forward %s step %d (%d tokens): logits max |[%s] - [%s]| %.3g (scale %.3g), final hidden %.3g,"
+                      " captures %.3g\n", name, s, T, gpu->kernels, cpu->kernels, d, scale, dh, dc);
         if (bitwise && (memcmp(lg, lc, sizeof(float) * (size_t)T * V) || memcmp(hg, hc, sizeof(float) * (size_t)T * dim) ||
                         memcmp(capg, capc, sizeof(float) * (size_t)3 * T * dim)))
-            fail_msg("%s step %d: a CUDA graph's forward differs from the launches' (logits by %g)", name, s, d);
+            fail_msg("%s step %d: the forward on [%s] differs from [%s] (logits by %g, hidden %g, captures %g): not bit"
+                     " for bit", name, s, gpu->kernels, cpu->kernels, d, dh, dc);
         if (!(d <= 1e-3f * fmaxf(1, scale))) fail_msg("%s step %d: logits differ by %g at %zu", name, s, d, where);
         if (!(dh <= 1e-3f && dc <= 1e-3f)) fail_msg("%s step %d: hidden states differ (%g, %g)", name, s, dh, dc);
         off += T;
@@ -464,9 +471,9 @@ static void test_graphs(void **state) {
     const char *env = getenv("DSPARK_CUDA_GRAPH");
     char *keep = env ? strdup(env) : NULL;
     unsetenv("DSPARK_CUDA_GRAPH");
-    backend *plain = backend_new(&(backend_opts){.name = "cuda"});
+    backend *plain = backend_new(&(backend_opts){.name = "cuda", .exact = 1});
     setenv("DSPARK_CUDA_GRAPH", "1", 1);
-    backend *g = backend_new(&(backend_opts){.name = "cuda"});
+    backend *g = backend_new(&(backend_opts){.name = "cuda", .exact = 1});
     if (keep) setenv("DSPARK_CUDA_GRAPH", keep, 1);
     else unsetenv("DSPARK_CUDA_GRAPH");
     free(keep);
@@ -514,7 +521,7 @@ static void test_smollm2(void **state) {
     NEED_GPU();
     if (!need_real_model()) skip();
     target tg, tc;
-    if (target_open(&tg, real_model_path(), &(backend_opts){.name = "cuda"})) fail_msg("%s", ds_errmsg());
+    if (target_open(&tg, real_model_path(), &(backend_opts){.name = "cuda", .exact = 1})) fail_msg("%s", ds_errmsg());
     if (target_open(&tc, real_model_path(), &(backend_opts){.exact = 1})) fail_msg("%s", ds_errmsg());
     const char *prompts[] = {"The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.",
                              "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -565,23 +572,272 @@ static void test_smollm2(void **state) {
     target_close(&tg), target_close(&tc);
 }
 
+/* ------------------------------------------------------------------------- the int8 contract */
+
+#define NEED_GPU8()                                                                 \
+    do {                                                                            \
+        NEED_GPU();                                                                 \
+        if (!gpu8 || !cpu8) fail_msg("int8 backends: %s", ds_errmsg());             \
+    } while (0)
+
+/* n bytes of a and b equal, else the first difference named */
+static void same_bits(const float *a, const float *b, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4)) fail_msg("%s: [%zu] gpu %.9g cpu %.9g (not bit for bit)", what, i, a[i], b[i]);
+}
+
+/* out = W x on both int8 backends (n matrices sharing x in one call, or matmul_add onto r): bit for bit */
+static int check_i8(const uint32_t *types, const int *rows, int n, int cols, int T, int add, uint64_t seed) {
+    tmat m[8];
+    const qmat *ws[8];
+    float *og[8], *oc[8];
+    size_t nx = (size_t)T * cols;
+    float *x = malloc(sizeof(float) * nx);
+    rnd(x, nx, seed, 1.0f);
+    x[3] = 9.0f; /* an outlier in a block */
+    float *xg = put(gpu8, x, nx), *xc = put(cpu8, x, nx);
+    for (int i = 0; i < n; i++) {
+        make_mat(&m[i], types[i], rows[i], cols, seed + 2 * (uint64_t)i + 1);
+        ws[i] = &m[i].w;
+        float *r0 = malloc(sizeof(float) * (size_t)T * rows[i]);
+        rnd(r0, (size_t)T * rows[i], seed + 50 + i, 2.0f);
+        og[i] = put(gpu8, r0, (size_t)T * rows[i]), oc[i] = put(cpu8, r0, (size_t)T * rows[i]);
+        free(r0);
+    }
+    if (add) {
+        float *prod = cpu8->alloc(cpu8, sizeof(float) * (size_t)T * rows[0]);
+        assert_int_equal(gpu8->matmul_add(gpu8, og[0], ws[0], xg, T), 0);
+        assert_int_equal(cpu8->matmul(cpu8, 1, &prod, ws, xc, T), 0); /* the CPU: matmul then add */
+        assert_int_equal(cpu8->add(cpu8, oc[0], prod, (size_t)T * rows[0]), 0);
+        cpu8->release(cpu8, prod);
+    } else {
+        assert_int_equal(gpu8->matmul(gpu8, n, og, ws, xg, T), 0);
+        assert_int_equal(cpu8->matmul(cpu8, n, oc, ws, xc, T), 0);
+    }
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        float *a = get(gpu8, og[i], (size_t)T * rows[i]), *b = get(cpu8, oc[i], (size_t)T * rows[i]);
+        differ |= memcmp(a, b, sizeof(float) * (size_t)T * rows[i]) != 0;
+        free(a), free(b);
+        gpu8->release(gpu8, og[i]), cpu8->release(cpu8, oc[i]);
+    }
+    gpu8->forget_mats(gpu8, ws, n);
+    cpu8->forget_mats(cpu8, ws, n);
+    for (int i = 0; i < n; i++) free(m[i].buf);
+    gpu8->release(gpu8, xg), cpu8->release(cpu8, xc);
+    free(x);
+    return differ;
+}
+
+static void test_i8_matmul(void **state) {
+    (void)state;
+    NEED_GPU8();
+    const uint32_t types[] = {GGML_Q8_0, GGML_Q4_1, GGML_Q5_0, GGML_Q4_K, GGML_Q6_K};
+    const int Ts[] = {1, 3, 8, 9, 33, 70};
+    int cases = 0;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        int kq = types[i] == GGML_Q4_K || types[i] == GGML_Q6_K;
+        for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) {
+            int rows[1] = {77};
+            /* 18 and 40 blocks a row (a pass of 32 and part of the next); K types 16 and 48 */
+            int cols = kq ? (k % 2 ? 1536 : 512) : (k % 2 ? 1280 : 576);
+            if (check_i8(&types[i], rows, 1, cols, Ts[k], 0, 300 + 10 * i + k))
+                fail_msg("int8 matmul %s 77x%d T=%d: gpu and cpu differ", ggml_type_name(types[i]), cols, Ts[k]);
+            cases++;
+        }
+    }
+    /* sets in one launch (q/k/v of one type; a run broken by a kind change), the head's shape, matmul_add */
+    const uint32_t qkv[3] = {GGML_Q4_K, GGML_Q4_K, GGML_Q6_K}, q41[3] = {GGML_Q4_1, GGML_Q4_1, GGML_Q4_1};
+    const int qkv_rows[3] = {512, 128, 128}, head[1] = {8192}, down[1] = {256};
+    for (int T = 1; T <= 9; T += 8) {
+        if (check_i8(qkv, qkv_rows, 3, 512, T, 0, 400 + T)) fail_msg("int8 matmul set (Q4_K, Q4_K, Q6_K) T=%d differs", T);
+        if (check_i8(q41, qkv_rows, 3, 576, T, 0, 410 + T)) fail_msg("int8 matmul set of 3 Q4_1 T=%d differs", T);
+        if (check_i8(&types[4], head, 1, 1536, T, 0, 420 + T)) fail_msg("int8 Q6_K head 8192x1536 T=%d differs", T);
+        if (check_i8(&types[3], down, 1, 8960 / 256 * 256, T, 1, 430 + T)) fail_msg("int8 matmul_add Q4_K T=%d differs", T);
+        if (check_i8(&types[1], down, 1, 576, T, 1, 440 + T)) fail_msg("int8 matmul_add Q4_1 T=%d differs", T);
+        cases += 5;
+    }
+    print_message("  int8 matmul: %d cases (5 types, T = 1..70, sets, the head's shape, matmul_add): gpu == cpu bit for bit\n",
+                  cases);
+#ifdef DS_CUDA
+    /* the mutant (the epilogue's lanes summed in another order) must be seen */
+    kc_i8_mutant(1);
+    int seen = 0;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        int rows[1] = {77}, kq = types[i] == GGML_Q4_K || types[i] == GGML_Q6_K;
+        seen += check_i8(&types[i], rows, 1, kq ? 1536 : 1280, 9, 0, 500 + i);
+    }
+    kc_i8_mutant(0);
+    print_message("  int8 matmul mutant (lanes summed (l0 + l2) + (l1 + l3)): caught on %d of 5 types\n", seen);
+    assert_int_equal(seen, 5);
+#endif
+}
+
+static void test_i8_ops(void **state) {
+    (void)state;
+    NEED_GPU8();
+    size_t n = 5 * 1536 + 7;
+    float *g = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
+    rnd(g, n, 1, 12.0f), rnd(u, n, 2, 2.0f);
+    g[0] = 100.0f, g[1] = -100.0f, g[2] = 0.0f;
+    float *gg = put(gpu8, g, n), *ug = put(gpu8, u, n), *gc = put(cpu8, g, n), *uc = put(cpu8, u, n);
+    assert_int_equal(gpu8->swiglu(gpu8, gg, gg, ug, n), 0);
+    assert_int_equal(cpu8->swiglu(cpu8, gc, gc, uc, n), 0);
+    float *a = get(gpu8, gg, n), *b = get(cpu8, gc, n);
+    same_bits(a, b, n, "swiglu");
+    free(a), free(b);
+    assert_int_equal(gpu8->add(gpu8, gg, ug, n), 0);
+    assert_int_equal(cpu8->add(cpu8, gc, uc, n), 0);
+    a = get(gpu8, gg, n), b = get(cpu8, gc, n);
+    same_bits(a, b, n, "add");
+    free(a), free(b);
+    const int shapes[3][2] = {{7, 576}, {63, 64}, {5, 100}}; /* 100: a tail of 4 past the lanes */
+    float *w = malloc(sizeof(float) * 576);
+    rnd(w, 576, 3, 2.0f);
+    for (int k = 0; k < 3; k++) {
+        int rows = shapes[k][0], C = shapes[k][1];
+        assert_int_equal(gpu8->rmsnorm(gpu8, ug, gg, w, rows, C, 1e-6f), 0);
+        assert_int_equal(cpu8->rmsnorm(cpu8, uc, gc, w, rows, C, 1e-6f), 0);
+        a = get(gpu8, ug, (size_t)rows * C), b = get(cpu8, uc, (size_t)rows * C);
+        same_bits(a, b, (size_t)rows * C, "rmsnorm");
+        free(a), free(b);
+        assert_int_equal(gpu8->rmsnorm(gpu8, gg, gg, w, rows, C, 1e-5f), 0); /* in place */
+        assert_int_equal(cpu8->rmsnorm(cpu8, gc, gc, w, rows, C, 1e-5f), 0);
+        a = get(gpu8, gg, (size_t)rows * C), b = get(cpu8, gc, (size_t)rows * C);
+        same_bits(a, b, (size_t)rows * C, "rmsnorm in place");
+        free(a), free(b);
+    }
+    /* embed (types the device reads, and Q6_K decoded on the host), rope */
+    const uint32_t et[] = {GGML_Q8_0, GGML_Q4_1, GGML_F32, GGML_F16, GGML_Q6_K};
+    int tok[40];
+    for (int i = 0; i < 40; i++) tok[i] = (i * 37 + 5) % 300;
+    for (int i = 0; i < 5; i++) {
+        tmat m;
+        int dim = et[i] == GGML_Q6_K ? 256 : 64, T = 40;
+        make_mat(&m, et[i], 300, dim, 20 + i);
+        float *og = gpu8->alloc(gpu8, sizeof(float) * T * dim), *oc = cpu8->alloc(cpu8, sizeof(float) * T * dim);
+        assert_int_equal(gpu8->embed(gpu8, og, &m.w, tok, T), 0);
+        assert_int_equal(cpu8->embed(cpu8, oc, &m.w, tok, T), 0);
+        a = get(gpu8, og, (size_t)T * dim), b = get(cpu8, oc, (size_t)T * dim);
+        same_bits(a, b, (size_t)T * dim, ggml_type_name(et[i]));
+        const qmat *ws[1] = {&m.w};
+        gpu8->forget_mats(gpu8, ws, 1);
+        gpu8->release(gpu8, og), cpu8->release(cpu8, oc);
+        free(a), free(b), free(m.buf);
+    }
+    int pos[20];
+    for (int i = 0; i < 20; i++) pos[i] = 37 * i + (i == 3) * 4000;
+    float cs[20 * 64], sn[20 * 64], *x = malloc(sizeof(float) * 20 * 3 * 128);
+    rope_tables_fill(cs, sn, pos, 20, 128, 1000000.0, 1.0, NULL);
+    for (int neox = 0; neox < 2; neox++) {
+        size_t nr = (size_t)20 * 3 * 128;
+        rnd(x, nr, 30 + neox, 3.0f);
+        rope_tables rt = {128, neox, cs, sn};
+        float *xg = put(gpu8, x, nr), *xc = put(cpu8, x, nr);
+        assert_int_equal(gpu8->rope(gpu8, xg, 20, 3, &rt), 0);
+        assert_int_equal(cpu8->rope(cpu8, xc, 20, 3, &rt), 0);
+        a = get(gpu8, xg, nr), b = get(cpu8, xc, nr);
+        same_bits(a, b, nr, "rope");
+        gpu8->release(gpu8, xg), cpu8->release(cpu8, xc);
+        free(a), free(b);
+    }
+    print_message("  int8 ops: swiglu, add, rmsnorm (3 shapes, in place), embed (5 types), rope: gpu == cpu bit for bit\n");
+    gpu8->release(gpu8, gg), gpu8->release(gpu8, ug), cpu8->release(cpu8, gc), cpu8->release(cpu8, uc);
+    free(g), free(u), free(w), free(x);
+}
+
+/* kv_write into bf16 caches, then attention over varlen requests: bit for bit the CPU's */
+static void test_i8_attention(void **state) {
+    (void)state;
+    NEED_GPU8();
+    const int cfg[3][3] = {{12, 2, 128}, {4, 2, 64}, {6, 3, 40}}; /* 40: a tail past the chunks of 16 */
+    for (int ci = 0; ci < 3; ci++) {
+        int nh = cfg[ci][0], nkv = cfg[ci][1], hd = cfg[ci][2], kvd = nkv * hd, cap = 300;
+        model_config mc = {0};
+        mc.n_layers = 1, mc.n_kv_heads = nkv, mc.head_dim = hd, mc.n_heads = nh;
+        kv_cache *kg[2], *kc[2];
+        for (int s = 0; s < 2; s++) {
+            kg[s] = kv_cache_new(gpu8, &mc, cap), kc[s] = kv_cache_new(cpu8, &mc, cap);
+            assert_int_equal(kg[s]->elem, 2);
+            int *seq = calloc(cap, sizeof(int)), *pos = malloc(sizeof(int) * cap);
+            for (int t = 0; t < cap; t++) pos[t] = t;
+            float *k = malloc(sizeof(float) * cap * kvd), *v = malloc(sizeof(float) * cap * kvd);
+            rnd(k, (size_t)cap * kvd, 40 + s, 3.0f), rnd(v, (size_t)cap * kvd, 50 + s, 2.0f);
+            float *kgd = put(gpu8, k, (size_t)cap * kvd), *vgd = put(gpu8, v, (size_t)cap * kvd);
+            float *kcd = put(cpu8, k, (size_t)cap * kvd), *vcd = put(cpu8, v, (size_t)cap * kvd);
+            attn_batch abg = {cap, seq, pos, kg + s, NULL}, abc = {cap, seq, pos, kc + s, NULL};
+            assert_int_equal(gpu8->kv_write(gpu8, &abg, 0, kgd, vgd), 0);
+            assert_int_equal(cpu8->kv_write(cpu8, &abc, 0, kcd, vcd), 0);
+            gpu8->release(gpu8, kgd), gpu8->release(gpu8, vgd), cpu8->release(cpu8, kcd), cpu8->release(cpu8, vcd);
+            free(seq), free(pos), free(k), free(v);
+        }
+        /* (a) decode of both requests at 299 and 130 positions; (b) 3 + 40 tokens (c) 1 token, n_vis */
+        int seqA[43], posA[43], nvis[43];
+        for (int t = 0; t < 43; t++) {
+            seqA[t] = t < 3 ? 0 : 1;
+            posA[t] = t < 3 ? 296 + t : 90 + (t - 3);
+            nvis[t] = t < 3 ? 17 : 300 - t;
+        }
+        struct { int T; const int *seq, *pos, *nv; } cases[3] = {{2, (int[]){0, 1}, (int[]){299, 129}, NULL},
+                                                                 {43, seqA, posA, NULL}, {43, seqA, posA, nvis}};
+        for (int k = 0; k < 3; k++) {
+            int T = cases[k].T;
+            size_t qn = (size_t)T * nh * hd;
+            float *q = malloc(sizeof(float) * qn);
+            rnd(q, qn, 60 + k, 2.0f);
+            float *qg = put(gpu8, q, qn), *qc = put(cpu8, q, qn), *og = gpu8->alloc(gpu8, qn * 4), *oc = cpu8->alloc(cpu8, qn * 4);
+            attn_batch abg = {T, cases[k].seq, cases[k].pos, kg, cases[k].nv}, abc = {T, cases[k].seq, cases[k].pos, kc, cases[k].nv};
+            assert_int_equal(gpu8->attention(gpu8, og, qg, &abg, 0, nh, nkv, hd), 0);
+            assert_int_equal(cpu8->attention(cpu8, oc, qc, &abc, 0, nh, nkv, hd), 0);
+            float *a = get(gpu8, og, qn), *b = get(cpu8, oc, qn);
+            char what[96];
+            snprintf(what, sizeof what, "attention heads %d/%d hd %d case %d", nh, nkv, hd, k);
+            same_bits(a, b, qn, what);
+            gpu8->release(gpu8, qg), gpu8->release(gpu8, og), cpu8->release(cpu8, qc), cpu8->release(cpu8, oc);
+            free(a), free(b), free(q);
+        }
+        for (int s = 0; s < 2; s++) kv_cache_free(gpu8, kg[s]), kv_cache_free(cpu8, kc[s]);
+    }
+    print_message("  int8 attention (bf16 caches; 3 head layouts; decode at 130-300 positions, 43-token batches,"
+                  " explicit visibility): gpu == cpu bit for bit\n");
+}
+
+/* the whole forward, every step's logits, hidden states and captures bit for bit the CPU's */
+static void test_i8_forward(void **state) {
+    (void)state;
+    NEED_GPU8();
+    const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
+    const tiny_spec qwen3 = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
+    const tiny_spec qwen2k = {256, 2, 4, 2, 512, 300, GGML_Q4_K, GGML_Q6_K, 2, 1000000.0f};
+    const tiny_spec qwen2q5 = {256, 2, 4, 2, 512, 300, GGML_Q5_0, GGML_Q8_0, 2, 1000000.0f};
+    forward_case(&q41, "cuda8-q41.gguf", gpu8, cpu8, 1);
+    forward_case(&qwen3, "cuda8-qwen3.gguf", gpu8, cpu8, 1);
+    forward_case(&qwen2k, "cuda8-qwen2k.gguf", gpu8, cpu8, 1);
+    forward_case(&qwen2q5, "cuda8-qwen2q5.gguf", gpu8, cpu8, 1);
+}
+
 int main(void) {
 #ifdef DS_CUDA
-    gpu = backend_new(&(backend_opts){.name = "cuda"});
+    gpu = backend_new(&(backend_opts){.name = "cuda", .exact = 1});
     if (!gpu) snprintf(why_skip, sizeof why_skip, "%s", ds_errmsg());
+    else gpu8 = backend_new(&(backend_opts){.name = "cuda"});
 #else
     snprintf(why_skip, sizeof why_skip, "this build has no CUDA (make CUDA=1 with nvcc)");
 #endif
     if (!gpu) fprintf(stderr, "test_cuda: every test skips: %s\n", why_skip);
     else fprintf(stderr, "test_cuda: %s, %s\n", gpu->device, gpu->kernels);
     cpu = backend_cpu_new(&(backend_opts){.n_threads = 0, .exact = 1});
+    cpu8 = backend_cpu_new(&(backend_opts){.n_threads = 0});
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_set), cmocka_unit_test(test_matmul_add), cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_embed_rope),  cmocka_unit_test(test_attention),        cmocka_unit_test(test_forward_tiny), cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_i8_matmul),   cmocka_unit_test(test_i8_ops),     cmocka_unit_test(test_i8_attention), cmocka_unit_test(test_i8_forward),
     };
     int rc = cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
     backend_free(gpu);
     backend_free(cpu);
+    backend_free(gpu8);
+    backend_free(cpu8);
     return rc;
 }

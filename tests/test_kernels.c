@@ -132,6 +132,72 @@ static void alloc_act(qk_act *a, int T, int cols) {
 }
 static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph); }
 
+static float f16u(const uint8_t *p) { return ds_f16_to_f32((ds_f16)(p[0] | p[1] << 8)); }
+
+/* The CUDA backend's int8 kernel (kernels_cuda_i8.cu) on qk_pack's QK_DEVICE form, written again in
+ * C as the GPU computes it (a lane per block of a pass of 32, lanes 0-3 adding the pass's values in
+ * order): a machine without a GPU checks the packer and the kernel's arithmetic against the CPU's
+ * panels here, bit for bit; test_cuda checks the GPU itself. */
+static void device_rows_i8(const qk_mat *m, const qk_act *a, float *out, size_t ld) {
+    int nb = m->nb, kind = m->kind;
+    size_t srb = qk_device_scale_bytes(kind, nb);
+    for (int r = 0; r < m->rows; r++)
+        for (int t = 0; t < a->T; t++) {
+            const uint8_t *codes = m->data + (size_t)r * m->rb, *sc = m->data + m->qoff + (size_t)r * srb;
+            float acc[4] = {0, 0, 0, 0};
+            for (int b0 = 0; b0 < nb; b0 += 32) {
+                float sb[32] = {0};
+                for (int lane = 0; lane < 32 && b0 + lane < nb; lane++) {
+                    int b = b0 + lane, lo = 0, hi = 0;
+                    const uint8_t *c = codes + (size_t)b * m->bb;
+                    const int8_t *p = a->q + (size_t)t * a->cols + 32 * b;
+                    if (m->bb == 16)
+                        for (int j = 0; j < 16; j++) lo += (c[j] & 15) * p[j] + (c[j] >> 4) * p[j + 16];
+                    else
+                        for (int j = 0; j < 16; j++) lo += (int8_t)c[j] * p[j], hi += (int8_t)c[j + 16] * p[j + 16];
+                    float d, mm = 0;
+                    int i = lo + hi;
+                    if (kind == QK_Q8_0) d = f16u(sc + 2 * b);
+                    else if (kind == QK_Q4_1) d = f16u(sc + 4 * b), mm = f16u(sc + 4 * b + 2);
+                    else {
+                        const uint8_t *sup = sc + 20 * (b / 8);
+                        d = f16u(sup);
+                        if (kind == QK_Q4_K) d = d * (float)sup[4 + b % 8], mm = -(f16u(sup + 2) * (float)sup[12 + b % 8]);
+                        else i = (int8_t)sup[4 + 2 * (b % 8)] * lo + (int8_t)sup[5 + 2 * (b % 8)] * hi;
+                    }
+                    size_t tb = (size_t)t * nb + b;
+                    float v = (float)i * (d * a->e[tb]);
+                    if (kind == QK_Q4_1 || kind == QK_Q4_K) v = v + mm * a->s[tb];
+                    sb[lane] = v;
+                }
+                for (int i = 0; i < 8; i++)
+                    for (int k = 0; k < 4; k++)
+                        if (k + 4 * i < nb - b0) acc[k] = acc[k] + sb[k + 4 * i];
+            }
+            out[(size_t)t * ld + r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        }
+}
+
+/* the device form against the CPU's panels: equal bit for bit, and red when one scale is broken */
+static void check_device_form(const tmat *m, const qk_act *a, const float *ref, int T) {
+    qk_mat dm;
+    if (qk_pack(&m->w, QK_DEVICE, &dm)) fail_msg("%s", ds_errmsg());
+    int rows = m->rows;
+    float *out = malloc(sizeof(float) * (size_t)T * rows);
+    device_rows_i8(&dm, a, out, (size_t)rows);
+    for (int i = 0; i < T * rows; i++)
+        if (memcmp(&out[i], &ref[i], 4) != 0)
+            fail_msg("device form %s %dx%d T=%d: out[%d] = %.9g, panels %.9g", ggml_type_name(m->type), rows, m->cols, T, i,
+                     (double)out[i], (double)ref[i]);
+    dm.data[dm.qoff + 1] ^= 0x08; /* the first row's first scale (its fp16's high byte) */
+    device_rows_i8(&dm, a, out, (size_t)rows);
+    int moved = 0;
+    for (int t = 0; t < T; t++) moved |= memcmp(&out[(size_t)t * rows], &ref[(size_t)t * rows], 4) != 0;
+    if (!moved) fail_msg("device form %s: a broken scale went unseen", ggml_type_name(m->type));
+    qk_mat_free(&dm);
+    free(out);
+}
+
 static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed) {
     rng_t r;
     rng_seed(&r, seed);
@@ -167,6 +233,7 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
     float *ref_i8 = malloc(sizeof(float) * (size_t)T * rows), *out = malloc(sizeof(float) * (size_t)T * rows);
     float *one = malloc(sizeof(float) * (size_t)rows);
     qk_scalar.rows_i8(&m.pp, 0, rows, &a, ref_i8, (size_t)rows, NULL);
+    check_device_form(&m, &a, ref_i8, T);
     for (int isa = 0; isa < ISA_COUNT; isa++) {
         const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
         if (!k) continue;

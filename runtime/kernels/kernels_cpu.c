@@ -173,6 +173,33 @@ static void pack_panels(const qmat *w, int kind, uint8_t *p, size_t nb, size_t p
     }
 }
 
+static void pack_device(const qmat *w, int kind, uint8_t *p, size_t nb, size_t bb, size_t qoff) {
+    size_t srb = qk_device_scale_bytes(kind, (int)nb);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < w->rows; r++) {
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        uint8_t *codes = p + (size_t)r * nb * bb, *sc = p + qoff + (size_t)r * srb;
+        for (size_t i = 0; i < nb; i++) {
+            qblock k;
+            gguf_block(w, src, i, &k);
+            uint8_t *blk = codes + i * bb, *sup = sc + 20 * (i / 8);
+            if (kind == QK_Q4_1 || kind == QK_Q4_K)
+                for (int j = 0; j < 16; j++) blk[j] = (uint8_t)(k.q[j] | k.q[j + 16] << 4);
+            else
+                for (int j = 0; j < 32; j++) blk[j] = (uint8_t)(int8_t)k.q[j];
+            if (kind == QK_Q8_0) ((uint16_t *)sc)[i] = ds_f32_to_f16(k.d); /* Q8_0, Q5_0 */
+            else if (kind == QK_Q4_1) ((uint16_t *)sc)[2 * i] = ds_f32_to_f16(k.d), ((uint16_t *)sc)[2 * i + 1] = ds_f32_to_f16(k.m);
+            else if (kind == QK_Q4_K) {
+                ((uint16_t *)sup)[0] = k.D, ((uint16_t *)sup)[1] = k.Dmin;
+                sup[4 + i % 8] = (uint8_t)k.sc, sup[12 + i % 8] = (uint8_t)k.mn;
+            } else { /* Q6_K */
+                ((uint16_t *)sup)[0] = k.D;
+                sup[4 + 2 * (i % 8)] = (uint8_t)(int8_t)k.sl, sup[5 + 2 * (i % 8)] = (uint8_t)(int8_t)k.sh;
+            }
+        }
+    }
+}
+
 int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
     memset(out, 0, sizeof *out);
     if (!qk_supported(w)) {
@@ -183,6 +210,18 @@ int qk_pack(const qmat *w, qk_layout layout, qk_mat *out) {
     if (layout == QK_PANELS && w->type == GGML_Q5_0) kind = QK_Q5_0; /* the rows layout reads it as Q8_0 */
     int q4 = qk_nibbles(kind);
     size_t nb = (size_t)w->cols / 32, qoff, rb, bb = 0, n_units;
+    if (layout == QK_DEVICE) {
+        bb = q4 ? 16 : 32;
+        rb = nb * bb;
+        qoff = rb * (size_t)w->rows;
+        size_t bytes = qoff + qk_device_scale_bytes(kind, (int)nb) * (size_t)w->rows;
+        uint8_t *p = ds_huge_alloc(bytes, "repacked weights");
+        if (!p) return -1;
+        memset(p, 0, bytes);
+        pack_device(w, kind, p, nb, bb, qoff);
+        *out = (qk_mat){w->type, kind, w->rows, w->cols, (int)nb, layout, rb, qoff, bb, p};
+        return 0;
+    }
     if (layout == QK_PANELS) {
         bb = qk_block_bytes(kind);
         qoff = nb * bb;

@@ -44,7 +44,19 @@
 #define QK_ATT_BLOCK 64 /* cache rows attention reads at a time (kept in L1 for all its queries) */
 #define QK_ATT_MAXQ 64  /* queries of one KV head in one attend_multi / att_pv call, at most */
 
-typedef enum { QK_ROWS, QK_PANELS } qk_layout;
+typedef enum { QK_ROWS, QK_PANELS, QK_DEVICE } qk_layout;
+
+/* QK_DEVICE: the CUDA backend's int8-contract form (kernels_cuda_i8.cu), made here from the same
+ * decoded blocks so the GPU reads the very integers and scales the CPU's panels hold. All rows'
+ * codes first, [rows][nb][bb], then all rows' scales, [rows][qk_device_scale_bytes]:
+ *   codes: nibble kinds (Q4_1, Q4_K) 16 bytes a block, byte j = code j | code j + 16 << 4 (ggml's
+ *          Q4_1 order); signed kinds (Q8_0, Q5_0 as q - 16, Q6_K as q - 32) 32 int8 a block
+ *   scales: Q8_0, Q5_0  fp16 d per block                         (2 bytes a block)
+ *           Q4_1        fp16 d, fp16 m per block                 (4 bytes a block)
+ *           Q4_K        per super-block fp16 D, Dmin, sc[8], mn[8] (20 bytes per 8 blocks)
+ *           Q6_K        per super-block fp16 D, 2 zero bytes, (sl, sh) int8 x 8 (20 bytes)
+ * A row's scales are padded to 4 bytes (qk_device_scale_bytes). The kind is QK_Q8_0 for Q5_0 (as in
+ * the rows layout). */
 
 /* How a packed matrix's codes and scales are laid out, whatever the file's type:
  *  QK_Q8_0  signed codes (Q8_0; Q5_0 as q - 16, exact), fp16 d per block
@@ -82,15 +94,20 @@ static inline int qk_nibbles(int kind) { return kind == QK_Q4_1 || kind == QK_Q4
 static inline int qk_has_min(int kind) { return kind == QK_Q4_1 || kind == QK_Q4_K; }
 /* bytes of codes per block of a panel */
 static inline size_t qk_block_bytes(int kind) { return kind == QK_Q5_0 ? 4 * 64 + 4 * 16 : qk_nibbles(kind) ? 4 * 64 : 8 * 64; }
+/* QK_DEVICE: bytes of a row's scales */
+static inline size_t qk_device_scale_bytes(int kind, int nb) {
+    size_t n = kind == QK_Q8_0 ? 2 * (size_t)nb : kind == QK_Q4_1 ? 4 * (size_t)nb : 20 * (size_t)(nb / 8);
+    return (n + 3) / 4 * 4;
+}
 
 typedef struct {
     uint32_t type;      /* the file's type: GGML_Q4_1, Q8_0, Q5_0, Q4_K or Q6_K */
     int kind;           /* qk_kind: the packed form the kernels read */
     int rows, cols, nb; /* nb = cols / 32 */
     qk_layout layout;
-    size_t rb;          /* bytes per packed row (QK_ROWS) or per panel of 16 rows (QK_PANELS) */
-    size_t qoff;        /* bytes of codes before the row's or the panel's scales */
-    size_t bb;          /* QK_PANELS: bytes of codes per block (the scales take 32 or 64 per block) */
+    size_t rb;          /* bytes per packed row (QK_ROWS, QK_DEVICE: of codes) or per panel of 16 rows (QK_PANELS) */
+    size_t qoff;        /* bytes of codes before the row's or the panel's scales (QK_DEVICE: before all scales) */
+    size_t bb;          /* QK_PANELS, QK_DEVICE: bytes of codes per block */
     uint8_t *data;
 } qk_mat;
 

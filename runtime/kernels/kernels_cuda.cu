@@ -12,28 +12,29 @@
 #include <string.h>
 
 #include "kernels_cuda.h"
+#include "kernels_cuda_launch.cuh"
 
 enum { TY_F32 = 0, TY_F16 = 1, TY_Q4_0 = 2, TY_Q4_1 = 3, TY_Q8_0 = 8, TY_BF16 = 30 };
 
-static char g_err[256];
+char kc_err[256];
 // the stream every kernel goes to: the legacy default stream (0), or the backend's own when it
 // records forwards into CUDA graphs (a blocking stream: copies on the legacy stream stay ordered)
-static cudaStream_t g_stream = 0;
+cudaStream_t kc_stream = 0;
 
-extern "C" const char *kc_last_error(void) { return g_err; }
-extern "C" void kc_set_stream(void *stream) { g_stream = (cudaStream_t)stream; }
+extern "C" const char *kc_last_error(void) { return kc_err; }
+extern "C" void kc_set_stream(void *stream) { kc_stream = (cudaStream_t)stream; }
 
-static int check_launch(const char *what) {
+int kc_check_launch(const char *what) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return 0;
-    snprintf(g_err, sizeof g_err, "%s: %s", what, cudaGetErrorString(e));
+    snprintf(kc_err, sizeof kc_err, "%s: %s", what, cudaGetErrorString(e));
     return -1;
 }
 
 static int cu_fail(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 0;
     cudaGetLastError();
-    snprintf(g_err, sizeof g_err, "%s: %s", what, cudaGetErrorString(e));
+    snprintf(kc_err, sizeof kc_err, "%s: %s", what, cudaGetErrorString(e));
     return -1;
 }
 
@@ -46,7 +47,6 @@ static int cu_fail(cudaError_t e, const char *what) {
 // second time gets a graph. Issuing a decode step's ~150 kernels one at a time costs the host
 // ~1.7 ms on the H200 machine, while the GPU needs a fraction of that; a graph launch costs one call.
 
-#define REC_ARGS 12
 struct rec {
     const void *fn;
     dim3 grid, block;
@@ -85,7 +85,7 @@ static struct {
     long stat[KC_GRAPH_NSTAT];
 } g_rec;
 
-static size_t rec_arg(const void *p, size_t size, size_t align) {
+size_t kc_rec_arg(const void *p, size_t size, size_t align) {
     rec_list *l = &g_rec.cur;
     size_t off = (l->used + align - 1) / align * align;
     if (off + size > l->cap_b) {
@@ -106,18 +106,18 @@ static uint64_t mix_hash(uint64_t h, uint64_t v) {
     return h;
 }
 
-static int rec_push(const char *what, const void *fn, dim3 grid, dim3 block, const size_t *off, int n) {
+int kc_rec_push(const char *what, const void *fn, dim3 grid, dim3 block, const size_t *off, int n) {
     rec_list *l = &g_rec.cur;
     for (int i = 0; i < n; i++)
         if (off[i] == (size_t)-1) {
-            snprintf(g_err, sizeof g_err, "%s: out of host memory recording a launch", what);
+            snprintf(kc_err, sizeof kc_err, "%s: out of host memory recording a launch", what);
             return -1;
         }
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 256;
         rec *r = (rec *)realloc(l->r, sizeof(rec) * (size_t)cap);
         if (!r) {
-            snprintf(g_err, sizeof g_err, "%s: out of host memory recording a launch", what);
+            snprintf(kc_err, sizeof kc_err, "%s: out of host memory recording a launch", what);
             return -1;
         }
         l->r = r, l->cap = cap;
@@ -129,21 +129,6 @@ static int rec_push(const char *what, const void *fn, dim3 grid, dim3 block, con
     h = mix_hash(h, ((uint64_t)grid.x << 32) ^ ((uint64_t)grid.y << 16) ^ grid.z);
     l->hash = mix_hash(h, ((uint64_t)block.x << 32) ^ ((uint64_t)block.y << 16) ^ block.z ^ ((uint64_t)r->end << 40));
     return 0;
-}
-
-template <typename T> struct arg_of { typedef T type; };
-
-// k<<<grid, block>>>(a...) on the kernels' stream, or recorded (the arguments converted to the
-// kernel's parameter types first, so the recorded bytes are what the launch would pass)
-template <typename... P>
-static int launch(const char *what, void (*k)(P...), dim3 grid, dim3 block, typename arg_of<P>::type... a) {
-    static_assert(sizeof...(P) <= REC_ARGS, "a kernel with more arguments than a record holds");
-    if (!g_rec.on) {
-        k<<<grid, block, 0, g_stream>>>(a...);
-        return check_launch(what);
-    }
-    size_t off[] = {rec_arg(&a, sizeof(P), alignof(P))...};
-    return rec_push(what, (const void *)k, grid, block, off, (int)sizeof...(P));
 }
 
 static void rec_argv(const rec_list *l, const rec *r, void **argv) {
@@ -176,7 +161,7 @@ static int list_copy(rec_list *dst, const rec_list *src) {
     dst->arena = (unsigned char *)malloc(src->used ? src->used : 1);
     if (!dst->r || !dst->arena) {
         list_free(dst);
-        snprintf(g_err, sizeof g_err, "cuda graph: out of host memory");
+        snprintf(kc_err, sizeof kc_err, "cuda graph: out of host memory");
         return -1;
     }
     memcpy(dst->r, src->r, sizeof(rec) * (size_t)src->n);
@@ -190,7 +175,7 @@ static int graph_build(kgraph *G, const rec_list *l) {
     void *argv[REC_ARGS];
     if (cu_fail(cudaGraphCreate(&G->g, 0), "cuda graph")) return -1;
     if (!(G->node = (cudaGraphNode_t *)malloc(sizeof(cudaGraphNode_t) * (size_t)l->n))) {
-        snprintf(g_err, sizeof g_err, "cuda graph: out of host memory");
+        snprintf(kc_err, sizeof kc_err, "cuda graph: out of host memory");
         return -1;
     }
     for (int i = 0; i < l->n; i++) {
@@ -232,7 +217,7 @@ static int run_eager(const rec_list *l) {
     for (int i = 0; i < l->n; i++) {
         const rec *r = &l->r[i];
         rec_argv(l, r, argv);
-        if (cu_fail(cudaLaunchKernel(r->fn, r->grid, r->block, argv, 0, g_stream), "launch")) return -1;
+        if (cu_fail(cudaLaunchKernel(r->fn, r->grid, r->block, argv, 0, kc_stream), "launch")) return -1;
     }
     return 0;
 }
@@ -273,7 +258,7 @@ static int rec_run(void) {
     }
     G->used = g_rec.clock;
     g_rec.stat[KC_GRAPH_RUNS]++;
-    return cu_fail(cudaGraphLaunch(G->exec, g_stream), "cuda graph launch");
+    return cu_fail(cudaGraphLaunch(G->exec, kc_stream), "cuda graph launch");
 }
 
 static int rec_flush(void) {
@@ -285,6 +270,7 @@ static int rec_flush(void) {
 
 extern "C" void kc_record_begin(void) { g_rec.on = 1; }
 extern "C" int kc_recording(void) { return g_rec.on; }
+int kc_rec_on(void) { return g_rec.on; }
 extern "C" int kc_record_flush(void) { return g_rec.on ? rec_flush() : 0; }
 extern "C" int kc_record_end(int run) {
     if (!g_rec.on) return 0;
@@ -345,7 +331,7 @@ template <int TY> __device__ __forceinline__ float deq(const uint8_t *row, int j
     case TY_Q4_0: { constexpr int TYX = TY_Q4_0; return CALL; }                                              \
     case TY_Q4_1: { constexpr int TYX = TY_Q4_1; return CALL; }                                              \
     case TY_Q8_0: { constexpr int TYX = TY_Q8_0; return CALL; }                                              \
-    default: snprintf(g_err, sizeof g_err, "no CUDA decoder for ggml type %u", (unsigned)type); return -1; \
+    default: snprintf(kc_err, sizeof kc_err, "no CUDA decoder for ggml type %u", (unsigned)type); return -1; \
     }
 
 // -------------------------------------------------------------------------------- reductions
@@ -406,20 +392,38 @@ extern "C" int kc_embed(float *out, const void *emb, uint32_t type, size_t row_b
                           tok_dev, T));
 }
 
+// the CPU's RMSNorm operation for operation: the squares (exact in double) in 8 lanes, lane[i mod 8]
+// in order of i (one thread each), halved pairwise; 1 / sqrt(ss / C + eps) in double; (x s) w
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int C, float eps) {
-    __shared__ double red[32];
+    __shared__ double l[8];
+    __shared__ float sh;
     const float *xr = x + (size_t)blockIdx.x * C;
     float *o = out + (size_t)blockIdx.x * C;
-    double ss = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = warp_sum_d(ss);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    int tid = threadIdx.x, C8 = C / 8 * 8;
+    if (tid < 8) {
+        double a = 0;
+#pragma unroll 8
+        for (int i = tid; i < C8; i += 8) {
+            double v = (double)xr[i];
+            a = __dadd_rn(a, __dmul_rn(v, v));
+        }
+        if (C8 + tid < C) {
+            double v = (double)xr[C8 + tid];
+            a = __dadd_rn(a, __dmul_rn(v, v));
+        }
+        l[tid] = a;
+    }
     __syncthreads();
-    double tot = 0;
-    for (int i = 0; i < (int)((blockDim.x + 31) >> 5); i++) tot += red[i];
-    float s = (float)(1.0 / sqrt(tot / C + eps));
-    __syncthreads(); // out may alias x: every thread has read x before any writes
-    for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
+    if (tid == 0) {
+        double L[8];
+        for (int j = 0; j < 8; j++) L[j] = l[j];
+        for (int h = 4; h >= 1; h /= 2)
+            for (int j = 0; j < h; j++) L[j] = __dadd_rn(L[j], L[j + h]);
+        sh = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(L[0], (double)C), (double)eps))));
+    }
+    __syncthreads(); // out may alias x: every read of x is done
+    float sc = sh;
+    for (int i = tid; i < C; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], sc), w[i]);
 }
 
 extern "C" int kc_rmsnorm(float *out, const float *x, const float *w, int n_rows, int C, float eps) {
@@ -603,7 +607,7 @@ extern "C" int kc_matvec_set_ok(const void *W, uint32_t type, size_t row_bytes, 
 static int matvec_grid(int T, int row_blocks, dim3 *grid) {
     *grid = dim3(row_blocks, (T + MV_TT - 1) / MV_TT);
     if (grid->y > 65535) {
-        snprintf(g_err, sizeof g_err, "matvec: %d tokens in one call (at most %d)", T, 65535 * MV_TT);
+        snprintf(kc_err, sizeof kc_err, "matvec: %d tokens in one call (at most %d)", T, 65535 * MV_TT);
         return -1;
     }
     return 0;
@@ -625,7 +629,7 @@ extern "C" int kc_matvec(float *out, const void *W, uint32_t type, size_t row_by
 extern "C" int kc_matvec_set(const kc_mat *mats, int n, uint32_t type, int cols, const float *x, int T, int add) {
     if (T <= 0) return 0;
     if (n < 1 || n > KC_MV_SET) {
-        snprintf(g_err, sizeof g_err, "matvec: %d matrices in one launch (1..%d)", n, KC_MV_SET);
+        snprintf(kc_err, sizeof kc_err, "matvec: %d matrices in one launch (1..%d)", n, KC_MV_SET);
         return -1;
     }
     mv_set set;
@@ -635,7 +639,7 @@ extern "C" int kc_matvec_set(const kc_mat *mats, int n, uint32_t type, int cols,
     int blocks = 0;
     for (int i = 0; i < n; i++) {
         if (!blk_ok(type, mats[i].W, mats[i].row_bytes, cols, x)) {
-            snprintf(g_err, sizeof g_err, "matvec: matrix %d of a set is not whole aligned blocks", i);
+            snprintf(kc_err, sizeof kc_err, "matvec: matrix %d of a set is not whole aligned blocks", i);
             return -1;
         }
         set.start[i] = blocks;
@@ -711,7 +715,27 @@ __global__ void k_kv_write(kvdst_small small, const kc_kvdst *tab, int T, int d,
     }
 }
 
-extern "C" int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d, const float *k, const float *v) {
+// ds_f32_to_bf16: round to nearest even, a NaN kept quiet
+__device__ __forceinline__ unsigned short f2bf(float f) {
+    unsigned x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 64);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (unsigned short)(x >> 16);
+}
+__device__ __forceinline__ float bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+__global__ void k_kv_write_bf16(kvdst_small small, const kc_kvdst *tab, int T, int d, const float *k, const float *v) {
+    int t = blockIdx.x;
+    kc_kvdst e = T <= KC_TAB_MAX ? small.e[t] : tab[t];
+    unsigned short *kb = (unsigned short *)e.k, *vb = (unsigned short *)e.v;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        kb[i] = f2bf(k[(size_t)t * d + i]);
+        vb[i] = f2bf(v[(size_t)t * d + i]);
+    }
+}
+
+extern "C" int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d, const float *k, const float *v,
+                           int bf16) {
     if (T <= 0) return 0;
     kvdst_small small = {};
     if (T <= KC_TAB_MAX) {
@@ -720,10 +744,11 @@ extern "C" int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d,
         if (kc_record_flush()) return -1; // launches kept earlier may read the table this copy replaces
         cudaError_t e = cudaMemcpy(tab_dev, tab, sizeof *tab * (size_t)T, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) {
-            snprintf(g_err, sizeof g_err, "kv_write: table upload: %s", cudaGetErrorString(e));
+            snprintf(kc_err, sizeof kc_err, "kv_write: table upload: %s", cudaGetErrorString(e));
             return -1;
         }
     }
+    if (bf16) return launch("kv_write", k_kv_write_bf16, dim3(T), dim3(128), small, tab_dev, T, d, k, v);
     return launch("kv_write", k_kv_write, dim3(T), dim3(128), small, tab_dev, T, d, k, v);
 }
 
@@ -793,16 +818,104 @@ __global__ void k_attention(float *out, const float *q, kvsrc_small small, const
     }
 }
 
+// the CPU's attention dot (kernels_scalar.c adot): two 8-lane sums over alternating chunks of 8, each
+// product added by a fused multiply-add, v = a + b, q_i = v_i + v_{i+4}, (q0 + q2) + (q1 + q3), + the
+// tail; w a bf16 row widened exactly
+__device__ __forceinline__ float adot_bf16(const unsigned short *w, const float *x, int n) {
+    float a[8], b[8], t = 0.f;
+#pragma unroll
+    for (int l = 0; l < 8; l++) a[l] = 0.f, b[l] = 0.f;
+    int n16 = n & ~15;
+    for (int k = 0; k < n16; k += 16) {
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            a[l] = fmaf(bf2f(w[k + l]), x[k + l], a[l]);
+            b[l] = fmaf(bf2f(w[k + 8 + l]), x[k + 8 + l], b[l]);
+        }
+    }
+    float v[8], q[4];
+#pragma unroll
+    for (int l = 0; l < 8; l++) v[l] = __fadd_rn(a[l], b[l]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) q[i] = __fadd_rn(v[i], v[i + 4]);
+    float s = __fadd_rn(__fadd_rn(q[0], q[2]), __fadd_rn(q[1], q[3]));
+    for (int k = n16; k < n; k++) t = fmaf(bf2f(w[k]), x[k], t);
+    return __fadd_rn(s, t);
+}
+
+// One block per (head, token), the CPU's attend_multi_bf16 for one query: scores (a thread a
+// position), their max, exp in 16 double lanes (lane i mod 16 in order of i, one thread each, then
+// halved pairwise), times float(1 / sum), then P V: output dimension d by one thread, fused
+// multiply-adds in order of position.
+#define ATT8_THREADS 128
+__global__ void k_attention_bf16(float *out, const float *q, kvsrc_small small, const kc_kvsrc *tab, int T, int n_heads,
+                                 int group, int hd, float scale, float *scores, size_t stride) {
+    __shared__ float qs[KC_MAX_HEAD_DIM], red[32];
+    __shared__ double lane16[16];
+    __shared__ float inv_sh;
+    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    kc_kvsrc e = T <= KC_TAB_MAX ? small.e[t] : tab[t];
+    size_t off = (size_t)(h / group) * hd;
+    const unsigned short *K = (const unsigned short *)e.k + off, *V = (const unsigned short *)e.v + off;
+    const float *qv = q + ((size_t)t * n_heads + h) * hd;
+    for (int i = tid; i < hd; i += blockDim.x) qs[i] = qv[i];
+    __syncthreads();
+    float *S = scores + ((size_t)t * n_heads + h) * stride;
+    int n = e.n_vis;
+    float mx = -INFINITY;
+    for (int j = tid; j < n; j += blockDim.x) {
+        float sc = __fmul_rn(adot_bf16(K + (size_t)j * e.ld, qs, hd), scale);
+        S[j] = sc;
+        mx = fmaxf(mx, sc); // a NaN never wins, as in the CPU's scan
+    }
+    mx = block_max(mx, red); // its barriers publish S to the block
+    if (tid < 16) {
+        double l = 0;
+        for (int i = tid; i < n; i += 16) {
+            float p = kc_exp1(__fsub_rn(S[i], mx));
+            S[i] = p;
+            l = __dadd_rn(l, (double)p);
+        }
+        lane16[tid] = l;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double L[16];
+        for (int j = 0; j < 16; j++) L[j] = lane16[j];
+        for (int w = 8; w >= 1; w /= 2)
+            for (int j = 0; j < w; j++) L[j] = __dadd_rn(L[j], L[j + w]);
+        inv_sh = __double2float_rn(__ddiv_rn(1.0, L[0]));
+    }
+    __syncthreads();
+    float inv = inv_sh;
+    for (int j = tid; j < n; j += blockDim.x) S[j] = __fmul_rn(S[j], inv);
+    __syncthreads();
+    for (int d = tid; d < hd; d += blockDim.x) {
+        const unsigned short *vd = V + d;
+        float o = 0.f;
+        int j = 0;
+        for (; j + 8 <= n; j += 8) { // eight rows' loads in flight, summed in order
+            float vv[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) vv[u] = bf2f(vd[(size_t)(j + u) * e.ld]);
+#pragma unroll
+            for (int u = 0; u < 8; u++) o = fmaf(S[j + u], vv[u], o);
+        }
+        for (; j < n; j++) o = fmaf(S[j], bf2f(vd[(size_t)j * e.ld]), o);
+        out[((size_t)t * n_heads + h) * hd + d] = o;
+    }
+}
+
 extern "C" int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_kvsrc *tab_dev, int T, int n_heads,
-                            int n_kv_heads, int hd, float scale, float *scores, size_t stride) {
+                            int n_kv_heads, int hd, float scale, float *scores, size_t stride, int bf16) {
     if (T <= 0) return 0;
     if (hd > KC_MAX_HEAD_DIM || hd < 1 || n_kv_heads < 1 || n_heads % n_kv_heads) {
-        snprintf(g_err, sizeof g_err, "attention: head size %d, %d heads over %d KV heads not supported", hd, n_heads,
+        snprintf(kc_err, sizeof kc_err, "attention: head size %d, %d heads over %d KV heads not supported", hd, n_heads,
                  n_kv_heads);
         return -1;
     }
     if (T > 65535) {
-        snprintf(g_err, sizeof g_err, "attention: %d tokens in one call (at most 65535)", T);
+        snprintf(kc_err, sizeof kc_err, "attention: %d tokens in one call (at most 65535)", T);
         return -1;
     }
     kvsrc_small small = {};
@@ -812,23 +925,22 @@ extern "C" int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_
         if (kc_record_flush()) return -1;
         cudaError_t e = cudaMemcpy(tab_dev, tab, sizeof *tab * (size_t)T, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) {
-            snprintf(g_err, sizeof g_err, "attention: table upload: %s", cudaGetErrorString(e));
+            snprintf(kc_err, sizeof kc_err, "attention: table upload: %s", cudaGetErrorString(e));
             return -1;
         }
     }
     dim3 grid(n_heads, T);
+    if (bf16)
+        return launch("attention", k_attention_bf16, grid, dim3(ATT8_THREADS), out, q, small, tab_dev, T, n_heads,
+                      n_heads / n_kv_heads, hd, scale, scores, stride);
     return launch("attention", k_attention, grid, dim3(ATT_THREADS), out, q, small, tab_dev, T, n_heads,
                   n_heads / n_kv_heads, hd, scale, scores, stride);
 }
 
+// qk_silu(g) u, the CPU's exp and operations: bit for bit
 __global__ void k_swiglu(float *out, const float *g, const float *u, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        // the CPU's form: e = exp(-|g|), silu = g / (1 + e) or g e / (1 + e), never an overflowing exp
-        float x = g[i], e = expf(-fabsf(x)), d = __fadd_rn(1.f, e);
-        float sl = x >= 0.f ? __fdiv_rn(x, d) : __fdiv_rn(__fmul_rn(x, e), d);
-        out[i] = __fmul_rn(sl, u[i]);
-    }
+    if (i < n) out[i] = __fmul_rn(kc_silu(g[i]), u[i]);
 }
 
 extern "C" int kc_swiglu(float *out, const float *g, const float *u, size_t n) {
@@ -869,7 +981,7 @@ __global__ void k_copy(uint8_t *dst, const uint8_t *src, size_t n) {
 
 extern "C" int kc_copy(void *dst, const void *src, size_t n) {
     if (!n || dst == src) return 0;
-    if (!g_rec.on) return cu_fail(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, g_stream), "copy");
+    if (!g_rec.on) return cu_fail(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, kc_stream), "copy");
     size_t blocks = (n + 255) / 256;
     return launch("copy", k_copy, dim3((unsigned)(blocks < 1024 ? blocks : 1024)), dim3(256), (uint8_t *)dst,
                   (const uint8_t *)src, n);
@@ -919,12 +1031,12 @@ __global__ void k_fill_random(uint8_t *dst, uint32_t type, size_t n_words, uint6
 
 extern "C" int kc_fill_random(void *dst, uint32_t type, size_t row_bytes, int rows, int cols, uint64_t seed) {
     if (!kc_type_native(type)) {
-        snprintf(g_err, sizeof g_err, "fill_random: ggml type %u is not kept on the device", (unsigned)type);
+        snprintf(kc_err, sizeof kc_err, "fill_random: ggml type %u is not kept on the device", (unsigned)type);
         return -1;
     }
     size_t bytes = row_bytes * (size_t)rows;
     if (bytes % 8) {
-        snprintf(g_err, sizeof g_err, "fill_random: %zu bytes is not a multiple of 8", bytes);
+        snprintf(kc_err, sizeof kc_err, "fill_random: %zu bytes is not a multiple of 8", bytes);
         return -1;
     }
     size_t n = bytes / 8;

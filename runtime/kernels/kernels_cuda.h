@@ -72,15 +72,38 @@ int kc_dequant(float *dst, const void *W, uint32_t type, size_t row_bytes, int r
 /* the tables from the host when T * hd/2 <= KC_ROPE_MAX, else from their device copies */
 int kc_rope(float *x, int T, int n_heads, int hd, int neox, const float *cos, const float *sin, const float *cos_dev,
             const float *sin_dev);
-/* tab: T host entries; tab_dev: device scratch of T entries, used when T > KC_TAB_MAX */
-int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d, const float *k, const float *v);
-/* softmax(q k^T * scale) v per (token, head); scores: device scratch [T*n_heads][stride] */
+/* tab: T host entries; tab_dev: device scratch of T entries, used when T > KC_TAB_MAX; bf16: the
+ * cache holds bf16 (the rows' pointers address uint16_t elements), rounded as ds_f32_to_bf16 */
+int kc_kv_write(const kc_kvdst *tab, kc_kvdst *tab_dev, int T, int d, const float *k, const float *v, int bf16);
+/* softmax(q k^T * scale) v per (token, head); scores: device scratch [T*n_heads][stride]. bf16: over a
+ * bf16 cache (ld in elements) with the CPU's operations in its order (kernels_cpu.h attend_multi_bf16:
+ * its attention dot, qk_softmax's exp and double lanes, P V by fused multiply-adds in order of
+ * position), so the result is the CPU's bit for bit */
 int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_kvsrc *tab_dev, int T, int n_heads,
-                 int n_kv_heads, int hd, float scale, float *scores, size_t stride);
+                 int n_kv_heads, int hd, float scale, float *scores, size_t stride, int bf16);
 int kc_swiglu(float *out, const float *g, const float *u, size_t n);
 int kc_add(float *x, const float *y, size_t n);
 /* x[r][c] += b[c] for n_rows rows of width C */
 int kc_add_bias(float *x, const float *b, int n_rows, int C);
+/* The int8 contract of kernels_cpu.h for quantized matrices (kernels_cuda_i8.cu): bit for bit the
+ * CPU's. A matrix is qk_pack's QK_DEVICE form on the device: codes (rows x nb blocks) then scales
+ * (srb bytes a row); kind is its qk_kind (Q5_0 packed as Q8_0). */
+enum { KC_I8_Q8_0 = 0, KC_I8_Q4_1 = 1, KC_I8_Q4_K = 2, KC_I8_Q6_K = 3 }; /* qk_kind's values */
+typedef struct {
+    const uint8_t *codes, *scales;
+    size_t srb;
+    float *out;
+    int rows;
+} kc_i8mat;
+/* x[T][cols] quantized per token and block of 32 (qk_quantize_rows): q [T][cols], e and s [T][cols/32] */
+int kc_quantize(const float *x, int T, int cols, int8_t *q, float *e, float *s);
+/* out[T][rows] (+)= the int8 contract's product, for n <= KC_MV_SET matrices of one kind sharing q */
+int kc_matvec_i8(const kc_i8mat *mats, int n, int kind, int cols, const int8_t *q, const float *e, const float *s,
+                 int T, int add);
+/* tests: 1 sums the epilogue's lanes in another order (a mutant the bitwise checks must catch) */
+void kc_i8_mutant(int on);
+/* timing models: random codes and small finite scales for a QK_DEVICE matrix */
+int kc_fill_i8(void *codes, size_t code_bytes, void *scales, size_t scale_bytes, uint64_t seed);
 /* n bytes device to device on the kernels' stream (a kernel while recording) */
 int kc_copy(void *dst, const void *src, size_t n);
 /* n bytes of random but valid blocks of the type (scales small and finite): timing models */
