@@ -13,6 +13,8 @@
  *  exact: |y_f32 - y| <= g(cols + 2 nb + 8) (sum_j |w_j x_j| + sum_b |m_b| sum_j |x_bj|). */
 #include "testutil.h"
 
+#include <omp.h>
+
 #include "../runtime/kernels/kernels_cpu.h"
 
 static double gam(double k) { return k * 0x1p-24 / (1 - k * 0x1p-24); }
@@ -416,6 +418,39 @@ static void test_q8_0_extremes(void **state) {
 /* Q5_0 codes at the extremes, u = 31 (q = 15) everywhere against activations of +127: the AVX2
  * path's int16 sums of 4 steps reach 4 * 2 * 31 * 127 = 31496 (a sum of all 8 steps would
  * saturate), and the fifth bits of every byte position are set; then u = 0 (q = -16) */
+/* Packing runs on every core; the packed bytes must not depend on how rows fall to threads (Q5_0's
+ * fifth bits share bytes between rows 2k and 2k + 1: packed a row a thread, rows of one panel on two
+ * threads lost bits, seen on a 16-core host). 77 rows on 3, 5 and 16 threads put thread boundaries
+ * inside panels and between row pairs; each packing equals the one-thread packing. */
+static void test_pack_threads(void **state) {
+    (void)state;
+    const uint32_t types[] = {GGML_Q5_0, GGML_Q4_1, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K};
+    const int nths[] = {3, 5, 16};
+    int keep = omp_get_max_threads();
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        rng_t r;
+        rng_seed(&r, 90 + i);
+        tmat m;
+        tmat_make(&m, types[i], 77, types[i] == GGML_Q4_K || types[i] == GGML_Q6_K ? 512 : 160, &r);
+        omp_set_num_threads(1);
+        qk_mat one;
+        assert_int_equal(qk_pack(&m.w, QK_PANELS, &one), 0);
+        size_t bytes = one.rb * (size_t)((77 + QK_PANEL - 1) / QK_PANEL);
+        for (size_t k = 0; k < sizeof nths / sizeof *nths; k++)
+            for (int rep = 0; rep < 40; rep++) {
+                omp_set_num_threads(nths[k]);
+                qk_mat many;
+                assert_int_equal(qk_pack(&m.w, QK_PANELS, &many), 0);
+                if (memcmp(one.data, many.data, bytes))
+                    fail_msg("%s packed on %d threads differs from one thread's packing", ggml_type_name(types[i]), nths[k]);
+                qk_mat_free(&many);
+            }
+        qk_mat_free(&one);
+        tmat_free(&m);
+    }
+    omp_set_num_threads(keep);
+}
+
 static void test_q5_0_extremes(void **state) {
     (void)state;
     enum { ROWS = 17, COLS = 256 };
@@ -888,7 +923,7 @@ static void test_paths_present(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_avx2_sweep), cmocka_unit_test(test_batch_passes),
-        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_q5_0_extremes), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
+        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_q5_0_extremes), cmocka_unit_test(test_pack_threads), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
         cmocka_unit_test(test_swiglu_paths),

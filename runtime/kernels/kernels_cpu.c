@@ -136,38 +136,44 @@ static void pack_rows(const qmat *w, int kind, uint8_t *p, size_t nb, size_t rb,
 
 static void pack_panels(const qmat *w, int kind, uint8_t *p, size_t nb, size_t pb, size_t bb, size_t qoff) {
     int q4 = qk_nibbles(kind);
-    /* panels are disjoint: packed on every core (a 1.5B model's 1 GB took 14 s on one), the same bytes */
+    /* panels are disjoint: packed on every core (a 1.5B model's 1 GB took 14 s on one), a panel a
+     * thread. Not a row a thread: two rows share each byte of Q5_0's fifth bits (rows 2k, 2k + 1), so
+     * rows of one panel on two threads OR'd into the same bytes at once and lost bits (seen on a
+     * 16-core host, where test_cuda's GPU, packed alone, disagreed with the CPU) */
+    int n_panels = (w->rows + QK_PANEL - 1) / QK_PANEL;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < w->rows; r++) {
-        const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-        int rr = r % QK_PANEL;
-        uint8_t *pan = p + (size_t)(r / QK_PANEL) * pb, *scr = pan + qoff;
-        for (size_t i = 0; i < nb; i++) {
-            uint8_t *blk = pan + i * bb, *at = scr + qk_scale_at(kind, (int)i), *sup = scr + qk_super_at(kind, (int)i);
-            qblock k;
-            gguf_block(w, src, i, &k);
-            /* fp16 scales: the file's own, back from the exact fp32 they were widened to */
-            if (kind == QK_Q8_0 || kind == QK_Q4_1) {
-                ((uint16_t *)at)[rr] = ds_f32_to_f16(k.d);
-                if (kind == QK_Q4_1) ((uint16_t *)at)[QK_PANEL + rr] = ds_f32_to_f16(k.m);
-            } else if (kind == QK_Q4_K) {
-                ((uint16_t *)sup)[rr] = k.D, ((uint16_t *)sup)[QK_PANEL + rr] = k.Dmin;
-                at[rr] = (uint8_t)k.sc, at[QK_PANEL + rr] = (uint8_t)k.mn;
-            } else if (kind == QK_Q5_0) {
-                ((uint16_t *)at)[rr] = ds_f32_to_f16(k.d);
-            } else {
-                ((uint16_t *)sup)[rr] = k.D;
-                at[rr] = (uint8_t)(int8_t)k.sl, at[QK_PANEL + rr] = (uint8_t)(int8_t)k.sh;
-            }
-            for (int c = 0; c < 32; c++) {
-                int step = c / 4, j = c % 4;
-                if (kind == QK_Q5_0) { /* u = q + 16: its nibble as Q4_1's, its fifth bit in the chunk's bit bytes */
-                    int u = k.q[c] + 16, bit = 64 * (step / 4) + 4 * rr + j;
-                    blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)((u & 15) << (4 * (step / 4)));
-                    blk[256 + 16 * (step % 4) + bit / 8] |= (uint8_t)((u >> 4) << (bit % 8));
-                } else if (q4)
-                    blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(k.q[c] << (4 * (step / 4)));
-                else blk[64 * step + 4 * rr + j] = (uint8_t)(int8_t)k.q[c];
+    for (int pi = 0; pi < n_panels; pi++) {
+        for (int r = pi * QK_PANEL; r < w->rows && r < (pi + 1) * QK_PANEL; r++) {
+            const uint8_t *src = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            int rr = r % QK_PANEL;
+            uint8_t *pan = p + (size_t)(r / QK_PANEL) * pb, *scr = pan + qoff;
+            for (size_t i = 0; i < nb; i++) {
+                uint8_t *blk = pan + i * bb, *at = scr + qk_scale_at(kind, (int)i), *sup = scr + qk_super_at(kind, (int)i);
+                qblock k;
+                gguf_block(w, src, i, &k);
+                /* fp16 scales: the file's own, back from the exact fp32 they were widened to */
+                if (kind == QK_Q8_0 || kind == QK_Q4_1) {
+                    ((uint16_t *)at)[rr] = ds_f32_to_f16(k.d);
+                    if (kind == QK_Q4_1) ((uint16_t *)at)[QK_PANEL + rr] = ds_f32_to_f16(k.m);
+                } else if (kind == QK_Q4_K) {
+                    ((uint16_t *)sup)[rr] = k.D, ((uint16_t *)sup)[QK_PANEL + rr] = k.Dmin;
+                    at[rr] = (uint8_t)k.sc, at[QK_PANEL + rr] = (uint8_t)k.mn;
+                } else if (kind == QK_Q5_0) {
+                    ((uint16_t *)at)[rr] = ds_f32_to_f16(k.d);
+                } else {
+                    ((uint16_t *)sup)[rr] = k.D;
+                    at[rr] = (uint8_t)(int8_t)k.sl, at[QK_PANEL + rr] = (uint8_t)(int8_t)k.sh;
+                }
+                for (int c = 0; c < 32; c++) {
+                    int step = c / 4, j = c % 4;
+                    if (kind == QK_Q5_0) { /* u = q + 16: its nibble as Q4_1's, its fifth bit in the chunk's bit bytes */
+                        int u = k.q[c] + 16, bit = 64 * (step / 4) + 4 * rr + j;
+                        blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)((u & 15) << (4 * (step / 4)));
+                        blk[256 + 16 * (step % 4) + bit / 8] |= (uint8_t)((u >> 4) << (bit % 8));
+                    } else if (q4)
+                        blk[64 * (step % 4) + 4 * rr + j] |= (uint8_t)(k.q[c] << (4 * (step / 4)));
+                    else blk[64 * step + 4 * rr + j] = (uint8_t)(int8_t)k.q[c];
+                }
             }
         }
     }
