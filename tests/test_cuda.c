@@ -616,8 +616,21 @@ static int check_i8(const uint32_t *types, const int *rows, int n, int cols, int
     }
     int differ = 0;
     for (int i = 0; i < n; i++) {
-        float *a = get(gpu8, og[i], (size_t)T * rows[i]), *b = get(cpu8, oc[i], (size_t)T * rows[i]);
-        differ |= memcmp(a, b, sizeof(float) * (size_t)T * rows[i]) != 0;
+        size_t no = (size_t)T * rows[i];
+        float *a = get(gpu8, og[i], no), *b = get(cpu8, oc[i], no);
+        if (memcmp(a, b, sizeof(float) * no) && !add) { /* which side moved: each again, against itself */
+            differ = 1;
+            size_t at = 0;
+            while (!memcmp(&a[at], &b[at], 4)) at++;
+            assert_int_equal(gpu8->matmul(gpu8, 1, &og[i], &ws[i], xg, T), 0);
+            assert_int_equal(cpu8->matmul(cpu8, 1, &oc[i], &ws[i], xc, T), 0);
+            float *a2 = get(gpu8, og[i], no), *b2 = get(cpu8, oc[i], no);
+            print_message("  %s %dx%d T=%d matrix %d: first difference [%zu] (token %zu, row %zu): gpu %.9g cpu %.9g;"
+                          " again alone: gpu %s, cpu %s, now %s\n", ggml_type_name(types[i]), rows[i], cols, T, i, at,
+                          at / rows[i], at % rows[i], a[at], b[at], memcmp(a, a2, 4 * no) ? "moved" : "the same",
+                          memcmp(b, b2, 4 * no) ? "moved" : "the same", memcmp(a2, b2, 4 * no) ? "differ" : "equal");
+            free(a2), free(b2);
+        } else differ |= memcmp(a, b, sizeof(float) * no) != 0;
         free(a), free(b);
         gpu8->release(gpu8, og[i]), cpu8->release(cpu8, oc[i]);
     }
@@ -663,13 +676,15 @@ static void test_i8_matmul(void **state) {
     /* the mutant (the epilogue's lanes summed in another order) must be seen */
     kc_i8_mutant(1);
     int seen = 0;
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        int rows[1] = {77}, kq = types[i] == GGML_Q4_K || types[i] == GGML_Q6_K;
-        seen += check_i8(&types[i], rows, 1, kq ? 1536 : 1280, 9, 0, 500 + i);
-    }
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        for (int T = 1; T <= 9; T += 8) { /* one token (quantized in the kernel) and a tile */
+            int rows[1] = {77}, kq = types[i] == GGML_Q4_K || types[i] == GGML_Q6_K;
+            seen += check_i8(&types[i], rows, 1, kq ? 1536 : 1280, T, 0, 500 + i);
+        }
     kc_i8_mutant(0);
-    print_message("  int8 matmul mutant (lanes summed (l0 + l2) + (l1 + l3)): caught on %d of 5 types\n", seen);
-    assert_int_equal(seen, 5);
+    print_message("  int8 matmul mutant (lanes summed (l0 + l2) + (l1 + l3)): caught in %d of 10 cases (5 types, T = 1, 9)\n",
+                  seen);
+    assert_int_equal(seen, 10);
 #endif
 }
 

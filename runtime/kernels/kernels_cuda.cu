@@ -393,22 +393,31 @@ extern "C" int kc_embed(float *out, const void *emb, uint32_t type, size_t row_b
 }
 
 // the CPU's RMSNorm operation for operation: the squares (exact in double) in 8 lanes, lane[i mod 8]
-// in order of i (one thread each), halved pairwise; 1 / sqrt(ss / C + eps) in double; (x s) w
+// in order of i (one thread each), halved pairwise; 1 / sqrt(ss / C + eps) in double; (x s) w. The row
+// is first read into shared memory by every thread (one coalesced pass), so the 8 lanes' chains wait
+// on shared memory, not on global loads (10.5 us a row of 1,536 otherwise on the H200).
+#define RMS_SMEM 4096
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int C, float eps) {
     __shared__ double l[8];
-    __shared__ float sh;
+    __shared__ float sh, xs[RMS_SMEM];
     const float *xr = x + (size_t)blockIdx.x * C;
     float *o = out + (size_t)blockIdx.x * C;
     int tid = threadIdx.x, C8 = C / 8 * 8;
+    const float *src = xr;
+    if (C <= RMS_SMEM) {
+        for (int i = tid; i < C; i += blockDim.x) xs[i] = xr[i];
+        __syncthreads();
+        src = xs;
+    }
     if (tid < 8) {
         double a = 0;
 #pragma unroll 8
         for (int i = tid; i < C8; i += 8) {
-            double v = (double)xr[i];
+            double v = (double)src[i];
             a = __dadd_rn(a, __dmul_rn(v, v));
         }
         if (C8 + tid < C) {
-            double v = (double)xr[C8 + tid];
+            double v = (double)src[C8 + tid];
             a = __dadd_rn(a, __dmul_rn(v, v));
         }
         l[tid] = a;
@@ -423,7 +432,7 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int C, flo
     }
     __syncthreads(); // out may alias x: every read of x is done
     float sc = sh;
-    for (int i = tid; i < C; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], sc), w[i]);
+    for (int i = tid; i < C; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(src[i], sc), w[i]);
 }
 
 extern "C" int kc_rmsnorm(float *out, const float *x, const float *w, int n_rows, int C, float eps) {
@@ -818,92 +827,123 @@ __global__ void k_attention(float *out, const float *q, kvsrc_small small, const
     }
 }
 
-// the CPU's attention dot (kernels_scalar.c adot): two 8-lane sums over alternating chunks of 8, each
-// product added by a fused multiply-add, v = a + b, q_i = v_i + v_{i+4}, (q0 + q2) + (q1 + q3), + the
-// tail; w a bf16 row widened exactly
-__device__ __forceinline__ float adot_bf16(const unsigned short *w, const float *x, int n) {
-    float a[8], b[8], t = 0.f;
-#pragma unroll
-    for (int l = 0; l < 8; l++) a[l] = 0.f, b[l] = 0.f;
-    int n16 = n & ~15;
-    for (int k = 0; k < n16; k += 16) {
-#pragma unroll
-        for (int l = 0; l < 8; l++) {
-            a[l] = fmaf(bf2f(w[k + l]), x[k + l], a[l]);
-            b[l] = fmaf(bf2f(w[k + 8 + l]), x[k + 8 + l], b[l]);
-        }
-    }
-    float v[8], q[4];
-#pragma unroll
-    for (int l = 0; l < 8; l++) v[l] = __fadd_rn(a[l], b[l]);
-#pragma unroll
-    for (int i = 0; i < 4; i++) q[i] = __fadd_rn(v[i], v[i + 4]);
-    float s = __fadd_rn(__fadd_rn(q[0], q[2]), __fadd_rn(q[1], q[3]));
-    for (int k = n16; k < n; k++) t = fmaf(bf2f(w[k]), x[k], t);
-    return __fadd_rn(s, t);
+// The CPU's attention dot (kernels_scalar.c adot) by 16 threads of one warp: thread l (< 16) runs its
+// lane's chain, fma(w[k + l], x[k + l], .) over the chunks k of 16 in order (lanes 0-7 are the CPU's
+// a[l], 8-15 its b[l]); then v_l = a_l + b_l, q_i = v_i + v_{i+4}, (q0 + q2) + (q1 + q3), + the tail
+// (thread 0). The result is in thread 0 of the 16; all 32 threads of the warp must call it.
+__device__ __forceinline__ float adot16(float acc, int l) {
+    float v = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8, 16));  // l < 8: a_l + b_l
+    float q = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4, 16));      // l < 4: v_l + v_{l+4}
+    float p = __fadd_rn(q, __shfl_down_sync(0xffffffffu, q, 2, 16));      // l < 2: q0 + q2, q1 + q3
+    return __fadd_rn(p, __shfl_down_sync(0xffffffffu, p, 1, 16));         // l = 0: (q0 + q2) + (q1 + q3)
 }
 
-// One block per (head, token), the CPU's attend_multi_bf16 for one query: scores (a thread a
-// position), their max, exp in 16 double lanes (lane i mod 16 in order of i, one thread each, then
-// halved pairwise), times float(1 / sum), then P V: output dimension d by one thread, fused
-// multiply-adds in order of position.
+// The CPU's attend_multi_bf16 in two kernels, so a decode step's attention is spread over the GPU
+// instead of one block a head (a 12-head step kept 12 of 132 SMs busy, ~0.1 us a position a layer):
+//  k_att_scores_bf16: a block per (head, token, 64 positions): the K rows staged in shared memory by
+//    16-byte loads, each score by 16 threads (adot16), into the scores scratch;
+//  k_att_pv_bf16: a block per (head, token, 32 output dimensions): the softmax (every block of a head
+//    computes the same max and exp lanes: the same operations, so the same bits), then P V over chunks
+//    of 128 positions, the V slices staged in shared memory, dimension d by one thread, fused
+//    multiply-adds in order of position.
 #define ATT8_THREADS 128
-__global__ void k_attention_bf16(float *out, const float *q, kvsrc_small small, const kc_kvsrc *tab, int T, int n_heads,
-                                 int group, int hd, float scale, float *scores, size_t stride) {
-    __shared__ float qs[KC_MAX_HEAD_DIM], red[32];
-    __shared__ double lane16[16];
-    __shared__ float inv_sh;
-    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+#define ATT8_KROWS 64   // positions a scores block takes
+#define ATT8_VROWS 128  // positions a P V chunk stages
+#define ATT8_SMAX 8192  // positions whose exps a P V block keeps in shared memory
+#define ATT8_DSL 32     // output dimensions a P V block takes
+__device__ __forceinline__ bool att_vec_ok(const kc_kvsrc &e, int hd) {
+    return (hd & 7) == 0 && (e.ld & 7) == 0 && ((uintptr_t)e.k & 15) == 0 && ((uintptr_t)e.v & 15) == 0;
+}
+
+__global__ void k_att_scores_bf16(const float *q, kvsrc_small small, const kc_kvsrc *tab, int T, int n_heads, int group,
+                                  int hd, float scale, float *scores, size_t stride) {
+    __shared__ float qs[KC_MAX_HEAD_DIM];
+    __shared__ __align__(16) unsigned short ks[ATT8_KROWS * (KC_MAX_HEAD_DIM + 16)];
+    int h = blockIdx.x, t = blockIdx.y, j0 = blockIdx.z * ATT8_KROWS, tid = threadIdx.x;
     kc_kvsrc e = T <= KC_TAB_MAX ? small.e[t] : tab[t];
-    size_t off = (size_t)(h / group) * hd;
-    const unsigned short *K = (const unsigned short *)e.k + off, *V = (const unsigned short *)e.v + off;
+    int n = e.n_vis, rows = min(ATT8_KROWS, n - j0), pitch = hd + 16;
+    if (rows <= 0) return; // the whole block: this token sees fewer positions
+    const unsigned short *K = (const unsigned short *)e.k + (size_t)(h / group) * hd;
     const float *qv = q + ((size_t)t * n_heads + h) * hd;
     for (int i = tid; i < hd; i += blockDim.x) qs[i] = qv[i];
-    __syncthreads();
-    float *S = scores + ((size_t)t * n_heads + h) * stride;
-    int n = e.n_vis;
-    float mx = -INFINITY;
-    for (int j = tid; j < n; j += blockDim.x) {
-        float sc = __fmul_rn(adot_bf16(K + (size_t)j * e.ld, qs, hd), scale);
-        S[j] = sc;
-        mx = fmaxf(mx, sc); // a NaN never wins, as in the CPU's scan
-    }
-    mx = block_max(mx, red); // its barriers publish S to the block
-    if (tid < 16) {
-        double l = 0;
-        for (int i = tid; i < n; i += 16) {
-            float p = kc_exp1(__fsub_rn(S[i], mx));
-            S[i] = p;
-            l = __dadd_rn(l, (double)p);
+    if (att_vec_ok(e, hd)) {
+        int per = hd / 8; // 16-byte pieces a row
+        for (int i = tid; i < rows * per; i += blockDim.x) {
+            int r = i / per, c = i % per;
+            *(uint4 *)(ks + r * pitch + 8 * c) = *(const uint4 *)(K + (size_t)(j0 + r) * e.ld + 8 * c);
         }
-        lane16[tid] = l;
+    } else
+        for (int i = tid; i < rows * hd; i += blockDim.x) ks[(i / hd) * pitch + i % hd] = K[(size_t)(j0 + i / hd) * e.ld + i % hd];
+    __syncthreads();
+    int l = tid & 15, grp = tid >> 4, ngrp = blockDim.x >> 4, nch = hd >> 4, n16 = hd & ~15;
+    float *S = scores + ((size_t)t * n_heads + h) * stride;
+    for (int r0 = 0; r0 < rows; r0 += ngrp) { // every thread of a warp takes each round (the shuffles)
+        int r = r0 + grp, rr = r < rows ? r : 0;
+        const unsigned short *kr = ks + rr * pitch;
+        float acc = 0.f;
+        for (int c = 0; c < nch; c++) acc = fmaf(bf2f(kr[16 * c + l]), qs[16 * c + l], acc);
+        float sdot = adot16(acc, l);
+        if (l == 0 && r < rows) {
+            float tl = 0.f;
+            for (int k = n16; k < hd; k++) tl = fmaf(bf2f(kr[k]), qs[k], tl);
+            S[j0 + r] = __fmul_rn(__fadd_rn(sdot, tl), scale);
+        }
+    }
+}
+
+__global__ void k_att_pv_bf16(float *out, kvsrc_small small, const kc_kvsrc *tab, int T, int n_heads, int group, int hd,
+                              const float *scores, size_t stride) {
+    __shared__ __align__(16) unsigned short vs[ATT8_VROWS * ATT8_DSL];
+    __shared__ float ps[ATT8_VROWS], ex[ATT8_SMAX], red[32];
+    __shared__ double lane16[16];
+    __shared__ float inv_sh;
+    int h = blockIdx.x, t = blockIdx.y, d0 = blockIdx.z * ATT8_DSL, tid = threadIdx.x;
+    int w = min(ATT8_DSL, hd - d0);
+    kc_kvsrc e = T <= KC_TAB_MAX ? small.e[t] : tab[t];
+    const unsigned short *V = (const unsigned short *)e.v + (size_t)(h / group) * hd + d0;
+    const float *S = scores + ((size_t)t * n_heads + h) * stride;
+    int n = e.n_vis, held = n <= ATT8_SMAX; // the exps kept in shared memory (else made again where used)
+    float mx = -INFINITY;
+    for (int j = tid; j < n; j += blockDim.x) mx = fmaxf(mx, S[j]); // a NaN never wins, as in the CPU's scan
+    mx = block_max(mx, red);                                          // (its barriers end the reads above)
+    if (held) {
+        for (int j = tid; j < n; j += blockDim.x) ex[j] = kc_exp1(__fsub_rn(S[j], mx));
+        __syncthreads();
+    }
+    if (tid < 16) { // qk_exp_sum's lanes: lane i mod 16 in order of i
+        double acc = 0;
+        for (int i = tid; i < n; i += 16) acc = __dadd_rn(acc, (double)(held ? ex[i] : kc_exp1(__fsub_rn(S[i], mx))));
+        lane16[tid] = acc;
     }
     __syncthreads();
     if (tid == 0) {
         double L[16];
         for (int j = 0; j < 16; j++) L[j] = lane16[j];
-        for (int w = 8; w >= 1; w /= 2)
-            for (int j = 0; j < w; j++) L[j] = __dadd_rn(L[j], L[j + w]);
+        for (int k = 8; k >= 1; k /= 2)
+            for (int j = 0; j < k; j++) L[j] = __dadd_rn(L[j], L[j + k]);
         inv_sh = __double2float_rn(__ddiv_rn(1.0, L[0]));
     }
     __syncthreads();
-    float inv = inv_sh;
-    for (int j = tid; j < n; j += blockDim.x) S[j] = __fmul_rn(S[j], inv);
-    __syncthreads();
-    for (int d = tid; d < hd; d += blockDim.x) {
-        const unsigned short *vd = V + d;
-        float o = 0.f;
-        int j = 0;
-        for (; j + 8 <= n; j += 8) { // eight rows' loads in flight, summed in order
-            float vv[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) vv[u] = bf2f(vd[(size_t)(j + u) * e.ld]);
-#pragma unroll
-            for (int u = 0; u < 8; u++) o = fmaf(S[j + u], vv[u], o);
-        }
-        for (; j < n; j++) o = fmaf(S[j], bf2f(vd[(size_t)j * e.ld]), o);
-        out[((size_t)t * n_heads + h) * hd + d] = o;
+    float inv = inv_sh, o = 0.f;
+    bool vec = att_vec_ok(e, hd) && (w & 7) == 0;
+    for (int c0 = 0; c0 < n; c0 += ATT8_VROWS) {
+        int rows = min(ATT8_VROWS, n - c0);
+        if (vec) {
+            int per = w / 8;
+            for (int i = tid; i < rows * per; i += blockDim.x) {
+                int r = i / per, c = i % per;
+                *(uint4 *)(vs + r * ATT8_DSL + 8 * c) = *(const uint4 *)(V + (size_t)(c0 + r) * e.ld + 8 * c);
+            }
+        } else
+            for (int i = tid; i < rows * w; i += blockDim.x) vs[(i / w) * ATT8_DSL + i % w] = V[(size_t)(c0 + i / w) * e.ld + i % w];
+        for (int j = tid; j < rows; j += blockDim.x) /* the softmax's s[j] *= inv */
+            ps[j] = __fmul_rn(held ? ex[c0 + j] : kc_exp1(__fsub_rn(S[c0 + j], mx)), inv);
+        __syncthreads();
+        if (tid < w)
+            for (int j = 0; j < rows; j++) o = fmaf(ps[j], bf2f(vs[j * ATT8_DSL + tid]), o);
+        __syncthreads();
     }
+    if (tid < w) out[((size_t)t * n_heads + h) * hd + d0 + tid] = o;
 }
 
 extern "C" int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_kvsrc *tab_dev, int T, int n_heads,
@@ -930,9 +970,18 @@ extern "C" int kc_attention(float *out, const float *q, const kc_kvsrc *tab, kc_
         }
     }
     dim3 grid(n_heads, T);
-    if (bf16)
-        return launch("attention", k_attention_bf16, grid, dim3(ATT8_THREADS), out, q, small, tab_dev, T, n_heads,
-                      n_heads / n_kv_heads, hd, scale, scores, stride);
+    if (bf16) {
+        if (stride > 65535u * ATT8_KROWS) {
+            snprintf(kc_err, sizeof kc_err, "attention: %zu positions (at most %u)", stride, 65535u * ATT8_KROWS);
+            return -1;
+        }
+        dim3 gs(n_heads, T, (unsigned)((stride + ATT8_KROWS - 1) / ATT8_KROWS)), gp(n_heads, T, (hd + ATT8_DSL - 1) / ATT8_DSL);
+        if (launch("attention scores", k_att_scores_bf16, gs, dim3(ATT8_THREADS), q, small, tab_dev, T, n_heads,
+                   n_heads / n_kv_heads, hd, scale, scores, stride))
+            return -1;
+        return launch("attention P V", k_att_pv_bf16, gp, dim3(ATT8_THREADS), out, small, tab_dev, T, n_heads,
+                      n_heads / n_kv_heads, hd, (const float *)scores, stride);
+    }
     return launch("attention", k_attention, grid, dim3(ATT_THREADS), out, q, small, tab_dev, T, n_heads,
                   n_heads / n_kv_heads, hd, scale, scores, stride);
 }
