@@ -22,6 +22,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -842,15 +843,32 @@ static int op_attention(backend *be, float *out, const float *q, const attn_batc
     elem = ab->kv[ab->seq[0]]->elem;
     DS_TRY(reserve_tables(c, T));
     if (T > KC_TAB_MAX) DS_TRY(eager(c)); /* the table is copied to the device */
+    for (int t0 = 0, t1; t0 < T; t0 = t1) { /* each request's run: a draft tree's round is masked */
+        int tree = 0;
+        for (t1 = t0; t1 < T && ab->seq[t1] == ab->seq[t0]; t1++) tree |= attn_branches(ab, t1);
+        DS_CHECK(!tree || elem == 2, "attention: on the GPU a draft tree attends only over a bf16 cache (the int8"
+                 " contract's target cache; token %d branches)", t0);
+        DS_CHECK(!tree || !ab->n_vis, "attention: a draft tree with explicit visibility");
+        for (int t = t0; t < t1; t++) {
+            kc_kvsrc *e = &c->hsrc[t];
+            memset(e->anc, 0, sizeof e->anc);
+            e->tree0 = tree ? ab->pos[t0] : INT_MAX;
+            for (int u = t; tree && u >= 0; u = ab->parent[u]) { /* the token's ancestors, itself first */
+                int k = ab->pos[u] - ab->pos[t0];
+                DS_CHECK(u >= t0 && k >= 0 && k < KC_TREE_SLOTS, "attention: a tree's round of more than %d slots, or"
+                         " a parent outside its request (token %d)", KC_TREE_SLOTS, t);
+                e->anc[k >> 5] |= 1u << (k & 31);
+            }
+        }
+    }
     for (int t = 0; t < T; t++) {
         const kv_cache *kv = ab->kv[ab->seq[t]];
         int nv = ab->n_vis ? ab->n_vis[t] : ab->pos[t] + 1;
-        DS_CHECK(!attn_branches(ab, t), "attention: draft trees are verified on the CPU backend only (token %d branches)", t);
         DS_CHECK(nv >= 1 && nv <= kv->cap, "attention: token %d would see %d positions of a cache of %d", t, nv, kv->cap);
         DS_CHECK(kv->kv_dim == n_kv_heads * hd, "attention: a cache of width %d for %d KV heads of %d", kv->kv_dim,
                  n_kv_heads, hd);
         DS_CHECK(kv->elem == elem, "attention: fp32 and bf16 caches in one batch");
-        c->hsrc[t] = (kc_kvsrc){kv->k[layer], kv->v[layer], nv, kv->kv_dim};
+        c->hsrc[t].k = kv->k[layer], c->hsrc[t].v = kv->v[layer], c->hsrc[t].n_vis = nv, c->hsrc[t].ld = kv->kv_dim;
         maxn = DS_MAX(maxn, nv);
     }
     size_t len = (size_t)T * n_heads * maxn;

@@ -36,30 +36,39 @@ if [ "$STAGE" = int8 ]; then
   timeout 150 "$BLD/tests/test_cuda" > "$W/test_cuda.txt" 2>&1; echo "rc=$?" >> "$W/test_cuda.txt"
   grep -E "^\[  (PASSED|FAILED|SKIPPED)|^\[  ERROR|int8|mutant|differ|not bit|Failure|rc=" "$W/test_cuda.txt" | head -60
   # contract, graphs (DSPARK_CUDA_GRAPH), the int8 quantization fused into one-token GEMVs
-  # (DSPARK_CUDA_I8_FUSE), context: each a row of the summary
-  for st in "qwen2.5-1.5b q4_1 int8 64 1 0 128" "qwen2.5-1.5b q4_1 int8 16 0 0 128" "qwen2.5-1.5b q4_1 int8 1 1 1 128" \
-            "qwen2.5-1.5b q4_1 int8 8 1 0 1024" "qwen2.5-1.5b q4_1 exact 64 1 0 128" "qwen2.5-1.5b q4_1 exact 8 1 0 1024" \
-            "qwen2.5-1.5b q8_0 int8 16 1 0 128" "llama-1b q4_1 int8 16 1 0 128" "llama-1b q4_1 exact 16 1 0 128" \
-            "qwen3-4b q4_1 int8 16 1 0 128" "smollm2-135m q4_1 int8 16 1 0 128"; do
-    set -- $st
-    X=; [ $3 = exact ] && X=--exact
-    echo "== bench-target synthetic $1 $2, $3 contract, graphs $5, fused quantization $6, context $7" | tee -a "$W/synth.txt"
-    DSPARK_CUDA_GRAPH=$5 DSPARK_CUDA_I8_FUSE=$6 timeout 50 "$B" bench-target --backend cuda $X --synthetic $1 \
-      --synthetic-type $2 --max-B $4 --context $7 --decode-tokens 64 --reps 3 --out "$W/synth-$1-$2-$3-$4-$5$6-$7.json" \
+  # (DSPARK_CUDA_I8_FUSE), context: each a row of the summary (GPU_CHECK_SYNTH: these rows)
+  ROWS=${GPU_CHECK_SYNTH:-"qwen2.5-1.5b:q4_1:int8:64:1:0:128 qwen2.5-1.5b:q4_1:int8:16:0:0:128
+    qwen2.5-1.5b:q4_1:int8:1:1:1:128 qwen2.5-1.5b:q4_1:int8:8:1:0:1024 qwen2.5-1.5b:q4_1:exact:64:1:0:128
+    qwen2.5-1.5b:q4_1:exact:8:1:0:1024 qwen2.5-1.5b:q8_0:int8:16:1:0:128 llama-1b:q4_1:int8:16:1:0:128
+    llama-1b:q4_1:exact:16:1:0:128 qwen3-4b:q4_1:int8:16:1:0:128 smollm2-135m:q4_1:int8:16:1:0:128"}
+  for st in $ROWS; do
+    IFS=: read -r m ty c mb g f ctx <<< "$st"
+    X=; [ "$c" = exact ] && X=--exact
+    echo "== bench-target synthetic $m $ty, $c contract, graphs $g, fused quantization $f, context $ctx" | tee -a "$W/synth.txt"
+    DSPARK_CUDA_GRAPH=$g DSPARK_CUDA_I8_FUSE=$f timeout 60 "$B" bench-target --backend cuda $X --synthetic $m \
+      --synthetic-type $ty --max-B $mb --context $ctx --decode-tokens 64 --reps 3 --out "$W/synth-$m-$ty-$c-$mb-$g$f-$ctx.json" \
       >> "$W/synth.txt" 2>&1; echo "rc=$?" >> "$W/synth.txt"
   done
-  grep -E "^==|^decode|^ +(1|8|16|64) |rc=[1-9]|error" "$W/synth.txt"
+  grep -E "^==|^decode \(|^ +(1|8|16|64|128|256) |rc=[1-9]|error" "$W/synth.txt"
   echo "== decode profile, qwen2.5-1.5b q4_1 int8 (DSPARK_CUDA_PROFILE=1)"
   DSPARK_CUDA_PROFILE=1 timeout 35 "$B" bench-target --backend cuda --synthetic qwen2.5-1.5b --max-B 1 --decode-tokens 64 \
     --reps 2 > "$W/profile.txt" 2>&1; echo "rc=$?" >> "$W/profile.txt"
   sed -n '/one-token forwards/,/^  all/p' "$W/profile.txt" | head -16
-  for k in 1 2 3; do
-    echo "== test_cuda with every forward as CUDA graphs ($k of 3), and without"
+  for k in $(seq 1 ${GPU_CHECK_REPEAT:-3}); do
+    echo "== test_cuda with every forward as CUDA graphs ($k), and without"
     DSPARK_CUDA_GRAPH=1 DSPARK_CUDA_GRAPH_STATS=1 timeout 100 "$BLD/tests/test_cuda" > "$W/test_cuda_graph$k.txt" 2>&1
     echo "rc=$?" >> "$W/test_cuda_graph$k.txt"
-    grep -E "^\[  (PASSED|FAILED)|not bit|first difference|differ|cuda graphs|rc=" "$W/test_cuda_graph$k.txt" | head -20
+    grep -E "^\[  (PASSED|FAILED)|not bit|differ|cuda graphs|rc=" "$W/test_cuda_graph$k.txt" | grep -v mutant | head -20
     timeout 100 "$BLD/tests/test_cuda" > "$W/test_cuda_again$k.txt" 2>&1; echo "rc=$?" >> "$W/test_cuda_again$k.txt"
-    grep -E "^\[  (PASSED|FAILED)|not bit|first difference|differ|rc=" "$W/test_cuda_again$k.txt" | head -20
+    grep -E "^\[  (PASSED|FAILED)|not bit|differ|rc=" "$W/test_cuda_again$k.txt" | head -20
+  done
+  # the production round of the gate on the GPU's int8 contract, draft trees included (the
+  # drafters' tree modes: whole trees and greedy's priced nodes, batches of different trees)
+  for d in ${GPU_CHECK_GATE_I8:-recycling suffix}; do
+    echo "== lossless --backend cuda (int8) --drafter $d --quick --no-real" | tee -a "$W/lossless.txt"
+    timeout ${GPU_CHECK_GATE_S:-120} "$B" lossless --backend cuda --drafter $d --quick --no-real >> "$W/lossless.txt" 2>&1
+    echo "rc=$?" >> "$W/lossless.txt"
+    tail -3 "$W/lossless.txt"
   done
   nvidia-smi > "$W/nvidia-smi.txt" 2>&1; cp "$OUT/env.txt" "$W/"
   tar -C "$OUT" -czf "$OUT/gpu-int8.tgz" int8 && rm -rf "$W"

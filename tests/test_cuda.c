@@ -817,6 +817,62 @@ static void test_i8_attention(void **state) {
                   " explicit visibility): gpu == cpu bit for bit\n");
 }
 
+/* A draft tree's round on the GPU (int8 contract): every node's logits bit for bit the CPU's, beside a
+ * chain request in the same batch; then the accepted path kept (kv_cache_keep) and one more token */
+static void test_i8_tree(void **state) {
+    (void)state;
+    NEED_GPU8();
+    const tiny_spec spec = {128, 3, 4, 2, 256, 500, GGML_Q4_1, GGML_Q8_0, 2, 1000000.0f};
+    size_t n;
+    uint8_t *img = tiny_model_gguf(&spec, 78, &n);
+    const char *path = tmp_path("cuda8-tree.gguf");
+    write_file(path, img, n);
+    free(img);
+    model m;
+    if (model_load(&m, path)) fail_msg("tiny model: %s", ds_errmsg());
+    backend *be[2] = {gpu8, cpu8};
+    fwd_state fs[2];
+    kv_cache *kv[2][2];
+    int V = m.cfg.vocab_size;
+    enum { NT = 12, PRE = 37 };
+    const int par[NT] = {-1, 0, 0, 1, 1, 1, 2, 3, 7, 8, 9, 6};
+    int pre[PRE], flat[NT + 5], parent[NT + 5], n_new[2] = {NT, 5};
+    for (int i = 0; i < PRE; i++) pre[i] = (i * 41 + 3) % V;
+    for (int i = 0; i < NT + 5; i++) flat[i] = (i * 29 + 7) % V;
+    flat[4] = flat[3]; /* a repeated token on two branches */
+    memcpy(parent, par, sizeof par);
+    for (int j = 0; j < 5; j++) parent[NT + j] = j - 1;
+    float *lg[2], *l1[2];
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(be[b]->prepare(be[b], &m), 0);
+        fwd_state_init(&fs[b], be[b]);
+        kv[b][0] = kv_cache_new(be[b], &m.cfg, 96), kv[b][1] = kv_cache_new(be[b], &m.cfg, 96);
+        assert_int_equal(model_forward_one(&m, &fs[b], kv[b][0], pre, PRE, 0, NULL), 0);
+        assert_int_equal(model_forward_one(&m, &fs[b], kv[b][1], pre, 7, 0, NULL), 0);
+        lg[b] = malloc(sizeof(float) * (NT + 5) * (size_t)V), l1[b] = malloc(sizeof(float) * (size_t)V);
+        fwd_batch fb = {.n_seq = 2, .kv = kv[b], .n_new = n_new, .tokens = flat, .all_logits = 1, .logits = lg[b],
+                        .parent = parent};
+        if (model_forward(&m, &fs[b], &fb)) fail_msg("%s: tree forward: %s", be[b]->kernels, ds_errmsg());
+        const int keep[5] = {0, 1, 3, 7, 8};
+        int slots[5], nxt = (flat[5] + 1) % V;
+        for (int j = 0; j < 5; j++) slots[j] = PRE + keep[j];
+        assert_int_equal(kv_cache_keep(be[b], kv[b][0], PRE, slots, 5), 0);
+        assert_int_equal(model_forward_one(&m, &fs[b], kv[b][0], &nxt, 1, 0, l1[b]), 0);
+    }
+    same_bits(lg[0], lg[1], (size_t)(NT + 5) * V, "tree round's logits (12 nodes and a 5-token chain)");
+    same_bits(l1[0], l1[1], (size_t)V, "the token after the kept path");
+    print_message("  int8 tree round (12 nodes, branches of 2 and 3, a repeated token; a chain beside it), then the kept"
+                  " path and one token: gpu == cpu bit for bit\n");
+    for (int b = 0; b < 2; b++) {
+        kv_cache_free(be[b], kv[b][0]), kv_cache_free(be[b], kv[b][1]);
+        fwd_state_free(&fs[b]);
+        be[b]->forget(be[b], &m);
+        free(lg[b]), free(l1[b]);
+    }
+    model_free(&m);
+    remove(path);
+}
+
 /* the whole forward, every step's logits, hidden states and captures bit for bit the CPU's */
 static void test_i8_forward(void **state) {
     (void)state;
@@ -847,7 +903,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_set), cmocka_unit_test(test_matmul_add), cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_embed_rope),  cmocka_unit_test(test_attention),        cmocka_unit_test(test_forward_tiny), cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_smollm2),
-        cmocka_unit_test(test_i8_matmul),   cmocka_unit_test(test_i8_ops),     cmocka_unit_test(test_i8_attention), cmocka_unit_test(test_i8_forward),
+        cmocka_unit_test(test_i8_matmul),   cmocka_unit_test(test_i8_ops),     cmocka_unit_test(test_i8_attention), cmocka_unit_test(test_i8_forward), cmocka_unit_test(test_i8_tree),
     };
     int rc = cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
     backend_free(gpu);

@@ -839,7 +839,8 @@ __device__ __forceinline__ float adot16(float acc, int l) {
 }
 
 // The CPU's attend_multi_bf16 in two kernels, so a decode step's attention is spread over the GPU
-// instead of one block a head (a 12-head step kept 12 of 132 SMs busy, ~0.1 us a position a layer):
+// instead of one block a head (a 12-head step kept 12 of 132 SMs busy, ~0.1 us a position a layer),
+// draft trees' rounds masked as the CPU masks them (kc_kvsrc's tree0 and anc):
 //  k_att_scores_bf16: a block per (head, token, 64 positions): the K rows staged in shared memory by
 //    16-byte loads, each score by 16 threads (adot16), into the scores scratch;
 //  k_att_pv_bf16: a block per (head, token, 32 output dimensions): the softmax (every block of a head
@@ -886,7 +887,10 @@ __global__ void k_att_scores_bf16(const float *q, kvsrc_small small, const kc_kv
         if (l == 0 && r < rows) {
             float tl = 0.f;
             for (int k = n16; k < hd; k++) tl = fmaf(bf2f(kr[k]), qs[k], tl);
-            S[j0 + r] = __fmul_rn(__fadd_rn(sdot, tl), scale);
+            int j = j0 + r, u = j - e.tree0;
+            // a tree's round: a slot that is not the token's ancestor gets -inf (the CPU's tree_mask)
+            bool seen = j < e.tree0 || (e.anc[u >> 5] >> (u & 31) & 1u);
+            S[j] = seen ? __fmul_rn(__fadd_rn(sdot, tl), scale) : -INFINITY;
         }
     }
 }

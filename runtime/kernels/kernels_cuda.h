@@ -25,7 +25,15 @@ extern "C" {
 #define KC_MAX_HEAD_DIM 256
 
 typedef struct { float *k, *v; } kc_kvdst;                      /* where a token's K and V rows go */
-typedef struct { const float *k, *v; int n_vis, ld; } kc_kvsrc; /* the cache rows a token attends over */
+/* the cache rows a token attends over; in a draft tree's round (bf16 attention only) the slots from
+ * tree0 on are visible only where bit (slot - tree0) of anc is set (its ancestors and itself);
+ * tree0 = INT_MAX: no mask */
+#define KC_TREE_SLOTS 128
+typedef struct {
+    const float *k, *v;
+    int n_vis, ld, tree0;
+    unsigned anc[KC_TREE_SLOTS / 32];
+} kc_kvsrc;
 
 const char *kc_last_error(void);
 /* the stream kernels are launched on (a cudaStream_t; NULL: the legacy default stream) */
