@@ -319,17 +319,21 @@ fail:
     return -1;
 }
 
+/* the slot kept under key for w (NULL, *bad = 0: none), *bad = 1 when it holds another shape */
+static dev_slot *kept(cuda_ctx *c, const void *key, const qmat *w, int *bad) {
+    dev_slot *s = slot_find(c, key);
+    *bad = s && (s->rows != w->rows || s->cols != w->cols);
+    if (*bad)
+        ds_error("cuda: a %dx%d %s matrix shares its data with a kept %dx%d one", w->rows, w->cols,
+                 ggml_type_name(w->type), s->rows, s->cols);
+    return *bad ? NULL : s;
+}
+
 /* keep a device copy of w (no-op if it has one) */
 static const dev_slot *keep_mat(cuda_ctx *c, const qmat *w) {
-    dev_slot *s = slot_find(c, w->data);
-    if (s) {
-        if (s->rows != w->rows || s->cols != w->cols) {
-            ds_error("cuda: a %dx%d %s matrix shares its data with a kept %dx%d one", w->rows, w->cols,
-                     ggml_type_name(w->type), s->rows, s->cols);
-            return NULL;
-        }
-        return s;
-    }
+    int bad;
+    dev_slot *s = kept(c, w->data, w, &bad);
+    if (s || bad) return s;
     void *dev = NULL;
     size_t have = 0, rb = 0;
     uint32_t type = 0;
@@ -367,15 +371,9 @@ static const void *i8_key(const qmat *w) { return (const char *)w->data + 1; }
 
 /* keep the int8 contract's form of a quantized matrix (qk_pack's QK_DEVICE, packed here, uploaded) */
 static const dev_slot *keep_i8(cuda_ctx *c, const qmat *w) {
-    dev_slot *s = slot_find(c, i8_key(w));
-    if (s) {
-        if (s->rows != w->rows || s->cols != w->cols) {
-            ds_error("cuda: a %dx%d %s matrix shares its data with a kept %dx%d one", w->rows, w->cols,
-                     ggml_type_name(w->type), s->rows, s->cols);
-            return NULL;
-        }
-        return s;
-    }
+    int bad;
+    dev_slot *s = kept(c, i8_key(w), w, &bad);
+    if (s || bad) return s;
     qk_mat pk;
     if (eager(c) || qk_pack(w, QK_DEVICE, &pk)) return NULL;
     size_t srb = qk_device_scale_bytes(pk.kind, pk.nb), bytes = pk.qoff + srb * (size_t)w->rows;
