@@ -724,8 +724,8 @@ fail:
  * one launch (add: out += the product, matmul_add's); the others on the exact contract's kernels */
 static int matmul_i8(backend *be, int n, float *const *out, const qmat *const *W, const float *x, int T, int add) {
     cuda_ctx *c = be->ctx;
-    int cols = W[0]->cols, fuse = kc_i8_fuses(T, cols);
-    if (!fuse) DS_TRY(quantize_x(c, x, T, cols));
+    int cols = W[0]->cols;
+    DS_TRY(quantize_x(c, x, T, cols));
     for (int i = 0; i < n;) {
         if (!qk_supported(W[i])) {
             DS_CHECK(!add, "cuda: matmul_add of a %s matrix on the int8 path", ggml_type_name(W[i]->type));
@@ -742,7 +742,7 @@ static int matmul_i8(backend *be, int n, float *const *out, const qmat *const *W
             kind = s->kind;
             set[k] = (kc_i8mat){s->dev, s->scales, s->srb, out[i], s->rows};
         }
-        DS_TRY(kc_ok(kc_matvec_i8(set, k, kind, cols, x, fuse ? NULL : c->aq, c->ae, c->as, T, add)));
+        DS_TRY(kc_ok(kc_matvec_i8(set, k, kind, cols, c->aq, c->ae, c->as, T, add)));
     }
     return 0;
 fail:

@@ -35,18 +35,18 @@ if [ "$STAGE" = int8 ]; then
   echo "== test_cuda: both contracts, the int8 one bit for bit against the CPU's"
   timeout 150 "$BLD/tests/test_cuda" > "$W/test_cuda.txt" 2>&1; echo "rc=$?" >> "$W/test_cuda.txt"
   grep -E "^\[  (PASSED|FAILED|SKIPPED)|^\[  ERROR|int8|mutant|differ|not bit|Failure|rc=" "$W/test_cuda.txt" | head -60
-  # contract, graphs (DSPARK_CUDA_GRAPH), the int8 quantization fused into one-token GEMVs
-  # (DSPARK_CUDA_I8_FUSE), context: each a row of the summary (GPU_CHECK_SYNTH: these rows)
-  ROWS=${GPU_CHECK_SYNTH:-"qwen2.5-1.5b:q4_1:int8:64:1:0:128 qwen2.5-1.5b:q4_1:int8:16:0:0:128
-    qwen2.5-1.5b:q4_1:int8:1:1:1:128 qwen2.5-1.5b:q4_1:int8:8:1:0:1024 qwen2.5-1.5b:q4_1:exact:64:1:0:128
-    qwen2.5-1.5b:q4_1:exact:8:1:0:1024 qwen2.5-1.5b:q8_0:int8:16:1:0:128 llama-1b:q4_1:int8:16:1:0:128
-    llama-1b:q4_1:exact:16:1:0:128 qwen3-4b:q4_1:int8:16:1:0:128 smollm2-135m:q4_1:int8:16:1:0:128"}
+  # shape:type:contract:max B:graphs (DSPARK_CUDA_GRAPH):context, each a row of the summary
+  # (GPU_CHECK_SYNTH: these rows)
+  ROWS=${GPU_CHECK_SYNTH:-"qwen2.5-1.5b:q4_1:int8:256:1:128 qwen2.5-1.5b:q4_1:int8:16:0:128
+    qwen2.5-1.5b:q4_1:int8:8:1:1024 qwen2.5-1.5b:q4_1:exact:256:1:128 qwen2.5-1.5b:q4_1:exact:8:1:1024
+    qwen2.5-1.5b:q8_0:int8:16:1:128 llama-1b:q4_1:int8:16:1:128 llama-1b:q4_1:exact:16:1:128
+    qwen3-4b:q4_1:int8:16:1:128 smollm2-135m:q4_1:int8:16:1:128"}
   for st in $ROWS; do
-    IFS=: read -r m ty c mb g f ctx <<< "$st"
+    IFS=: read -r m ty c mb g ctx <<< "$st"
     X=; [ "$c" = exact ] && X=--exact
-    echo "== bench-target synthetic $m $ty, $c contract, graphs $g, fused quantization $f, context $ctx" | tee -a "$W/synth.txt"
-    DSPARK_CUDA_GRAPH=$g DSPARK_CUDA_I8_FUSE=$f timeout 60 "$B" bench-target --backend cuda $X --synthetic $m \
-      --synthetic-type $ty --max-B $mb --context $ctx --decode-tokens 64 --reps 3 --out "$W/synth-$m-$ty-$c-$mb-$g$f-$ctx.json" \
+    echo "== bench-target synthetic $m $ty, $c contract, graphs $g, context $ctx" | tee -a "$W/synth.txt"
+    DSPARK_CUDA_GRAPH=$g timeout 60 "$B" bench-target --backend cuda $X --synthetic $m --synthetic-type $ty \
+      --max-B $mb --context $ctx --decode-tokens 64 --reps 3 --out "$W/synth-$m-$ty-$c-$mb-$g-$ctx.json" \
       >> "$W/synth.txt" 2>&1; echo "rc=$?" >> "$W/synth.txt"
   done
   grep -E "^==|^decode \(|^ +(1|8|16|64|128|256) |rc=[1-9]|error" "$W/synth.txt"

@@ -388,6 +388,11 @@ static void test_attention(void **state) {
 
 /* ------------------------------------------------------------------------------ the forward */
 
+/* the tiny models the forward tests run (dim, layers, heads, KV heads, hidden, vocab, matrices, embedding,
+ * family: 0 Llama, 1 Qwen3, 2 Qwen2) */
+static const tiny_spec LLAMA_Q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
+static const tiny_spec QWEN3_Q8 = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
+
 /* the forward on backends g and c, step by step: within the bounds of the CPU comparison, or (bitwise)
  * equal bit for bit (the same kernels run as a CUDA graph or one launch at a time; the int8 contract
  * on the GPU and on the CPU) */
@@ -452,12 +457,10 @@ static void forward_case(const tiny_spec *spec, const char *name, backend *gpu, 
 static void test_forward_tiny(void **state) {
     (void)state;
     NEED_GPU();
-    const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
     const tiny_spec f32 = {64, 2, 4, 2, 96, 300, GGML_F32, GGML_F32, 0, 10000.0f};
-    const tiny_spec qwen = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
-    forward_case(&q41, "cuda-q41.gguf", gpu, cpu, 0);
+    forward_case(&LLAMA_Q41, "cuda-q41.gguf", gpu, cpu, 0);
     forward_case(&f32, "cuda-f32.gguf", gpu, cpu, 0);
-    forward_case(&qwen, "cuda-qwen3.gguf", gpu, cpu, 0);
+    forward_case(&QWEN3_Q8, "cuda-qwen3.gguf", gpu, cpu, 0);
     const tiny_spec qwen2 = {128, 3, 4, 2, 256, 500, GGML_Q8_0, GGML_Q8_0, 2, 1000000.0f}; /* q/k/v biases */
     forward_case(&qwen2, "cuda-qwen2.gguf", gpu, cpu, 0);
 }
@@ -478,14 +481,12 @@ static void test_graphs(void **state) {
     else unsetenv("DSPARK_CUDA_GRAPH");
     free(keep);
     if (!g || !plain) fail_msg("cuda backend with and without graphs: %s", ds_errmsg());
-    const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
-    const tiny_spec qwen = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
 #ifdef DS_CUDA
     long st0[KC_GRAPH_NSTAT], st[KC_GRAPH_NSTAT];
     kc_graphs_free(); /* graphs are shared by the process: none made by earlier tests */
     kc_graph_stats(st0);
-    forward_case(&q41, "cuda-graph-q41.gguf", g, plain, 1);
-    forward_case(&qwen, "cuda-graph-qwen3.gguf", g, plain, 1);
+    forward_case(&LLAMA_Q41, "cuda-graph-q41.gguf", g, plain, 1);
+    forward_case(&QWEN3_Q8, "cuda-graph-qwen3.gguf", g, plain, 1);
     kc_graph_stats(st);
     /* per model: the 1-token and 3-token shapes each made once and run updated twice (more segments
      * where an op breaks a recording) */
@@ -877,12 +878,10 @@ static void test_i8_tree(void **state) {
 static void test_i8_forward(void **state) {
     (void)state;
     NEED_GPU8();
-    const tiny_spec q41 = {64, 2, 4, 2, 96, 300, GGML_Q4_1, GGML_Q8_0, 0, 10000.0f};
-    const tiny_spec qwen3 = {128, 3, 4, 1, 256, 500, GGML_Q8_0, GGML_Q8_0, 1, 1000000.0f};
     const tiny_spec qwen2k = {256, 2, 4, 2, 512, 300, GGML_Q4_K, GGML_Q6_K, 2, 1000000.0f};
     const tiny_spec qwen2q5 = {256, 2, 4, 2, 512, 300, GGML_Q5_0, GGML_Q8_0, 2, 1000000.0f};
-    forward_case(&q41, "cuda8-q41.gguf", gpu8, cpu8, 1);
-    forward_case(&qwen3, "cuda8-qwen3.gguf", gpu8, cpu8, 1);
+    forward_case(&LLAMA_Q41, "cuda8-q41.gguf", gpu8, cpu8, 1);
+    forward_case(&QWEN3_Q8, "cuda8-qwen3.gguf", gpu8, cpu8, 1);
     forward_case(&qwen2k, "cuda8-qwen2k.gguf", gpu8, cpu8, 1);
     forward_case(&qwen2q5, "cuda8-qwen2q5.gguf", gpu8, cpu8, 1);
 }

@@ -325,6 +325,16 @@ static void test_tree_topk(void **state) {
  * the spine of first children is the same drafter's T = 0 chain (for DSpark-Markov: each node's row
  * follows its own token); siblings distinct; no node deeper than the drafter's block; a budget cuts
  * the same order. */
+/* drafter `name` refuses the config `json` with a message that names `needle` */
+static void refuses(tiny_target *tt, const char *name, const char *json, const char *needle) {
+    cJSON *cfg = cJSON_Parse(json);
+    assert_non_null(cfg);
+    drafter d;
+    assert_int_equal(drafter_open(&d, name, cfg, &tt->t), -1);
+    assert_non_null(strstr(ds_errmsg(), needle));
+    cJSON_Delete(cfg);
+}
+
 static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg, const char *tree_cfg, int depth_max,
                         int spine_min) {
     cJSON *ct = cJSON_Parse(tree_cfg), *cc = cJSON_Parse(chain_cfg);
@@ -374,11 +384,7 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
     free(hid);
     drafter_close(&dt), drafter_close(&dc);
     cJSON_Delete(ct), cJSON_Delete(cc);
-    cJSON *bad = cJSON_Parse("{\"tree_nodes\": 65}");
-    drafter d;
-    assert_int_equal(drafter_open(&d, name, bad, &tt->t), -1);
-    assert_non_null(strstr(ds_errmsg(), "tree_nodes"));
-    cJSON_Delete(bad);
+    refuses(tt, name, "{\"tree_nodes\": 65}", "tree_nodes");
 }
 
 /* DFlash / DSpark's draft layers in Q8_0 (layer_precision, the default where the widths fit) against fp32:
@@ -420,12 +426,8 @@ static void test_layer_precision(void **state) {
     for (int v = 0; v < V; v++) tv += fabs((double)q[0][v] - q[1][v]) / 2;
     assert_true(tv > 0 && tv < 0.05); /* moved by the rounding, not replaced */
     free(q[0]), free(q[1]);
-    cJSON *bad = cJSON_Parse("{" BD ", \"layer_precision\": \"q3\"}");
+    refuses(tt, "dflash", "{" BD ", \"layer_precision\": \"q3\"}", "layer_precision");
 #undef BD
-    drafter d;
-    assert_int_equal(drafter_open(&d, "dflash", bad, &tt->t), -1);
-    assert_non_null(strstr(ds_errmsg(), "layer_precision"));
-    cJSON_Delete(bad);
     tiny_close(tt);
 }
 
@@ -441,12 +443,8 @@ static void test_drafter_trees(void **state) {
      * to depth 3 (mtp) and 4 (eagle3): rows reading their ancestors' K/V, not the chain's cache */
     tree_family(tt, "mtp", "{\"depth\": 3, \"seed\": 5}", "{\"depth\": 3, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 3);
     tree_family(tt, "eagle3", "{\"depth\": 4, \"seed\": 5}", "{\"depth\": 4, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 4, 4);
-    cJSON *rnn = cJSON_Parse("{" BD ", \"tree_nodes\": 4}");
+    refuses(tt, "dspark-rnn", "{" BD ", \"tree_nodes\": 4}", "RNN");
 #undef BD
-    drafter d;
-    assert_int_equal(drafter_open(&d, "dspark-rnn", rnn, &tt->t), -1);
-    assert_non_null(strstr(ds_errmsg(), "RNN"));
-    cJSON_Delete(rnn);
     tiny_close(tt);
 }
 

@@ -294,9 +294,7 @@ extern "C" int kc_type_native(uint32_t type) {
 
 // ------------------------------------------------------------------------------------- decoding
 
-__device__ __forceinline__ float h2f(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
+__device__ __forceinline__ float h2f(const uint8_t *p) { return kc_h2f((unsigned short)(p[0] | (p[1] << 8))); }
 
 // element j of a weight row in its storage type (ggml block layouts)
 template <int TY> __device__ __forceinline__ float deq(const uint8_t *row, int j) {

@@ -106,13 +106,9 @@ typedef struct {
 /* x[T][cols] quantized per token and block of 32 (qk_quantize_rows): q [T][cols], e and s [T][cols/32] */
 int kc_quantize(const float *x, int T, int cols, int8_t *q, float *e, float *s);
 /* out[T][rows] (+)= the int8 contract's product, for n <= KC_MV_SET matrices of one kind sharing x's
- * quantization q, e, s (kc_quantize); q NULL: one token, quantized by the kernel from x itself (the
- * same values), where kc_i8_fuses says so */
-int kc_matvec_i8(const kc_i8mat *mats, int n, int kind, int cols, const float *x, const int8_t *q, const float *e,
-                 const float *s, int T, int add);
-#define KC_I8_FUSE_MAX 16384 /* columns the fused quantization holds in shared memory */
-/* 1 when kc_matvec_i8 quantizes x itself for T tokens of cols (one token, DSPARK_CUDA_I8_FUSE=1: measured slower) */
-int kc_i8_fuses(int T, int cols);
+ * quantization q, e, s (kc_quantize) */
+int kc_matvec_i8(const kc_i8mat *mats, int n, int kind, int cols, const int8_t *q, const float *e, const float *s,
+                 int T, int add);
 /* tests: 1 sums the epilogue's lanes in another order (a mutant the bitwise checks must catch) */
 void kc_i8_mutant(int on);
 /* timing models: random codes and small finite scales for a QK_DEVICE matrix */

@@ -23,8 +23,6 @@
 static int g_mutant; // tests: the epilogue's lanes summed as (l0 + l2) + (l1 + l3)
 extern "C" void kc_i8_mutant(int on) { g_mutant = on; }
 
-__device__ __forceinline__ float h2f_u(unsigned short h) { return __half2float(__ushort_as_half(h)); }
-
 // ------------------------------------------------------------------------------ quantization
 
 // qk_quantize_rows and qk_quantize_finish for one block of 32, by a warp (lane j: element j)
@@ -108,16 +106,16 @@ __device__ __forceinline__ void pass_sb(const uint8_t *codes, const uint8_t *sc,
     // the block's d (and m), as the CPU's kernels form them (kernels_scalar.c panel_scale)
     float d, m = 0.f;
     int sl = 0, sh = 0;
-    if (KIND == KC_I8_Q8_0) d = h2f_u(((const unsigned short *)sc)[b]);
+    if (KIND == KC_I8_Q8_0) d = kc_h2f(((const unsigned short *)sc)[b]);
     else if (KIND == KC_I8_Q4_1) {
         unsigned dm = ((const unsigned *)sc)[b];
-        d = h2f_u((unsigned short)(dm & 0xffffu)), m = h2f_u((unsigned short)(dm >> 16));
+        d = kc_h2f((unsigned short)(dm & 0xffffu)), m = kc_h2f((unsigned short)(dm >> 16));
     } else {
         const uint8_t *sup = sc + 20 * (b >> 3);
-        d = h2f_u(*(const unsigned short *)sup);
+        d = kc_h2f(*(const unsigned short *)sup);
         if (KIND == KC_I8_Q4_K) {
             d = __fmul_rn(d, (float)sup[4 + (b & 7)]);
-            m = -__fmul_rn(h2f_u(*(const unsigned short *)(sup + 2)), (float)sup[12 + (b & 7)]);
+            m = -__fmul_rn(kc_h2f(*(const unsigned short *)(sup + 2)), (float)sup[12 + (b & 7)]);
         } else sl = (int8_t)sup[4 + 2 * (b & 7)], sh = (int8_t)sup[5 + 2 * (b & 7)];
     }
     int cols = 32 * nb;
@@ -138,19 +136,13 @@ __device__ __forceinline__ void pass_sb(const uint8_t *codes, const uint8_t *sc,
 }
 
 // One warp per row, U passes of 32 blocks loaded before their sums (more bytes in flight a warp:
-// a row of the down projection is 9 passes); the order of the sums does not depend on U. FUSE (one
-// token): the activations quantized by the block itself, the same operations as k_quantize.
-template <int KIND, int TT, int U, bool FUSE>
+// a row of the down projection is 9 passes); the order of the sums does not depend on U. (Quantizing
+// x inside each block instead of k_quantize's launch was measured slower on the H200, 3.07 vs 2.22 ms
+// a 1.5B-shape token: every block of rows quantized the whole x again.)
+template <int KIND, int TT, int U>
 __global__ void __launch_bounds__(32 * I8_ROWS)
-    k_matvec_i8(i8_set set, int nb, const float *x, const int8_t *q, const float *e, const float *s, int T) {
+    k_matvec_i8(i8_set set, int nb, const int8_t *q, const float *e, const float *s, int T) {
     constexpr int CB = KIND == KC_I8_Q4_1 || KIND == KC_I8_Q4_K ? 16 : 32;
-    if constexpr (FUSE) { // one token: the block quantizes x itself, into shared memory (no launch, no round trip)
-        __shared__ __align__(16) int8_t sq[KC_I8_FUSE_MAX];
-        __shared__ float se[KC_I8_FUSE_MAX / 32], ss[KC_I8_FUSE_MAX / 32];
-        for (int b = threadIdx.x >> 5; b < nb; b += I8_ROWS) quant_block(x + 32 * b, threadIdx.x & 31, sq + 32 * b, se + b, ss + b);
-        __syncthreads();
-        q = sq, e = se, s = ss;
-    }
     kc_i8mat M = set.m[0];
     int first = 0;
 #pragma unroll
@@ -213,25 +205,12 @@ static int i8_unroll(void) {
     default: snprintf(kc_err, sizeof kc_err, "int8 matvec: unknown kind %d", kind); return -1; \
     }
 
-// Off unless DSPARK_CUDA_I8_FUSE=1, kept to measure: on the H200 a 1.5B shape's decode took 3.37 ms a
-// token with it against 2.43 without (graphs on both): every block of rows quantizes the whole x again
-// (2,240 blocks for gate/up) and its warps wait at the barrier before their first load.
-extern "C" int kc_i8_fuses(int T, int cols) {
-    static int fuse = -1;
-    if (fuse < 0) {
-        const char *v = getenv("DSPARK_CUDA_I8_FUSE");
-        fuse = v && !strcmp(v, "1");
-    }
-    return fuse && T == 1 && cols <= KC_I8_FUSE_MAX;
-}
-
-extern "C" int kc_matvec_i8(const kc_i8mat *mats, int n, int kind, int cols, const float *x, const int8_t *q,
-                            const float *e, const float *s, int T, int add) {
+extern "C" int kc_matvec_i8(const kc_i8mat *mats, int n, int kind, int cols, const int8_t *q, const float *e,
+                            const float *s, int T, int add) {
     if (T <= 0) return 0;
-    if (n < 1 || n > KC_MV_SET || cols % 32 || (kind == KC_I8_Q4_K || kind == KC_I8_Q6_K) && cols % 256 ||
-        !q && (T != 1 || cols > KC_I8_FUSE_MAX)) {
-        snprintf(kc_err, sizeof kc_err, "int8 matvec: %d matrices of %d columns, %d tokens (1..%d matrices, whole blocks;"
-                 " unquantized x: one token of at most %d)", n, cols, T, KC_MV_SET, KC_I8_FUSE_MAX);
+    if (n < 1 || n > KC_MV_SET || cols % 32 || (kind == KC_I8_Q4_K || kind == KC_I8_Q6_K) && cols % 256) {
+        snprintf(kc_err, sizeof kc_err, "int8 matvec: %d matrices of %d columns (1..%d, whole blocks)", n, cols,
+                 KC_MV_SET);
         return -1;
     }
     i8_set set;
@@ -250,17 +229,16 @@ extern "C" int kc_matvec_i8(const kc_i8mat *mats, int n, int kind, int cols, con
     if (T == 1) {
         int u = i8_unroll();
         dim3 g(blocks, 1);
-        if (!q) I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 2, true>, g, b, set, nb, x, q, e, s, T));
-        if (u == 1) I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 1, false>, g, b, set, nb, x, q, e, s, T));
-        if (u == 4) I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 4, false>, g, b, set, nb, x, q, e, s, T));
-        I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 2, false>, g, b, set, nb, x, q, e, s, T));
+        if (u == 1) I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 1>, g, b, set, nb, q, e, s, T));
+        if (u == 4) I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 4>, g, b, set, nb, q, e, s, T));
+        I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, 1, 2>, g, b, set, nb, q, e, s, T));
     }
     if ((T + I8_TT - 1) / I8_TT > 65535) {
         snprintf(kc_err, sizeof kc_err, "int8 matvec: %d tokens in one call (at most %d)", T, 65535 * I8_TT);
         return -1;
     }
-    I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, I8_TT, 1, false>, dim3(blocks, (T + I8_TT - 1) / I8_TT), b, set,
-                         nb, x, q, e, s, T));
+    I8_KIND(kind, launch("matvec int8", k_matvec_i8<K, I8_TT, 1>, dim3(blocks, (T + I8_TT - 1) / I8_TT), b, set,
+                         nb, q, e, s, T));
 }
 
 // timing models: random codes, every scale byte pair the fp16 0x1400 (~1e-3: small and finite)

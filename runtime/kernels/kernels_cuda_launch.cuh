@@ -3,6 +3,7 @@
 // and the graphs), and the CPU contract's exp on the device.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,3 +53,6 @@ __device__ __forceinline__ float kc_silu(float g) {
     float E = kc_exp1(-fabsf(g)), d = __fadd_rn(1.0f, E);
     return g >= 0.f ? __fdiv_rn(g, d) : __fdiv_rn(__fmul_rn(g, E), d);
 }
+
+// an fp16's bits as fp32 (exact)
+__device__ __forceinline__ float kc_h2f(unsigned short h) { return __half2float(__ushort_as_half(h)); }
