@@ -6,7 +6,16 @@
  *   {"model": PATH}      a separate model with the target's vocabulary;
  *   {"layers": k}        the target's own first k layers, final norm and head (self-draft, no weights).
  * Every source runs through the target runtime's forward on the backend; the head is applied to the
- * final normed state so that a draft vocabulary costs only its rows. */
+ * final normed state so that a draft vocabulary costs only its rows.
+ *
+ * "draft_lookup": m lets the draft LM speculate its own chain (staged speculation, Spector & Re 2023):
+ * each of its forwards feeds, after the last draft, up to m tokens that continue the latest earlier
+ * occurrence of the chain's last n-gram in the request (prompt lookup). A draft drawn from its logits
+ * that equals the next looked-up token finds its own row and logits already computed; at the first
+ * difference the unconfirmed rows are cropped. Every draft is still drawn from the q of its own
+ * position with the same draws in the same order, so the drafts are the ones the token-by-token path
+ * draws (bit for bit where the forward is batch-invariant: the int8 contract); only the number of the
+ * draft LM's forwards changes. Its forwards read the weights once for up to 1 + m rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +25,9 @@
 #include "vanilla_lm.h"
 
 #define VLM_MATS 7 /* wq wk wv wo w_gate w_up w_down */
+#define LOOKUP_MAX 8   /* draft_lookup's bound */
+#define LOOKUP_NGRAM 3 /* the longest n-gram matched (then shorter ones, down to LOOKUP_MIN) */
+#define LOOKUP_MIN 1
 
 typedef struct {
     model own;       /* a separate draft model, when loaded */
@@ -34,6 +46,9 @@ typedef struct {
     fwd_state fs;
     float *hid, *Xd, *Zd, *z, *qalt;
     int cap_hid;
+    int lookup;      /* looked-up tokens fed with each draft step (0: token by token) */
+    int *hist, cap_hist; /* the request's tokens and the drafts so far, for the lookup */
+    long n_fwd, n_drafts, n_fed, n_hit; /* proposals' forwards, drafts, looked-up tokens fed and confirmed */
     lp_scratch scr;
 } vanilla;
 
@@ -130,7 +145,7 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     d->impl = v;
     v->be = t->be;
     jcfg r;
-    int k = 4, vd = 0;
+    int k = 4, vd = 0, la = 0;
     const char *path = NULL, *ck = NULL, *ht = "file";
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     int has_layers = jcfg_get(&r, "layers") != NULL;
@@ -139,6 +154,8 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     DS_TRY(jcfg_int(&r, "draft_vocab", 1, 1 << 24, &vd));
     DS_TRY(jcfg_str(&r, "head_type", &ht));
+    DS_TRY(jcfg_int(&r, "draft_lookup", 0, LOOKUP_MAX, &la));
+    v->lookup = la;
     DS_CHECK(!strcmp(ht, "file") || !strcmp(ht, "q5_0") || !strcmp(ht, "q4_1"),
              "drafter: head_type '%s' is not one of file, q5_0, q4_1", ht);
     int distilled = ck || jcfg_get(&r, "n_layers") != NULL;
@@ -196,9 +213,13 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     d->has_conf = 1;
     int D = v->m->cfg.dim, V = t->m.cfg.vocab_size, Vd = v->svp->Vd;
     DS_TRY(fwd_state_init(&v->fs, t->be));
-    DS_TRYP(v->Xd = v->be->alloc(v->be, sizeof(float) * (size_t)D));
-    DS_TRYP(v->Zd = v->be->alloc(v->be, sizeof(float) * (size_t)Vd));
-    DS_TRYP(v->z = ds_malloc(sizeof(float) * (size_t)Vd, "draft logits"));
+    int rows = 1 + v->lookup; /* the head's rows a step: the last draft's and the looked-up tokens' */
+    DS_TRYP(v->Xd = v->be->alloc(v->be, sizeof(float) * (size_t)rows * D));
+    DS_TRYP(v->Zd = v->be->alloc(v->be, sizeof(float) * (size_t)rows * Vd));
+    DS_TRYP(v->z = ds_malloc(sizeof(float) * (size_t)rows * Vd, "draft logits"));
+    if (v->lookup)
+        snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe),
+                 ", its own chain sped by %d looked-up tokens a step", v->lookup);
     DS_TRYP(v->qalt = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
     return 0;
 fail:
@@ -225,8 +246,8 @@ static int vanilla_begin(drafter *d, request *r, const float *prompt_hidden) {
     return 0;
 }
 
-/* n tokens into the LM's cache; the last one's logits over the draft head into v->z */
-static int step(vanilla *v, vstate *s, const int *tok, int n) {
+/* n tokens into the LM's cache; the last nl ones' logits over the draft head into v->z's rows */
+static int step(vanilla *v, vstate *s, const int *tok, int n, int nl) {
     backend *be = v->be;
     int D = v->m->cfg.dim;
     if (n > v->cap_hid) {
@@ -239,40 +260,88 @@ static int step(vanilla *v, vstate *s, const int *tok, int n) {
     DS_TRY(model_forward(v->m, &v->fs, &b));
     float *o[1] = {v->Zd};
     const qmat *w[1] = {&v->svp->head};
-    DS_TRY(be->to_device(be, v->Xd, v->hid + (size_t)(n - 1) * D, sizeof(float) * (size_t)D));
-    DS_TRY(be->matmul(be, 1, o, w, v->Xd, 1));
-    DS_TRY(be->to_host(be, v->z, v->Zd, sizeof(float) * (size_t)v->svp->Vd));
+    DS_TRY(be->to_device(be, v->Xd, v->hid + (size_t)(n - nl) * D, sizeof(float) * (size_t)nl * D));
+    DS_TRY(be->matmul(be, 1, o, w, v->Xd, nl));
+    DS_TRY(be->to_host(be, v->z, v->Zd, sizeof(float) * (size_t)nl * v->svp->Vd));
     return 0;
 fail:
     return -1;
+}
+
+/* up to m tokens that followed the latest earlier occurrence of h's last g tokens (g = LOOKUP_NGRAM
+ * down to LOOKUP_MIN) into out; how many */
+static int lookup(const int *h, int n, int m, int *out) {
+    for (int g = DS_MIN(LOOKUP_NGRAM, n - 1); g >= LOOKUP_MIN; g--)
+        for (int i = n - g - 1; i >= 0; i--) {
+            int j = 0;
+            while (j < g && h[i + j] == h[n - g + j]) j++;
+            if (j < g) continue;
+            int c = DS_MIN(m, n - (i + g));
+            for (j = 0; j < c; j++) out[j] = h[i + g + j];
+            return c;
+        }
+    return 0;
+}
+
+/* feed tok[0..n) (the cache's missing tokens, or the last draft) and, with draft_lookup, the tokens
+ * that continue the history h[0..nh) (which ends with tok's last) up to `room` of them; the fed
+ * lookup tokens into la[], their count into *nla; v->z's rows: after tok's last, then after each */
+static int feed(vanilla *v, vstate *s, const int *tok, int n, const int *h, int nh, int room, int *la, int *nla) {
+    int buf[64 + LOOKUP_MAX];
+    *nla = v->lookup && room > 0 && n <= 64 ? lookup(h, nh, DS_MIN(room, v->lookup), la) : 0;
+    v->n_fwd++, v->n_fed += *nla;
+    if (!*nla) return step(v, s, tok, n, 1);
+    memcpy(buf, tok, sizeof(int) * (size_t)n);
+    memcpy(buf + n, la, sizeof(int) * (size_t)*nla);
+    return step(v, s, buf, n + *nla, 1 + *nla);
 }
 
 static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
     const mtp_config *c = v->lm_open ? &v->lm.cfg.c : NULL;
+    int Vd = v->svp->Vd, la[LOOKUP_MAX], nla = 0, zi = 0; /* the looked-up tokens fed; v->z's row drawn from */
     out->n = 0;
     /* feed what the draft cache lacks: the anchor, and accepted tokens it never saw */
     DS_CHECK(s->kv->len < r->toks.n, "vanilla: a proposal over a cache of %d rows with %d committed tokens (a second "
              "proposal without a commit or a rewind)", s->kv->len, r->toks.n);
-    DS_TRY(step(v, s, r->toks.v + s->kv->len, r->toks.n - s->kv->len));
+    gamma = DS_MIN(DS_MIN(gamma, (int)(sizeof s->tok / sizeof *s->tok)), v->m->cfg.max_seq - s->kv->len);
+    int nh = r->toks.n;
+    if (v->lookup) { /* the history the lookup reads: the request's tokens, then the drafts as they come */
+        if (nh + gamma > v->cap_hist) {
+            int *h = ds_realloc(v->hist, sizeof(int) * (size_t)(nh + gamma), "draft lookup");
+            if (!h) goto fail;
+            v->hist = h, v->cap_hist = nh + gamma;
+        }
+        memcpy(v->hist, r->toks.v, sizeof(int) * (size_t)nh);
+    }
+    DS_TRY(feed(v, s, r->toks.v + s->kv->len, r->toks.n - s->kv->len, v->hist, nh, gamma - 1, la, &nla));
     s->base = r->toks.n;
     s->proposed = 1;
     s->n_cached = 0;
-    gamma = DS_MIN(DS_MIN(gamma, (int)(sizeof s->tok / sizeof *s->tok)), v->m->cfg.max_seq - s->kv->len);
     for (int k = 0; k < gamma; k++) {
-        DS_TRY(draft_from_logits(d, r, v->z, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr, v->qalt));
+        DS_TRY(draft_from_logits(d, r, v->z + (size_t)zi * Vd, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr,
+                                 v->qalt));
         out->n = k + 1;
+        v->n_drafts++;
         if (k + 1 < gamma && out->more && out->conf && !out->more(out->more_ctx, k + 1, out->conf)) {
             if (d->fault == FAULT_DRAFT_STOP_PEEKS && out->q[(size_t)k * out->V + out->tok[k]] < out->conf_raw[k])
                 out->n = k; /* the control: a stop that also drops x_k by its own value */
             break;
         }
         if (k + 1 < gamma) {
-            DS_TRY(step(v, s, &out->tok[k], 1));
-            s->tok[s->n_cached++] = out->tok[k];
+            int x = out->tok[k];
+            if (v->lookup) v->hist[nh++] = x;
+            if (zi < nla && la[zi] == x) zi++, v->n_hit++; /* x was looked up: its row and logits are there */
+            else { /* the unconfirmed looked-up rows go; x and a new lookup */
+                kv_cache_crop(s->kv, s->base + s->n_cached);
+                DS_TRY(feed(v, s, &x, 1, v->hist, nh, gamma - k - 2, la, &nla));
+                zi = 0;
+            }
+            s->tok[s->n_cached++] = x;
         }
     }
+    kv_cache_crop(s->kv, s->base + s->n_cached); /* the cache holds the anchor's history and the fed drafts */
     return 0;
 fail:
     out->n = 0;
@@ -310,6 +379,15 @@ static int vanilla_rewind(drafter *d, request *r) {
     return 0;
 }
 
+static void vanilla_report(const drafter *d, char *buf, size_t n) {
+    const vanilla *v = d->impl;
+    snprintf(buf, n, "draft LM: %ld forwards for %ld drafts (%.2f a forward)", v->n_fwd, v->n_drafts,
+             v->n_fwd ? (double)v->n_drafts / v->n_fwd : 0.0);
+    if (v->lookup)
+        snprintf(buf + strlen(buf), n - strlen(buf), "; %ld looked-up tokens fed, %ld of them drawn (%.0f %%)", v->n_fed,
+                 v->n_hit, v->n_fed ? 100.0 * v->n_hit / v->n_fed : 0.0);
+}
+
 static int vanilla_save(const drafter *d, const char *dir) {
     const vanilla *v = d->impl;
     DS_CHECK(v->lm_open, "vanilla: only a distilled LM has weights of its own to save");
@@ -324,7 +402,7 @@ static void vanilla_close(drafter *d) {
     backend *be = v->be;
     fwd_state_free(&v->fs);
     if (be) be->release(be, v->Xd), be->release(be, v->Zd);
-    free(v->hid), free(v->z), free(v->qalt);
+    free(v->hid), free(v->z), free(v->qalt), free(v->hist);
     lp_scratch_free(&v->scr);
     /* the backend keys its copies by the data's address: forget them before the data is freed */
     if (be && v->svp && v->svp->rows) be->forget_mats(be, (const qmat *[]){&v->svp->head}, 1);
@@ -348,14 +426,17 @@ const drafter_ops drafter_vanilla = {
     "small autoregressive LM: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\"} "
     "the distilled LM `train` makes, {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH} "
     "(either with \"draft_vocab\": N, a head over the N first token ids by merge rank, and \"head_type\": \"q5_0\" | "
-    "\"q4_1\", its head re-quantized) "
+    "\"q4_1\", its head re-quantized; \"draft_lookup\": m, up to m prompt-lookup tokens fed with each of its "
+    "forwards, the drafts it draws unchanged) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
     vanilla_close,
     /* the gate's: one distilled layer copied from the tiny target's first, drafting over a scrambled
      * 6-of-8 draft vocabulary; on SmolLM2 the self-draft of 24 layers (deep enough that drafts share
-     * the target's top tokens, so the sparse schedulers' cases see accepted runs) */
-    "{\"n_layers\": 1, \"vocab_ids\": [6, 1, 4, 0, 7, 2]}",
-    "{\"layers\": 24}",
+     * the target's top tokens, so the sparse schedulers' cases see accepted runs). Both speed their
+     * chains with draft_lookup, the path that crops unconfirmed rows (the drafts are the same) */
+    "{\"n_layers\": 1, \"vocab_ids\": [6, 1, 4, 0, 7, 2], \"draft_lookup\": 2}",
+    "{\"layers\": 24, \"draft_lookup\": 4}",
     .train = &vlm_train_family,
+    .report = vanilla_report,
 };

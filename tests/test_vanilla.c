@@ -395,6 +395,86 @@ static void overfit_gate(int vocab) {
     overfit_close(&g);
 }
 
+/* "draft_lookup": the draft LM's forwards feed prompt-lookup tokens after each draft, and a draft
+ * equal to the next one finds its row computed. The drafts and their q must be the token-by-token
+ * path's bit for bit (the int8 contract is batch-invariant), at T = 0 and 1, over rounds that commit
+ * 0-3 drafts; the looked-up path must have been taken (tokens confirmed, fewer forwards). */
+static void lm_counts(const drafter *d, long *fwd, long *drafts, long *hit) {
+    char line[512];
+    long fed = 0;
+    double per;
+    d->ops->report(d, line, sizeof line);
+    *hit = 0;
+    int n = sscanf(line, "draft LM: %ld forwards for %ld drafts (%lf a forward); %ld looked-up tokens fed, %ld", fwd,
+                   drafts, &per, &fed, hit);
+    assert_true(n == 3 || n == 5);
+}
+
+static void test_lookup_same_drafts(void **state) {
+    (void)state;
+    tiny_spec spec = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 2, 10000, 0};
+    size_t nb;
+    uint8_t *img = tiny_model_gguf(&spec, 8, &nb);
+    char path[600];
+    snprintf(path, sizeof path, "%s", tmp_path("lookup-qwen2.gguf"));
+    write_file(path, img, nb);
+    free(img);
+    target t;
+    if (target_open(&t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    const char *cfgs[2] = {"{\"layers\": 1}", "{\"layers\": 1, \"draft_lookup\": 4}"};
+    drafter dr[2];
+    request rq[2];
+    draft_block blk[2];
+    int V = t.m.cfg.vocab_size, pat[5] = {7, 31, 2, 50, 19}, prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = pat[i % 5];
+    for (int i = 0; i < 2; i++) {
+        cJSON *c = cJSON_Parse(cfgs[i]);
+        if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
+        cJSON_Delete(c);
+        assert_int_equal(draft_block_init(&blk[i], 6, V, 1), 0);
+        assert_int_equal(request_init(&rq[i], &t, 0, prompt, 15, 200, 7), 0);
+        assert_int_equal(ivec_push(&rq[i].toks, prompt[15]), 0);
+        if (dr[i].ops->begin(&dr[i], &rq[i], NULL)) fail_msg("%s", ds_errmsg());
+    }
+    for (int round = 0; round < 24; round++) {
+        sampling_params sp = {round % 3 ? 0.0f : 1.0f, 0, 1.0f};
+        for (int i = 0; i < 2; i++) {
+            rng_seed(&rq[i].rng_draft, 500 + (uint64_t)round);
+            if (dr[i].ops->propose(&dr[i], &rq[i], 6, &sp, &blk[i])) fail_msg("%s", ds_errmsg());
+        }
+        assert_int_equal(blk[0].n, 6);
+        assert_int_equal(blk[1].n, 6);
+        assert_memory_equal(blk[0].tok, blk[1].tok, sizeof(int) * 6);
+        assert_memory_equal(blk[0].q, blk[1].q, sizeof(float) * 6 * (size_t)V);
+        assert_memory_equal(blk[0].conf, blk[1].conf, sizeof(float) * 6);
+        /* commit j drafts and a next token: the draft after them, or the pattern's next token */
+        int j = round % 4, next = round % 2 ? blk[0].tok[j] : pat[(rq[0].toks.n + j) % 5];
+        for (int i = 0; i < 2; i++) {
+            for (int k = 0; k < j; k++) assert_int_equal(ivec_push(&rq[i].toks, blk[0].tok[k]), 0);
+            assert_int_equal(ivec_push(&rq[i].toks, next), 0);
+            if (dr[i].ops->commit(&dr[i], &rq[i], j, next, NULL)) fail_msg("%s", ds_errmsg());
+        }
+    }
+    long f0, d0, h0, f1, d1, h1;
+    lm_counts(&dr[0], &f0, &d0, &h0);
+    lm_counts(&dr[1], &f1, &d1, &h1);
+    printf("  draft_lookup 4: 24 rounds of 6 drafts at T = 0 and 1 bit for bit the token-by-token path's; the draft "
+           "LM's forwards %ld -> %ld, %ld drafts found their rows computed\n", f0, f1, h1);
+    assert_int_equal(d0, 144);
+    assert_int_equal(d1, 144);
+    assert_int_equal(f0, 24 * 6);
+    assert_true(h1 > 10);
+    assert_int_equal(f1, f0 - h1);
+    for (int i = 0; i < 2; i++) {
+        dr[i].ops->end(&dr[i], &rq[i]);
+        request_free(&rq[i], &t);
+        draft_block_free(&blk[i]);
+        drafter_close(&dr[i]);
+    }
+    target_close(&t);
+    remove(path);
+}
+
 static void test_overfit_gate(void **state) {
     (void)state;
     overfit_gate(0);
@@ -407,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_grad_topk),
         cmocka_unit_test(test_train_serve),
         cmocka_unit_test(test_cache_rollback),
+        cmocka_unit_test(test_lookup_same_drafts),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
     };

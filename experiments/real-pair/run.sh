@@ -18,7 +18,8 @@
 #    prompt files, CODE prompts each) and Spec-Bench (the six categories bundled as sbmini-*, SB
 #    prompts each), 128 new tokens; the autoregressive baseline alternates with the speculative run
 #    prompt by prompt in the same process (T = 0: outputs must equal the baseline's). Drafters: the
-#    0.5B draft model (`vanilla`), ngram, suffix, recycling and combine, each under fixed and greedy
+#    0.5B draft model (`vanilla`; also over a 32k draft vocabulary, and with draft_lookup: its own
+#    chain sped by prompt lookup), ngram, suffix, recycling and combine, each under fixed and greedy
 #    at T = 0 and under greedy at T = 1 (TEMPS, ONLY select)
 # 3. after each temperature's runs, llama.cpp on the same rendered prompts (token counts checked equal): its autoregression
 #    (llama-lookup with no drafts), llama-speculative with the 0.5B at its default draft length (3)
@@ -53,6 +54,10 @@ configs() {
     echo "vanilla-fixed|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|fixed|4|0"
     echo "vanilla-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|greedy|8|0 1"
     echo "vanilla-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"head_type\": \"q5_0\"}|greedy|8|0"
+    # the 0.5B over its head's first 32,768 ids by merge rank, and that draft LM speculating its own
+    # chain with up to 6 prompt-lookup tokens a forward (the same drafts, fewer forwards)
+    echo "vanilla-dv32k-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768}|greedy|8|0 1"
+    echo "vanilla-lookup-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768, \"draft_lookup\": 6}|greedy|8|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
         echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
