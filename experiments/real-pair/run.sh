@@ -54,10 +54,12 @@ configs() {
     echo "vanilla-fixed|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|fixed|4|0"
     echo "vanilla-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|greedy|8|0 1"
     echo "vanilla-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"head_type\": \"q5_0\"}|greedy|8|0"
-    # the 0.5B over its head's first 32,768 ids by merge rank, and that draft LM speculating its own
-    # chain with up to 6 prompt-lookup tokens a forward (the same drafts, fewer forwards)
+    # the 0.5B over its head's first 32,768 ids by merge rank, and the draft LM speculating its own
+    # chain with up to 6 prompt-lookup tokens a forward (the same drafts, fewer forwards), over that
+    # vocabulary and over the whole one
     echo "vanilla-dv32k-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768}|greedy|8|0 1"
     echo "vanilla-lookup-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768, \"draft_lookup\": 6}|greedy|8|0 1"
+    echo "vanilla-lookupfull-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}|greedy|8|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
         echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
