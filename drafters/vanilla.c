@@ -15,7 +15,11 @@
  * difference the unconfirmed rows are cropped. Every draft is still drawn from the q of its own
  * position with the same draws in the same order, so the drafts are the ones the token-by-token path
  * draws (bit for bit where the forward is batch-invariant: the int8 contract); only the number of the
- * draft LM's forwards changes. Its forwards read the weights once for up to 1 + m rows. */
+ * draft LM's forwards changes. Its forwards read the weights once for up to 1 + m rows, but a row is
+ * not free ("draft_lookup_cost", its cost as a share of a one-token forward, default 0.1: the 0.5B's
+ * cost(8)/cost(1) is 1.75 on two cores), so a looked-up token is fed only while the chance that it and
+ * those before it are drawn exceeds that cost: per n-gram length and position, a running mean of
+ * whether fed tokens were drawn (one token in 8 forwards is fed regardless, to keep measuring). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +53,9 @@ typedef struct {
     int lookup;      /* looked-up tokens fed with each draft step (0: token by token) */
     int *hist, cap_hist; /* the request's tokens and the drafts so far, for the lookup */
     long n_fwd, n_drafts, n_fed, n_hit; /* proposals' forwards, drafts, looked-up tokens fed and confirmed */
+    float row_cost;  /* a looked-up row's cost, as a share of a one-token forward */
+    float hit[LOOKUP_NGRAM + 1][LOOKUP_MAX]; /* P(the j-th looked-up token is drawn | those before were), by match length */
+    int g;           /* the match length of the tokens fed last */
     lp_scratch scr;
 } vanilla;
 
@@ -146,6 +153,7 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     v->be = t->be;
     jcfg r;
     int k = 4, vd = 0, la = 0;
+    double lc = 0.1;
     const char *path = NULL, *ck = NULL, *ht = "file";
     DS_TRY(jcfg_open(&r, cfg, "drafter"));
     int has_layers = jcfg_get(&r, "layers") != NULL;
@@ -155,7 +163,10 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_int(&r, "draft_vocab", 1, 1 << 24, &vd));
     DS_TRY(jcfg_str(&r, "head_type", &ht));
     DS_TRY(jcfg_int(&r, "draft_lookup", 0, LOOKUP_MAX, &la));
-    v->lookup = la;
+    DS_TRY(jcfg_double(&r, "draft_lookup_cost", 0, 1, &lc));
+    v->lookup = la, v->row_cost = (float)lc;
+    for (int g = 0; g <= LOOKUP_NGRAM; g++)
+        for (int j = 0; j < LOOKUP_MAX; j++) v->hit[g][j] = 0.5f;
     DS_CHECK(!strcmp(ht, "file") || !strcmp(ht, "q5_0") || !strcmp(ht, "q4_1"),
              "drafter: head_type '%s' is not one of file, q5_0, q4_1", ht);
     int distilled = ck || jcfg_get(&r, "n_layers") != NULL;
@@ -269,8 +280,8 @@ fail:
 }
 
 /* up to m tokens that followed the latest earlier occurrence of h's last g tokens (g = LOOKUP_NGRAM
- * down to LOOKUP_MIN) into out; how many */
-static int lookup(const int *h, int n, int m, int *out) {
+ * down to LOOKUP_MIN) into out; how many, and g into *mg */
+static int lookup(const int *h, int n, int m, int *out, int *mg) {
     for (int g = DS_MIN(LOOKUP_NGRAM, n - 1); g >= LOOKUP_MIN; g--)
         for (int i = n - g - 1; i >= 0; i--) {
             int j = 0;
@@ -278,6 +289,7 @@ static int lookup(const int *h, int n, int m, int *out) {
             if (j < g) continue;
             int c = DS_MIN(m, n - (i + g));
             for (j = 0; j < c; j++) out[j] = h[i + g + j];
+            *mg = g;
             return c;
         }
     return 0;
@@ -288,7 +300,11 @@ static int lookup(const int *h, int n, int m, int *out) {
  * lookup tokens into la[], their count into *nla; v->z's rows: after tok's last, then after each */
 static int feed(vanilla *v, vstate *s, const int *tok, int n, const int *h, int nh, int room, int *la, int *nla) {
     int buf[64 + LOOKUP_MAX];
-    *nla = v->lookup && room > 0 && n <= 64 ? lookup(h, nh, DS_MIN(room, v->lookup), la) : 0;
+    int c = v->lookup && room > 0 && n <= 64 ? lookup(h, nh, DS_MIN(room, v->lookup), la, &v->g) : 0, k = 0;
+    float p = 1; /* the chance that looked-up tokens 1..k are all drawn */
+    while (k < c && (p *= v->hit[v->g][k]) > v->row_cost) k++;
+    if (!k && c && v->n_fwd % 8 == 0) k = 1; /* keep measuring */
+    *nla = v->row_cost > 0 ? k : c;
     v->n_fwd++, v->n_fed += *nla;
     if (!*nla) return step(v, s, tok, n, 1);
     memcpy(buf, tok, sizeof(int) * (size_t)n);
@@ -332,6 +348,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         if (k + 1 < gamma) {
             int x = out->tok[k];
             if (v->lookup) v->hist[nh++] = x;
+            if (zi < nla) v->hit[v->g][zi] += 0.1f * ((la[zi] == x) - v->hit[v->g][zi]);
             if (zi < nla && la[zi] == x) zi++, v->n_hit++; /* x was looked up: its row and logits are there */
             else { /* the unconfirmed looked-up rows go; x and a new lookup */
                 kv_cache_crop(s->kv, s->base + s->n_cached);
@@ -427,7 +444,8 @@ const drafter_ops drafter_vanilla = {
     "the distilled LM `train` makes, {\"layers\": k} self-draft from the target's first k layers, or {\"model\": PATH} "
     "(either with \"draft_vocab\": N, a head over the N first token ids by merge rank, and \"head_type\": \"q5_0\" | "
     "\"q4_1\", its head re-quantized; \"draft_lookup\": m, up to m prompt-lookup tokens fed with each of its "
-    "forwards, the drafts it draws unchanged) "
+    "forwards while their running hit rate pays for the row (\"draft_lookup_cost\": its share of a forward, "
+    "default 0.1), the drafts it draws unchanged) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
     vanilla_close,

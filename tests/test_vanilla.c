@@ -399,14 +399,13 @@ static void overfit_gate(int vocab) {
  * equal to the next one finds its row computed. The drafts and their q must be the token-by-token
  * path's bit for bit (the int8 contract is batch-invariant), at T = 0 and 1, over rounds that commit
  * 0-3 drafts; the looked-up path must have been taken (tokens confirmed, fewer forwards). */
-static void lm_counts(const drafter *d, long *fwd, long *drafts, long *hit) {
+static void lm_counts(const drafter *d, long *fwd, long *drafts, long *fed, long *hit) {
     char line[512];
-    long fed = 0;
     double per;
     d->ops->report(d, line, sizeof line);
-    *hit = 0;
+    *hit = *fed = 0;
     int n = sscanf(line, "draft LM: %ld forwards for %ld drafts (%lf a forward); %ld looked-up tokens fed, %ld", fwd,
-                   drafts, &per, &fed, hit);
+                   drafts, &per, fed, hit);
     assert_true(n == 3 || n == 5);
 }
 
@@ -421,13 +420,15 @@ static void test_lookup_same_drafts(void **state) {
     free(img);
     target t;
     if (target_open(&t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
-    const char *cfgs[2] = {"{\"layers\": 1}", "{\"layers\": 1, \"draft_lookup\": 4}"};
-    drafter dr[2];
-    request rq[2];
-    draft_block blk[2];
+    /* token by token; every looked-up token fed; fed while their running hit rate pays (the default) */
+    const char *cfgs[3] = {"{\"layers\": 1}", "{\"layers\": 1, \"draft_lookup\": 4, \"draft_lookup_cost\": 0}",
+                           "{\"layers\": 1, \"draft_lookup\": 4}"};
+    drafter dr[3];
+    request rq[3];
+    draft_block blk[3];
     int V = t.m.cfg.vocab_size, pat[5] = {7, 31, 2, 50, 19}, prompt[16];
     for (int i = 0; i < 16; i++) prompt[i] = pat[i % 5];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         cJSON *c = cJSON_Parse(cfgs[i]);
         if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
         cJSON_Delete(c);
@@ -438,34 +439,35 @@ static void test_lookup_same_drafts(void **state) {
     }
     for (int round = 0; round < 24; round++) {
         sampling_params sp = {round % 3 ? 0.0f : 1.0f, 0, 1.0f};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             rng_seed(&rq[i].rng_draft, 500 + (uint64_t)round);
             if (dr[i].ops->propose(&dr[i], &rq[i], 6, &sp, &blk[i])) fail_msg("%s", ds_errmsg());
+            assert_int_equal(blk[i].n, 6);
+            assert_memory_equal(blk[0].tok, blk[i].tok, sizeof(int) * 6);
+            assert_memory_equal(blk[0].q, blk[i].q, sizeof(float) * 6 * (size_t)V);
+            assert_memory_equal(blk[0].conf, blk[i].conf, sizeof(float) * 6);
         }
-        assert_int_equal(blk[0].n, 6);
-        assert_int_equal(blk[1].n, 6);
-        assert_memory_equal(blk[0].tok, blk[1].tok, sizeof(int) * 6);
-        assert_memory_equal(blk[0].q, blk[1].q, sizeof(float) * 6 * (size_t)V);
-        assert_memory_equal(blk[0].conf, blk[1].conf, sizeof(float) * 6);
         /* commit j drafts and a next token: the draft after them, or the pattern's next token */
         int j = round % 4, next = round % 2 ? blk[0].tok[j] : pat[(rq[0].toks.n + j) % 5];
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             for (int k = 0; k < j; k++) assert_int_equal(ivec_push(&rq[i].toks, blk[0].tok[k]), 0);
             assert_int_equal(ivec_push(&rq[i].toks, next), 0);
             if (dr[i].ops->commit(&dr[i], &rq[i], j, next, NULL)) fail_msg("%s", ds_errmsg());
         }
     }
-    long f0, d0, h0, f1, d1, h1;
-    lm_counts(&dr[0], &f0, &d0, &h0);
-    lm_counts(&dr[1], &f1, &d1, &h1);
+    long f[3], dn[3], fed[3], h[3];
+    for (int i = 0; i < 3; i++) {
+        lm_counts(&dr[i], &f[i], &dn[i], &fed[i], &h[i]);
+        assert_int_equal(dn[i], 144);
+        assert_int_equal(f[i], f[0] - h[i]); /* a drawn looked-up token is a forward saved */
+    }
     printf("  draft_lookup 4: 24 rounds of 6 drafts at T = 0 and 1 bit for bit the token-by-token path's; the draft "
-           "LM's forwards %ld -> %ld, %ld drafts found their rows computed\n", f0, f1, h1);
-    assert_int_equal(d0, 144);
-    assert_int_equal(d1, 144);
-    assert_int_equal(f0, 24 * 6);
-    assert_true(h1 > 10);
-    assert_int_equal(f1, f0 - h1);
-    for (int i = 0; i < 2; i++) {
+           "LM's forwards 144 -> %ld (every looked-up token fed: %ld fed, %ld drawn) and %ld (fed while the hit rate "
+           "pays: %ld fed, %ld drawn)\n", f[1], fed[1], h[1], f[2], fed[2], h[2]);
+    assert_int_equal(f[0], 24 * 6);
+    assert_true(h[1] > 10 && h[2] > 10);
+    assert_true(fed[2] < fed[1] && (double)h[2] / fed[2] > (double)h[1] / fed[1]);
+    for (int i = 0; i < 3; i++) {
         dr[i].ops->end(&dr[i], &rq[i]);
         request_free(&rq[i], &t);
         draft_block_free(&blk[i]);

@@ -4,7 +4,7 @@
 # files. One command from the repository root, resumable (a finished configuration is skipped;
 # rm -r out/real-pair to redo):
 #
-#   sh experiments/real-pair/run.sh                 # ~50 min on a 2-core Zen 4 (the defaults below)
+#   sh experiments/real-pair/run.sh                 # ~80 min on a 2-core Zen 4 (the defaults below)
 #   CODE=6 SB=2 sh experiments/real-pair/run.sh     # more prompts (about twice that)
 #   ONLY="vanilla-greedy ngram-greedy" TEMPS=0 sh experiments/real-pair/run.sh   # a subset
 #   LLAMA=0 sh experiments/real-pair/run.sh         # without the llama.cpp side
@@ -56,10 +56,12 @@ configs() {
     echo "vanilla-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"head_type\": \"q5_0\"}|greedy|8|0"
     # the 0.5B over its head's first 32,768 ids by merge rank, and the draft LM speculating its own
     # chain with up to 6 prompt-lookup tokens a forward (the same drafts, fewer forwards), over that
-    # vocabulary and over the whole one
+    # vocabulary and over the whole one, every looked-up token fed (cost 0) or as many as their running
+    # hit rate pays for (the default)
     echo "vanilla-dv32k-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768}|greedy|8|0 1"
-    echo "vanilla-lookup-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768, \"draft_lookup\": 6}|greedy|8|0 1"
-    echo "vanilla-lookupfull-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}|greedy|8|0 1"
+    echo "vanilla-lookup-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768, \"draft_lookup\": 6, \"draft_lookup_cost\": 0}|greedy|8|0 1"
+    echo "vanilla-lookupfull-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"draft_lookup_cost\": 0}|greedy|8|0 1"
+    echo "vanilla-lookupadapt-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}|greedy|8|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
         echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
