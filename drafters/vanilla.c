@@ -348,8 +348,9 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         if (k + 1 < gamma) {
             int x = out->tok[k];
             if (v->lookup) v->hist[nh++] = x;
-            if (zi < nla) v->hit[v->g][zi] += 0.1f * ((la[zi] == x) - v->hit[v->g][zi]);
-            if (zi < nla && la[zi] == x) zi++, v->n_hit++; /* x was looked up: its row and logits are there */
+            int drawn = zi < nla && la[zi] == x; /* x was looked up: its row and logits are there */
+            if (zi < nla) v->hit[v->g][zi] += 0.1f * (drawn - v->hit[v->g][zi]);
+            if (drawn) zi++, v->n_hit++;
             else { /* the unconfirmed looked-up rows go; x and a new lookup */
                 kv_cache_crop(s->kv, s->base + s->n_cached);
                 DS_TRY(feed(v, s, &x, 1, v->hist, nh, gamma - k - 2, la, &nla));
