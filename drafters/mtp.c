@@ -134,6 +134,7 @@ static void mtp_ws_release_f(mtp_ws_f *w); /* mtp_train.inc */
         REAL **f[MTP_N_TENSORS] = {&v->hnorm, &v->enorm,  &v->proj,   &v->attn_norm, &v->wq,         \
                                    &v->wk,    &v->wv,     &v->wo,     &v->ffn_norm,  &v->w_gate,     \
                                    &v->w_up,  &v->w_down, &v->final_norm, &v->fc};                    \
+        memset(v, 0, sizeof *v); /* no biases */                                                           \
         for (int i = 0; i < MTP_N_TENSORS; i++) *f[i] = base ? base + m->tt[i].offset : NULL;              \
     }
 PV_SET(float, _f)

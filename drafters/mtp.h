@@ -49,6 +49,7 @@ typedef struct {
     int taps[MTP_MAX_TAPS];
     int init_layer;        /* the target layer the block started from (-1: random) */
     float eps, rope_theta;
+    int rope_neox;         /* RoPE's pair layout (train_ops.h): the distilled LM keeps its target's, the rest 0 */
     float w_ce, w_l1;
     draft_contract contract; /* target, tokenizer, template, draft vocabulary, calibration */
 } mtp_config;
@@ -58,6 +59,7 @@ typedef struct {
     typedef struct {                                                                                      \
         REAL *hnorm, *enorm, *proj, *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down,  \
             *final_norm, *fc;                                                                             \
+        REAL *bq, *bk, *bv; /* the projections' biases (the distilled LM of a Qwen2 target), else NULL */     \
     } mtp_pv##SFX;
 MTP_PV_TYPE(float, _f)
 MTP_PV_TYPE(double, _d)

@@ -54,7 +54,8 @@ typedef struct {
     int *hist, cap_hist; /* the request's tokens and the drafts so far, for the lookup */
     long n_fwd, n_drafts, n_fed, n_hit; /* proposals' forwards, drafts, looked-up tokens fed and confirmed */
     float row_cost;  /* a looked-up row's cost, as a share of a one-token forward */
-    float hit[LOOKUP_NGRAM + 1][LOOKUP_MAX]; /* P(the j-th looked-up token is drawn | those before were), by match length */
+    float hit[LOOKUP_NGRAM + 1][LOOKUP_MAX]; /* P(the j-th looked-up token is drawn and its row read | those
+                                              * before were), by match length */
     int g;           /* the match length of the tokens fed last */
     lp_scratch scr;
 } vanilla;
@@ -95,6 +96,7 @@ static int lm_view(vanilla *v, const model *t, const char *bp) {
         layer_weights *w = &v->lw[l];
         memset(w, 0, sizeof *w);
         w->attn_norm = p->attn_norm, w->ffn_norm = p->ffn_norm;
+        w->bq = p->bq, w->bk = p->bk, w->bv = p->bv; /* NULL unless the LM has biases (its target's, Qwen2) */
         w->wq = v->bq[l][0], w->wk = v->bq[l][1], w->wv = v->bq[l][2], w->wo = v->bq[l][3];
         w->w_gate = v->bq[l][4], w->w_up = v->bq[l][5], w->w_down = v->bq[l][6];
     }
@@ -343,6 +345,9 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         if (k + 1 < gamma && out->more && out->conf && !out->more(out->more_ctx, k + 1, out->conf)) {
             if (d->fault == FAULT_DRAFT_STOP_PEEKS && out->q[(size_t)k * out->V + out->tok[k]] < out->conf_raw[k])
                 out->n = k; /* the control: a stop that also drops x_k by its own value */
+            /* the next looked-up row goes unused whatever x_k is: a miss. What a fed token is worth is
+             * the chance its row is read, so a chain that stops short counts against feeding */
+            if (zi < nla) v->hit[v->g][zi] *= 0.9f; /* the EMA's step towards 0 */
             break;
         }
         if (k + 1 < gamma) {

@@ -13,35 +13,38 @@
 #include "../runtime/train_ops.h"
 #include "train_family.h"
 
-static const char *const PER_LAYER[VLM_PER_LAYER] = {"attn_norm", "attn.wq", "attn.wk", "attn.wv", "attn.wo",
-                                                     "ffn_norm",  "mlp.w_gate", "mlp.w_up", "mlp.w_down"};
+static const char *const PER_LAYER[VLM_PER_LAYER] = {"attn_norm", "attn.wq",    "attn.wk",  "attn.wv",
+                                                     "attn.wo",   "ffn_norm",   "mlp.w_gate", "mlp.w_up",
+                                                     "mlp.w_down", "attn.bq",   "attn.bk",  "attn.bv"};
 
 /* [rows][cols] of a layer's tensor i, in PER_LAYER's order (cols 0: a vector) */
 static void layer_shape(const mtp_config *c, int i, int *rows, int *cols) {
     int D = c->dim, QD = c->n_heads * c->head_dim, KD = c->n_kv_heads * c->head_dim, HF = c->hidden_dim;
-    const int R[VLM_PER_LAYER] = {D, QD, KD, KD, D, D, HF, HF, D}, C[VLM_PER_LAYER] = {0, D, D, D, QD, 0, D, D, HF};
+    const int R[VLM_PER_LAYER] = {D, QD, KD, KD, D, D, HF, HF, D, QD, KD, KD};
+    const int C[VLM_PER_LAYER] = {0, D, D, D, QD, 0, D, D, HF, 0, 0, 0};
     *rows = R[i], *cols = C[i];
 }
 
-/* the training ops rotate adjacent pairs by pos * theta^(-2i/hd) and have no q/k norms */
+/* the training ops rotate pairs (adjacent or the halves') by pos * theta^(-2i/hd) and have no q/k norms */
 static int trainable_target(const model *t) {
     const model_config *tc = &t->cfg;
-    return !tc->rope_neox && !t->layers[0].q_norm && !t->layers[0].k_norm && !t->rope_freqs && tc->rope_scale == 1.0f;
+    return !t->layers[0].q_norm && !t->layers[0].k_norm && !t->rope_freqs && tc->rope_scale == 1.0f;
 }
 
 int vlm_config_init(vlm_config *vc, const model *target, const cJSON *j) {
     memset(vc, 0, sizeof *vc);
     mtp_config *c = &vc->c;
     const model_config *t = &target->cfg;
-    DS_CHECK(trainable_target(target), "vanilla: a distilled LM needs a target with interleaved RoPE, no q/k norms and "
-                                       "no RoPE scaling (this one has %s)",
-             t->rope_neox ? "half-rotation RoPE" : target->layers[0].q_norm ? "q/k norms" : "scaled RoPE");
+    DS_CHECK(trainable_target(target), "vanilla: a distilled LM needs a target without q/k norms and RoPE scaling "
+                                       "(this one has %s)", target->layers[0].q_norm ? "q/k norms" : "scaled RoPE");
     snprintf(c->kind, sizeof c->kind, "vanilla");
     c->dim = t->dim, c->vocab = t->vocab_size, c->n_heads = t->n_heads, c->n_kv_heads = t->n_kv_heads;
     c->head_dim = t->head_dim, c->hidden_dim = t->hidden_dim, c->depth = 4, c->init_layer = -1;
     c->eps = t->norm_eps, c->rope_theta = t->rope_theta;
+    c->rope_neox = t->rope_neox; /* served through the runtime's forward with the target's RoPE tables */
     c->w_ce = 0.1f, c->w_l1 = 0.9f;
     vc->n_layers = DS_MIN(2, t->n_layers), vc->init_layers = 1;
+    vc->qkv_bias = target->layers[0].bq != NULL; /* checkpoints before the key were of bias-free targets */
     contract_init(&c->contract, target);
     if (j) {
         jcfg r;
@@ -51,6 +54,7 @@ int vlm_config_init(vlm_config *vc, const model *target, const cJSON *j) {
         DS_CHECK(!strcmp(jk, "vanilla"), "vanilla: a checkpoint of kind '%s'", jk);
         DS_TRY(jcfg_int(&r, "n_layers", 1, VLM_MAX_LAYERS, &vc->n_layers));
         DS_TRY(jcfg_bool(&r, "init_layers", &vc->init_layers));
+        DS_TRY(jcfg_bool(&r, "qkv_bias", &vc->qkv_bias));
         DS_TRY(jcfg_int(&r, "depth", 1, MTP_MAX_DEPTH, &c->depth));
         DS_TRY(jcfg_int(&r, "hidden_dim", 1, 1 << 20, &c->hidden_dim));
         DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
@@ -94,6 +98,7 @@ cJSON *vlm_config_json(const vlm_config *vc) {
     cJSON_AddStringToObject(j, "kind", "vanilla");
     cJSON_AddNumberToObject(j, "n_layers", vc->n_layers);
     cJSON_AddBoolToObject(j, "init_layers", vc->init_layers);
+    cJSON_AddBoolToObject(j, "qkv_bias", vc->qkv_bias);
     cJSON_AddNumberToObject(j, "depth", c->depth);
     cJSON_AddNumberToObject(j, "dim", c->dim);
     cJSON_AddNumberToObject(j, "vocab", c->vocab);
@@ -114,10 +119,11 @@ cJSON *vlm_config_json(const vlm_config *vc) {
 #define VIEWS(REAL, SFX)                                                                                   \
     void vlm_views##SFX(const vlm_model *m, REAL *base, mtp_pv##SFX *lay, REAL **final_norm) {              \
         for (int l = 0; l < m->cfg.n_layers; l++) {                                                         \
-            REAL **f[VLM_PER_LAYER] = {&lay[l].attn_norm, &lay[l].wq, &lay[l].wk, &lay[l].wv, &lay[l].wo,  \
-                                       &lay[l].ffn_norm, &lay[l].w_gate, &lay[l].w_up, &lay[l].w_down};    \
+            REAL **f[VLM_PER_LAYER] = {&lay[l].attn_norm, &lay[l].wq,     &lay[l].wk,   &lay[l].wv,        \
+                                       &lay[l].wo,        &lay[l].ffn_norm, &lay[l].w_gate, &lay[l].w_up,  \
+                                       &lay[l].w_down,    &lay[l].bq,     &lay[l].bk,   &lay[l].bv};       \
             memset(&lay[l], 0, sizeof lay[l]);                                                              \
-            for (int i = 0; i < VLM_PER_LAYER; i++) *f[i] = base + m->tt[l * VLM_PER_LAYER + i].offset;     \
+            for (int i = 0; i < m->per_layer; i++) *f[i] = base + m->tt[l * m->per_layer + i].offset;       \
         }                                                                                                   \
         *final_norm = base + m->tt[m->n_t - 1].offset;                                                     \
     }
@@ -143,16 +149,17 @@ static int vlm_alloc(vlm_model *m, const vlm_config *c, const model *target, int
     m->cfg = *c;
     snprintf(m->cfg.c.contract.vocab_hash, sizeof m->cfg.c.contract.vocab_hash, "%s", sv.hash);
     size_t off = 0;
+    m->per_layer = c->qkv_bias ? VLM_PER_LAYER : VLM_PER_LAYER - 3;
     for (int l = 0; l < c->n_layers; l++)
-        for (int i = 0; i < VLM_PER_LAYER; i++) {
-            int rows, cols, t = l * VLM_PER_LAYER + i;
+        for (int i = 0; i < m->per_layer; i++) {
+            int rows, cols, t = l * m->per_layer + i;
             layer_shape(&c->c, i, &rows, &cols);
             size_t n = (size_t)rows * (cols ? cols : 1);
             m->tt[t] = (train_tensor){off, n, cols > 0};
             snprintf(m->names[t], sizeof m->names[t], "layers.%d.%s.weight", l, PER_LAYER[i]);
             off += n;
         }
-    m->n_t = c->n_layers * VLM_PER_LAYER + 1;
+    m->n_t = c->n_layers * m->per_layer + 1;
     m->tt[m->n_t - 1] = (train_tensor){off, (size_t)c->c.dim, 0};
     snprintf(m->names[m->n_t - 1], sizeof m->names[0], "norm.weight");
     m->n_params = off + (size_t)c->c.dim;
@@ -179,13 +186,18 @@ int vlm_model_init(vlm_model *m, const vlm_config *c, const model *target, uint6
             const layer_weights *tl = &target->layers[l];
             layer_to_f32(tl, c->c.dim, (float *const[9]){p->attn_norm, p->wq, p->wk, p->wv, p->wo, p->ffn_norm,
                                                          p->w_gate, p->w_up, p->w_down});
+            const float *tb[3] = {tl->bq, tl->bk, tl->bv};
+            float *b[3] = {p->bq, p->bk, p->bv};
+            for (int i = 0; i < 3 && c->qkv_bias && tl->bq; i++)
+                memcpy(b[i], tb[i], sizeof(float) * m->tt[l * m->per_layer + 9 + i].numel);
             continue;
         }
-        for (int i = 0; i < VLM_PER_LAYER; i++) { /* GPT-2 style: N(0, 0.02), residual outputs / sqrt(2 layers) */
-            const train_tensor *t = &m->tt[l * VLM_PER_LAYER + i];
+        for (int i = 0; i < m->per_layer; i++) { /* GPT-2 style: N(0, 0.02), residual outputs / sqrt(2 layers) */
+            const train_tensor *t = &m->tt[l * m->per_layer + i];
             float *x = m->params + t->offset, sd = i == 4 || i == 8 ? 0.02f / sqrtf(2.0f * c->n_layers) : 0.02f;
             for (size_t k = 0; k < t->numel; k++) {
-                if (!t->decay) x[k] = 1.0f;
+                if (i >= 9) x[k] = 0.0f; /* biases (calloc'd already; kept explicit) */
+                else if (!t->decay) x[k] = 1.0f;
                 else x[k] = (float)rng_normal(&r) * sd;
             }
         }
@@ -200,7 +212,7 @@ fail:
 static int vlm_tensors(const vlm_model *m, st_write_tensor *w) {
     for (int t = 0; t < m->n_t; t++) {
         int rows = (int)m->tt[t].numel, cols = 0;
-        if (t < m->n_t - 1) layer_shape(&m->cfg.c, t % VLM_PER_LAYER, &rows, &cols);
+        if (t < m->n_t - 1) layer_shape(&m->cfg.c, t % m->per_layer, &rows, &cols);
         w[t] = (st_write_tensor){m->names[t], m->params + m->tt[t].offset, cols ? 2 : 1, {rows, cols}};
     }
     return m->n_t;

@@ -8,6 +8,9 @@
  * of the target's first n_layers (where the FFN width matches), the final norm as the target's, so
  * step 0 is the self-draft of those layers.
  *
+ * A Qwen2 target's layers come with their q/k/v biases and half-rotation RoPE: the LM keeps both
+ * (the training ops rotate either pair layout), so its layers stay the target's convention.
+ *
  * Training is distillation on the training cache through the shared loop: teacher forcing over the
  * sequence's own tokens (row i reads t_0..t_i and predicts t_{i+1}), CE on the data token plus L1
  * against the target's cached top-K law, at `depth` consecutive positions after each sampled anchor
@@ -27,7 +30,7 @@
 #include "trainable.h"
 
 #define VLM_MAX_LAYERS 16
-#define VLM_PER_LAYER 9 /* attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down */
+#define VLM_PER_LAYER 12 /* attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down; bq, bk, bv (Qwen2) */
 #define VLM_MAX_TENSORS (VLM_MAX_LAYERS * VLM_PER_LAYER + 1)
 
 typedef struct {
@@ -35,6 +38,7 @@ typedef struct {
                       * train/serve contract and calibration (no taps) */
     int n_layers;
     int init_layers; /* 1: the layers started as the target's first n_layers */
+    int qkv_bias;    /* the q/k/v projections have biases (as the target's layers: Qwen2) */
 } vlm_config;
 
 /* one training sequence's buffers: the shared workspace (its step[l] is layer l's pass) and each
@@ -52,7 +56,7 @@ typedef struct {
     vlm_config cfg;
     size_t n_params;
     float *params;               /* one allocation, laid out by tt */
-    int n_t;
+    int n_t, per_layer;          /* tensors in all, and a layer's (9, or 12 with the biases) */
     train_tensor tt[VLM_MAX_TENSORS];
     char names[VLM_MAX_TENSORS][40];
     mtp_pv_f lay[VLM_MAX_LAYERS]; /* each layer's block view (the other fields NULL) */
@@ -62,9 +66,10 @@ typedef struct {
     vlm_ws_f ws;
 } vlm_model;
 
-/* Defaults for a target (2 layers, depth 4, the target's FFN width, layers from the target), JSON
- * fields override them; unknown keys are refused. -1 with a message when the target's layers cannot
- * be trained by these ops (half-rotation RoPE, q/k norms, scaled or custom RoPE frequencies). */
+/* Defaults for a target (2 layers, depth 4, the target's FFN width, layers from the target, q/k/v
+ * biases where it has them), JSON fields override them; unknown keys are refused. -1 with a message
+ * when the target's layers cannot be trained by these ops (q/k norms, scaled or custom RoPE
+ * frequencies). */
 int vlm_config_init(vlm_config *c, const model *target, const cJSON *j);
 /* the checks vlm_config_init ends with, for a config set field by field (the untrained LM's) */
 int vlm_config_check(vlm_config *c, const model *target);

@@ -17,9 +17,10 @@
     void rmsnorm_forward##S(REAL *out, REAL *rstd, const REAL *x, const REAL *w, int N, int C, REAL eps);       \
     void rmsnorm_backward##S(REAL *dx, REAL *dw, const REAL *dout, const REAL *x, const REAL *w,               \
                              const REAL *rstd, int N, int C);                                                    \
-    /* rotate adjacent pairs of x[N][H][hd] by pos * theta^(-2i/hd); backward rotates back */                   \
-    void rope_forward##S(REAL *x, const int *pos, int N, int H, int hd, REAL theta);                            \
-    void rope_backward##S(REAL *dx, const int *pos, int N, int H, int hd, REAL theta);                          \
+    /* rotate pairs of x[N][H][hd] by pos * theta^(-2i/hd): adjacent (2i, 2i+1), or with neox the halves'   \
+     * (i, i + hd/2) as Qwen2's layers expect; backward rotates back */                                        \
+    void rope_forward##S(REAL *x, const int *pos, int N, int H, int hd, REAL theta, int neox);                  \
+    void rope_backward##S(REAL *dx, const int *pos, int N, int H, int hd, REAL theta, int neox);                \
     /* out = silu(g) * u */                                                                                      \
     void swiglu_forward##S(REAL *out, const REAL *g, const REAL *u, long n);                                    \
     void swiglu_backward##S(REAL *dg, REAL *du, const REAL *dout, const REAL *g, const REAL *u, long n);        \

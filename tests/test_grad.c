@@ -161,24 +161,44 @@ typedef struct {
     int N, H, hd;
     int pos[4];
     double *x, *R, *y;
+    int neox;
 } rope_ctx;
 static double rope_loss(void *p) {
     rope_ctx *c = p;
     size_t n = (size_t)c->N * c->H * c->hd;
     memcpy(c->y, c->x, sizeof(double) * n);
-    rope_forward_d(c->y, c->pos, c->N, c->H, c->hd, 10000);
+    rope_forward_d(c->y, c->pos, c->N, c->H, c->hd, 10000, c->neox);
     return dot(c->y, c->R, n);
 }
+/* both pair layouts; the half-rotation one also against adjacent pairs permuted per head (pair i of the
+ * halves is elements i and i + hd/2: the same rotation on a reordered vector) */
 static void test_rope(void **state) {
     (void)state;
-    rope_ctx c = {4, 2, 8, {0, 3, 17, 250}};
-    size_t n = 64;
-    c.x = vec(n, 1), c.R = vec(n, 1), c.y = zeros(n);
-    double *dx = malloc(sizeof(double) * n);
-    memcpy(dx, c.R, sizeof(double) * n);
-    rope_backward_d(dx, c.pos, c.N, c.H, c.hd, 10000);
-    check("rope dx", c.x, dx, n, rope_loss, &c);
-    free(c.x), free(c.R), free(c.y), free(dx);
+    for (int neox = 0; neox < 2; neox++) {
+        rope_ctx c = {4, 2, 8, {0, 3, 17, 250}, NULL, NULL, NULL, neox};
+        size_t n = 64;
+        c.x = vec(n, 1), c.R = vec(n, 1), c.y = zeros(n);
+        double *dx = malloc(sizeof(double) * n);
+        memcpy(dx, c.R, sizeof(double) * n);
+        rope_backward_d(dx, c.pos, c.N, c.H, c.hd, 10000, neox);
+        check(neox ? "rope (halves) dx" : "rope dx", c.x, dx, n, rope_loss, &c);
+        if (neox) {
+            double *a = zeros(n), *b = zeros(n);
+            for (size_t r = 0; r < n / 8; r++)
+                for (int i = 0; i < 4; i++) /* a: adjacent layout of the same head vector */
+                    a[r * 8 + 2 * i] = c.x[r * 8 + i], a[r * 8 + 2 * i + 1] = c.x[r * 8 + 4 + i];
+            memcpy(b, c.x, sizeof(double) * n);
+            rope_forward_d(a, c.pos, c.N, c.H, c.hd, 10000, 0);
+            rope_forward_d(b, c.pos, c.N, c.H, c.hd, 10000, 1);
+            for (size_t r = 0; r < n / 8; r++)
+                for (int i = 0; i < 4; i++) {
+                    assert_true(fabs(a[r * 8 + 2 * i] - b[r * 8 + i]) < 1e-12);
+                    assert_true(fabs(a[r * 8 + 2 * i + 1] - b[r * 8 + 4 + i]) < 1e-12);
+                }
+            free(a), free(b);
+        }
+        free(c.x), free(c.R), free(c.y), free(dx);
+    }
 }
 
 /* ------------------------------------------------------------------------------- swiglu */

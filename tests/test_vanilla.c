@@ -77,8 +77,8 @@ static double loss_d(void *ctx) {
 
 /* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of
  * 40 of the 48 ids in a scrambled order */
-static void gradcheck(int target, int vocab) {
-    tiny_target *tt = tiny_open();
+static void gradcheck(int target, int vocab, int family) {
+    tiny_target *tt = tiny_open_family(family);
     vlm_config c;
     lm_config(tt, &c, 2, vocab ? 40 : 0);
     c.c.w_ce = 0.3f, c.c.w_l1 = 0.7f;
@@ -135,10 +135,11 @@ static void gradcheck(int target, int vocab) {
                                             what, &rel_f);
         worst = fmax(worst, rel), worst_f = fmax(worst_f, rel_f);
     }
-    printf("  vanilla LM, 2 layers, depth %d, target %s%s: %d tensors; worst relative error vs finite differences "
-           "%.2e (double); float vs double gradient %.2e\n",
+    printf("  vanilla LM of a %s target, 2 layers, depth %d, target %s%s: %d tensors; worst relative error vs finite "
+           "differences %.2e (double); float vs double gradient %.2e\n", family ? "Qwen2" : "Llama",
            DEPTH, target ? "top-8" : "final states", vocab ? ", draft vocabulary 40 of 48" : "", m.n_t, worst, worst_f);
-    assert_int_equal(m.n_t, 2 * VLM_PER_LAYER + 1);
+    assert_int_equal(m.per_layer, family == 2 ? 12 : 9); /* Qwen2's q/k/v biases are trained */
+    assert_int_equal(m.n_t, 2 * m.per_layer + 1);
     vlm_ws_free_d(&x.ws);
     free(gd), free(gf), free(p), free(x.Ein), free(x.E), free(fin), free(f.final);
     vlm_model_free(&m);
@@ -147,12 +148,14 @@ static void gradcheck(int target, int vocab) {
 
 static void test_grad_final(void **state) {
     (void)state;
-    gradcheck(0, 0);
+    gradcheck(0, 0, 0);
+    gradcheck(0, 0, 2);
 }
 static void test_grad_topk(void **state) {
     (void)state;
-    gradcheck(1, 0);
-    gradcheck(1, 1);
+    gradcheck(1, 0, 0);
+    gradcheck(1, 1, 0);
+    gradcheck(1, 1, 2);
 }
 
 static void save_lm(tiny_target *tt, vlm_model *m, int seed, const char *name, char *dir, size_t n) {
@@ -170,8 +173,8 @@ static void save_lm(tiny_target *tt, vlm_model *m, int seed, const char *name, c
  * position k (row a+k-1, full-vocabulary path) against the drafter's, served from a begin on the
  * sequence up to row a+k-1 through the target runtime's forward; compared through c_raw (the top
  * probability of the row). */
-static double train_serve(const char *precision) {
-    tiny_target *tt = tiny_open();
+static double train_serve(const char *precision, int family) {
+    tiny_target *tt = tiny_open_family(family);
     seq_fix f;
     make_seq(tt, &f);
     vlm_model m;
@@ -210,8 +213,8 @@ static double train_serve(const char *precision) {
             request_free(&r, &tt->t);
             rows++;
         }
-    printf("  vanilla LM, %d supervised rows trained vs served (layers %s): worst |top probability difference| %.2e\n",
-           rows, precision, worst);
+    printf("  vanilla LM of a %s target, %d supervised rows trained vs served (layers %s): worst |top probability "
+           "difference| %.2e\n", family ? "Qwen2" : "Llama", rows, precision, worst);
     draft_block_free(&b);
     vlm_model_free(&m);
     drafter_close(&dr);
@@ -227,9 +230,11 @@ static double train_serve(const char *precision) {
  * kernels within the rounding's bound and not equal (the quantized path really ran) */
 static void test_train_serve(void **state) {
     (void)state;
-    assert_true(train_serve("f32") < 1e-4);
-    double q8 = train_serve("q8_0");
+    assert_true(train_serve("f32", 0) < 1e-4);
+    double q8 = train_serve("q8_0", 0);
     assert_true(q8 < 0.05 && q8 > 1e-6);
+    /* Qwen2: the training ops' half-rotation RoPE and biases against the runtime's (served) forward */
+    assert_true(train_serve("f32", 2) < 1e-4);
 }
 
 /* begin on seq[0..c), propose 3 (they enter the LM's cache), commit the first j and a new anchor: the
@@ -477,6 +482,60 @@ static void test_lookup_same_drafts(void **state) {
     remove(path);
 }
 
+static int never_more(void *ctx, int k, const float *conf) {
+    (void)ctx, (void)k, (void)conf;
+    return 0;
+}
+
+/* A scheduler that stops every chain after its first draft (as greedy does at low confidence): the
+ * looked-up rows fed beside it are never read, so the adaptive feed must learn to stop feeding them
+ * (only the 1-in-8 measuring forwards feed once it has); before, a stop left the estimate untouched
+ * and every round fed 3 tokens. */
+static void test_lookup_short_chains(void **state) {
+    (void)state;
+    tiny_spec spec = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 2, 10000, 0};
+    char path[600];
+    snprintf(path, sizeof path, "%s", tmp_path("lookup-short.gguf"));
+    assert_int_equal(tiny_model_write(path, &spec, 8), 0);
+    target t;
+    if (target_open(&t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    cJSON *c = cJSON_Parse("{\"layers\": 1, \"draft_lookup\": 4}");
+    drafter dr;
+    if (drafter_open(&dr, "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(c);
+    int V = t.m.cfg.vocab_size, pat[5] = {7, 31, 2, 50, 19}, prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = pat[i % 5];
+    request rq;
+    draft_block blk;
+    assert_int_equal(draft_block_init(&blk, 6, V, 1), 0);
+    blk.more = never_more;
+    assert_int_equal(request_init(&rq, &t, 0, prompt, 15, 400, 7), 0);
+    assert_int_equal(ivec_push(&rq.toks, prompt[15]), 0);
+    if (dr.ops->begin(&dr, &rq, NULL)) fail_msg("%s", ds_errmsg());
+    sampling_params sp = {0, 0, 1.0f};
+    long f0, d0, fed0, h0, f1, d1, fed1, h1;
+    for (int round = 0; round < 64; round++) {
+        if (round == 32) lm_counts(&dr, &f0, &d0, &fed0, &h0);
+        if (dr.ops->propose(&dr, &rq, 6, &sp, &blk)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(blk.n, 1);
+        int next = pat[rq.toks.n % 5]; /* the pattern goes on: the lookup always finds a continuation */
+        assert_int_equal(ivec_push(&rq.toks, next), 0);
+        if (dr.ops->commit(&dr, &rq, 0, next, NULL)) fail_msg("%s", ds_errmsg());
+    }
+    lm_counts(&dr, &f1, &d1, &fed1, &h1);
+    printf("  draft_lookup 4 under chains stopped after one draft: %ld looked-up tokens fed in the first 32 rounds, "
+           "%ld in the last 32 (%ld drawn)\n", fed0, fed1 - fed0, h1);
+    assert_int_equal(h1, 0);
+    assert_true(fed0 > 8);             /* it fed while it did not know */
+    assert_true(fed1 - fed0 <= 32 / 8); /* then only the measuring forwards */
+    dr.ops->end(&dr, &rq);
+    request_free(&rq, &t);
+    draft_block_free(&blk);
+    drafter_close(&dr);
+    target_close(&t);
+    remove(path);
+}
+
 static void test_overfit_gate(void **state) {
     (void)state;
     overfit_gate(0);
@@ -490,6 +549,7 @@ int main(void) {
         cmocka_unit_test(test_train_serve),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_lookup_same_drafts),
+        cmocka_unit_test(test_lookup_short_chains),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
     };

@@ -22,10 +22,11 @@ typedef struct {
     char path[512];
 } tiny_target;
 
-/* a tiny Llama target (F32 so its logits are smooth in the inputs), opened like the real one */
-static tiny_target *tiny_open(void) {
+/* a tiny target of a family (tiny_model.h: 0 Llama, 2 Qwen2 with q/k/v biases and half-rotation RoPE;
+ * F32 so its logits are smooth in the inputs), opened like the real one */
+static tiny_target *tiny_open_family(int family) {
     tiny_target *tt = calloc(1, sizeof *tt);
-    tiny_spec s = {32, 3, 4, 2, 64, 48, GGML_F32, GGML_F32, 0, 10000};
+    tiny_spec s = {32, 3, 4, 2, 64, 48, GGML_F32, GGML_F32, family, 10000};
     size_t n;
     uint8_t *img = tiny_model_gguf(&s, 21, &n);
     snprintf(tt->path, sizeof tt->path, "%s", tmp_path("tiny-target.gguf"));
@@ -34,6 +35,8 @@ static tiny_target *tiny_open(void) {
     if (target_open(&tt->t, tt->path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
     return tt;
 }
+
+static tiny_target *tiny_open(void) { return tiny_open_family(0); }
 
 static void tiny_close(tiny_target *tt) {
     target_close(&tt->t);
