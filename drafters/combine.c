@@ -190,6 +190,7 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
         cb_member *mb = &c->m[i];
         double e;
         mb->b.n = 0;
+        mb->b.more = NULL; /* a member asked before the choice drafts its whole chain */
         if (mb->d.deterministic || peek) {
             DS_TRY(member_propose(d, r, i, gamma, sp));
             float sc[64];
@@ -207,6 +208,9 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
     if (best < 0) return 0;
     cb_member *mb = &c->m[best];
     if (!mb->d.deterministic && !peek) { /* chosen before it draws: now it drafts */
+        /* with the scheduler's stop rule, as it would alone (its own confidences, read after each draw:
+         * the rule the gate checks for a drafter that asks it) */
+        mb->b.more = out->more, mb->b.more_ctx = out->more_ctx;
         DS_TRY(member_propose(d, r, best, gamma, sp));
         for (int k = 0; k < mb->b.n; k++) {
             int p = DS_MIN(k, CB_POS - 1);
@@ -437,6 +441,8 @@ fail:
  * rounds (ngram starts above DSpark-Markov's prior and falls on a miss), so both are chosen on
  * some paths; on SmolLM2 the same pair without the draft vocabulary */
 #define GATE_NGRAM "{\"name\": \"ngram\", \"n_min\": 0, \"n_max\": 3, \"prior\": 0.55}"
+/* a stochastic member that asks the scheduler's stop rule (draft_more) while it drafts */
+#define GATE_VANILLA "{\"name\": \"vanilla\", \"n_layers\": 1, \"draft_lookup\": 2}"
 #define GATE_DSPARK "{\"name\": \"dspark-markov\", \"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1]"
 
 const drafter_ops drafter_combine = {
@@ -444,8 +450,8 @@ const drafter_ops drafter_combine = {
     "the draft of the member with the highest expected accepted length, per round: {\"members\": [{\"name\": \"ngram\"}, "
     "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2, \"choice_weight\": 4}",
     combine_open, combine_begin, combine_propose, combine_commit, combine_end, combine_rewind, NULL, combine_close,
-    "{\"members\": [" GATE_NGRAM ", " GATE_DSPARK ", \"vocab_ids\": [0, 1, 2, 4, 5, 6]}], \"prior\": 0.6}",
-    "{\"members\": [" GATE_NGRAM ", " GATE_DSPARK "}], \"prior\": 0.6}",
+    "{\"members\": [" GATE_NGRAM ", " GATE_VANILLA ", " GATE_DSPARK ", \"vocab_ids\": [0, 1, 2, 4, 5, 6]}], \"prior\": 0.6}",
+    "{\"members\": [" GATE_NGRAM ", " GATE_VANILLA ", " GATE_DSPARK "}], \"prior\": 0.6}",
     combine_observe,
     combine_report,
 };

@@ -588,6 +588,7 @@ static const control_case CONTROLS[] = {
     {"dspark-markov", "async-topk-now", S_TOPK, K_EXACT, FAULT_NONE}, /* async-topk with no delay */
     {"combine", "fixed", S_TOPK, K_EXACT, FAULT_COMBINE_PEEKS}, /* the choice reads the target's row and the draws */
     {"combine", "fixed", S_TOPK, K_SAMPLE, FAULT_COMBINE_PEEKS},
+    {"combine", "greedy", S_TOPK, K_EXACT, FAULT_DRAFT_STOP_PEEKS}, /* its chosen member stops by the scheduler's rule */
     {"vanilla", "greedy", S_TOPK, K_EXACT, FAULT_DRAFT_STOP_PEEKS}, /* the draft-length stop reads x_k */
     {"vanilla", "greedy", S_TOPP, K_EXACT, FAULT_DRAFT_STOP_PEEKS},
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_REUSED_UNIFORM},

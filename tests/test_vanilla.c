@@ -414,17 +414,19 @@ static void lm_counts(const drafter *d, long *fwd, long *drafts, long *fed, long
     assert_true(n == 3 || n == 5);
 }
 
+/* the lookup tests' target: a tiny Qwen2 on the int8 contract (Q8_0), written to path */
+static void lookup_target(target *t, char *path, size_t n, const char *name) {
+    tiny_spec spec = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 2, 10000, 0};
+    snprintf(path, n, "%s", tmp_path(name));
+    assert_int_equal(tiny_model_write(path, &spec, 8), 0);
+    if (target_open(t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+}
+
 static void test_lookup_same_drafts(void **state) {
     (void)state;
-    tiny_spec spec = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 2, 10000, 0};
-    size_t nb;
-    uint8_t *img = tiny_model_gguf(&spec, 8, &nb);
     char path[600];
-    snprintf(path, sizeof path, "%s", tmp_path("lookup-qwen2.gguf"));
-    write_file(path, img, nb);
-    free(img);
     target t;
-    if (target_open(&t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    lookup_target(&t, path, sizeof path, "lookup-qwen2.gguf");
     /* token by token; every looked-up token fed; fed while their running hit rate pays (the default) */
     const char *cfgs[3] = {"{\"layers\": 1}", "{\"layers\": 1, \"draft_lookup\": 4, \"draft_lookup_cost\": 0}",
                            "{\"layers\": 1, \"draft_lookup\": 4}"};
@@ -493,12 +495,9 @@ static int never_more(void *ctx, int k, const float *conf) {
  * and every round fed 3 tokens. */
 static void test_lookup_short_chains(void **state) {
     (void)state;
-    tiny_spec spec = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 2, 10000, 0};
     char path[600];
-    snprintf(path, sizeof path, "%s", tmp_path("lookup-short.gguf"));
-    assert_int_equal(tiny_model_write(path, &spec, 8), 0);
     target t;
-    if (target_open(&t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    lookup_target(&t, path, sizeof path, "lookup-short.gguf");
     cJSON *c = cJSON_Parse("{\"layers\": 1, \"draft_lookup\": 4}");
     drafter dr;
     if (drafter_open(&dr, "vanilla", c, &t)) fail_msg("%s", ds_errmsg());

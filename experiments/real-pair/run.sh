@@ -68,6 +68,9 @@ configs() {
     done
     echo "combine-fixed|$COMBINE|fixed|8|0"
     echo "combine-greedy|$COMBINE|greedy|8|0 1"
+    # the 0.5B (with its lookup) beside suffix: a round takes suffix's free draft where its expected
+    # accepted length beats the 0.5B's estimate (long copies), the 0.5B's otherwise
+    echo "combine-0.5b-suffix-greedy|{\"name\": \"combine\", \"members\": [{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}, {\"name\": \"suffix\"}]}|greedy|8|0 1"
 }
 GROUPS_='code sb'
 sets() {
