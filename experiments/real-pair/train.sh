@@ -22,7 +22,9 @@
 # Measured (2-core Zen 4, 2026-11-28): one shard, 50 prompts, 11,407 tokens (7,701 generated) in 99 s:
 # 115 tok/s, 78 generated/s, batch 16; 205 MB a shard (the whole mix, 27 shards: ~45 min, ~5.5 GB).
 # Train + eval measured for MTP (2026-11-28, Zen 4): 300 steps in ~45 min (0.10-0.2 steps/s, other work beside
-# it), evaluation ~8 min a family (two temperatures); results in experiments/real-pair/report.md. To keep
+# it), evaluation ~8 min a family (two temperatures); the distilled LM (vanilla, 2 layers started from the
+# target's first, with their biases) 300 steps in 1,859 s on a 2-core Xeon (0.16 steps/s), evaluation
+# ~12 min; results in experiments/real-pair/report.md. To keep
 # checkpoints across sessions put O under ~/.cache (O=$HOME/.cache/dspark-bench/real-pair-train).
 set -e
 STAGE=${1:-all}
