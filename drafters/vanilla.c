@@ -314,6 +314,9 @@ static int feed(vanilla *v, vstate *s, const int *tok, int n, const int *h, int 
     return step(v, s, buf, n + *nla, 1 + *nla);
 }
 
+/* the j-th looked-up token of the last feed: its row read (1) or not (0), into the running mean */
+static void hit_seen(vanilla *v, int j, int read) { v->hit[v->g][j] += 0.1f * ((float)read - v->hit[v->g][j]); }
+
 static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
@@ -347,14 +350,14 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
                 out->n = k; /* the control: a stop that also drops x_k by its own value */
             /* the next looked-up row goes unused whatever x_k is: a miss. What a fed token is worth is
              * the chance its row is read, so a chain that stops short counts against feeding */
-            if (zi < nla) v->hit[v->g][zi] *= 0.9f; /* the EMA's step towards 0 */
+            if (zi < nla) hit_seen(v, zi, 0);
             break;
         }
         if (k + 1 < gamma) {
             int x = out->tok[k];
             if (v->lookup) v->hist[nh++] = x;
             int drawn = zi < nla && la[zi] == x; /* x was looked up: its row and logits are there */
-            if (zi < nla) v->hit[v->g][zi] += 0.1f * (drawn - v->hit[v->g][zi]);
+            if (zi < nla) hit_seen(v, zi, drawn);
             if (drawn) zi++, v->n_hit++;
             else { /* the unconfirmed looked-up rows go; x and a new lookup */
                 kv_cache_crop(s->kv, s->base + s->n_cached);

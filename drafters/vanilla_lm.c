@@ -192,12 +192,11 @@ int vlm_model_init(vlm_model *m, const vlm_config *c, const model *target, uint6
                 memcpy(b[i], tb[i], sizeof(float) * m->tt[l * m->per_layer + 9 + i].numel);
             continue;
         }
-        for (int i = 0; i < m->per_layer; i++) { /* GPT-2 style: N(0, 0.02), residual outputs / sqrt(2 layers) */
+        for (int i = 0; i < 9; i++) { /* GPT-2 style: N(0, 0.02), residual outputs / sqrt(2 layers); biases 0 */
             const train_tensor *t = &m->tt[l * m->per_layer + i];
             float *x = m->params + t->offset, sd = i == 4 || i == 8 ? 0.02f / sqrtf(2.0f * c->n_layers) : 0.02f;
             for (size_t k = 0; k < t->numel; k++) {
-                if (i >= 9) x[k] = 0.0f; /* biases (calloc'd already; kept explicit) */
-                else if (!t->decay) x[k] = 1.0f;
+                if (!t->decay) x[k] = 1.0f;
                 else x[k] = (float)rng_normal(&r) * sd;
             }
         }
