@@ -5,9 +5,11 @@
  * mean. Acceptance rate = accepted drafts / verified drafts. Conditional acceptance at position k
  * = rounds accepting x_k / rounds that verified x_k with x_1..x_{k-1} accepted (the paper's Fig. 2);
  * unconditional = rounds accepting >= k / rounds verifying >= k (what vLLM and DeepSpec print).
- * Wall speedup = autoregressive wall time / speculative wall time on the same requests (prefill
+ * Wall speedup = speculative tokens/s over autoregressive tokens/s on the same requests (prefill
  * included: the same in both modes, it bounds what speculation can buy on long prompts); decode
- * speedup = the same ratio over the decoding rounds only (prefill excluded). */
+ * speedup = the same ratio over the decoding rounds only (prefill and its first token excluded).
+ * Rates, not times: at T > 0 the two modes sample outputs of different lengths, and a ratio of times
+ * would charge the longer output to its mode; at T = 0 (identical outputs) the two are equal. */
 #ifndef DS_METRICS_H
 #define DS_METRICS_H
 
@@ -22,7 +24,8 @@ typedef struct {
     double tau, tau_macro, accept_rate;
     long ar_tokens, sp_tokens;
     double ar_wall, sp_wall, ar_tok_s, sp_tok_s, speedup;
-    double ar_decode, sp_decode, decode_speedup; /* seconds in rounds (prefill excluded), their ratio */
+    double ar_decode, sp_decode, decode_speedup; /* seconds in rounds (prefill excluded); the rates' ratio */
+    long ar_emitted;                   /* tokens the autoregressive rounds emitted (emitted: the speculative) */
     int n_pairs, identical;            /* requests with both modes; identical outputs */
     double t_draft, t_sched, t_verify; /* seconds over speculative rounds */
     long att[METRICS_MAX_POS + 1], acc[METRICS_MAX_POS + 1];       /* conditional */

@@ -258,6 +258,38 @@ static void test_metrics(void **state) {
     remove(path);
 }
 
+/* At T > 0 the modes sample outputs of different lengths: the speedups are ratios of rates. A spec
+ * request of 20 tokens in the AR request's 2 s of 10 tokens is twice as fast, not even (the ratio of
+ * times this report printed before); decode: 19 tokens in 5 rounds of 0.2 s against 9 in 9 of 0.1 s. */
+static void test_metrics_rates(void **state) {
+    (void)state;
+    const char *path = tmp_path("rates.h5");
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    assert_int_equal(trace_attr(t, "config", "{\"temperature\": 1, \"gamma\": 4}"), 0);
+    int emit[5] = {5, 4, 4, 3, 3};
+    for (int i = 0; i < 5; i++) {
+        trace_round r = {0, i, MODE_SPEC, 4, 4, emit[i] - 1, emit[i], 5, 50000, 0, 150000};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    for (int i = 0; i < 9; i++) {
+        trace_round r = {0, i, MODE_AR, 0, 0, 0, 1, 1, 0, 0, 100000};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    trace_request q[2] = {{0, MODE_AR, "mtbench", "chat", 0, 30, 10, 9, 2.0, 1},
+                          {0, MODE_SPEC, "mtbench", "chat", 0, 30, 20, 5, 2.0, 2}};
+    for (int i = 0; i < 2; i++) assert_int_equal(trace_add_request(t, &q[i]), 0);
+    assert_int_equal(trace_close(t), 0);
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    metrics m;
+    assert_int_equal(metrics_compute(&d, "", &m), 0);
+    assert_float_equal(m.speedup, 2.0, 1e-12);
+    assert_float_equal(m.decode_speedup, (19.0 / 1.0) / (9.0 / 0.9), 1e-9);
+    trace_data_free(&d);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_tmp),
@@ -266,6 +298,7 @@ int main(void) {
         cmocka_unit_test(test_incomplete_refused),
         cmocka_unit_test(test_report_other_config),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_metrics_rates),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
 }

@@ -78,6 +78,23 @@ if [ "$STAGE" = train ] || [ "$STAGE" = all ]; then
 fi
 if [ "$STAGE" = eval ] || [ "$STAGE" = all ]; then
     [ -f $O/sps.json ] || $B bench-target --model qwen2.5-coder-1.5b --max-B 16 --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
+    # the reference the learned heads are measured against (issue 54: "a learned head above the 0.5B"):
+    # the 0.5B sibling as run.sh's default (draft_lookup, greedy, gamma 8) on the same prompts and protocol
+    case " ${ONLY:-sibling} " in *" sibling "*)
+        for T in $TEMPS; do
+            tag=sibling-0.5b-t$T
+            [ -f $O/$tag.h5 ] && continue
+            echo "train.sh: eval $tag ($(date +%H:%M:%S))"
+            cat > $O/eval-$tag.json <<JSON
+{"comment": "experiments/real-pair/train.sh: the 0.5B sibling draft (lookup, greedy) on the heads' prompts",
+ "target": "qwen2.5-coder-1.5b", "drafter": {"name": "vanilla", "model": "qwen2.5-coder-0.5b", "draft_lookup": 6},
+ "scheduler": "greedy", "gamma": 8, "sps": "$O/sps.json", "datasets": ["gsm8k", "humaneval", "mtbench"],
+ "limit": $EVAL_N, "temperature": $T, "seed": 1, "max_new_tokens": 128, "out": "$O/$tag.h5"}
+JSON
+            $B run --config $O/eval-$tag.json > $O/$tag.txt
+            $B report $O/$tag.h5 --out $O/$tag.md > /dev/null
+        done ;;
+    esac
     families | while IFS='|' read f dj; do
         case " ${ONLY:-$f} " in *" $f "*) ;; *) continue ;; esac
         [ -d $O/runs/$f/last ] || { echo "train.sh: no checkpoint for $f (train it first)"; continue; }
