@@ -323,6 +323,15 @@ int cmd_run(int argc, char **argv) {
                (double)st_sp.accepted / (double)DS_MAX(st_sp.verified, 1),
                100 * st_sp.t_draft / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify),
                100 * st_sp.t_verify / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));
+        /* what a round costs beyond the target's forward (a decode step's own overhead is in the AR line) */
+        printf("round time: draft %.2f ms, verify %.2f ms (target forward %.2f ms, the rest %.2f ms) a round",
+               1e3 * st_sp.t_draft / DS_MAX(st_sp.rounds, 1), 1e3 * st_sp.t_verify / DS_MAX(st_sp.rounds, 1),
+               1e3 * st_sp.t_forward / DS_MAX(st_sp.rounds, 1),
+               1e3 * (st_sp.t_verify - st_sp.t_forward) / DS_MAX(st_sp.rounds, 1));
+        if (rc.baseline && st_ar.rounds)
+            printf("; autoregressive step: forward %.2f ms, the rest %.2f ms", 1e3 * st_ar.t_forward / st_ar.rounds,
+                   1e3 * (st_ar.t_draft + st_ar.t_sched + st_ar.t_verify - st_ar.t_forward) / st_ar.rounds);
+        printf("\n");
         if (d.ops->report) {
             char line[512];
             d.ops->report(&d, line, sizeof line);

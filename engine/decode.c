@@ -300,7 +300,9 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
     fwd_batch fb = {.n_seq = na, .kv = c->kvs, .n_new = c->n_new, .tokens = c->flat, .all_logits = 1, .logits = c->logits,
                     .n_capture = c->hidden ? d->n_capture : 0, .capture_layers = d ? d->capture_layers : NULL,
                     .capture = c->hidden, .parent = any_tree ? c->par : NULL};
+    double tf = ds_now();
     DS_TRY(model_forward(&t->m, &t->fs, &fb));
+    st->t_forward += ds_now() - tf;
     /* verify and commit, request by request */
     for (int a = 0, row = 0; a < na; row += c->n_new[a], a++) {
         request *q = act[a];

@@ -34,6 +34,8 @@ typedef struct {
     long asked;             /* drafts asked of the drafter (gamma, or less near the budget): drafted < asked
                              * when the scheduler's draft_more stopped a block */
     double t_draft, t_sched, t_verify, t_prefill;
+    double t_forward;       /* of t_verify: the target's forward alone (the rest: sampling, verification,
+                             * the drafter's commit, trace rows) */
     long pos_attempted[65], pos_accepted[65]; /* per draft position 1..gamma */
     long batch_rounds, batch_tokens;           /* target forwards of rounds, and their rows */
     /* the two chain rules on the same drafts: expected accepted drafts of every sampled chain round
