@@ -24,7 +24,9 @@
 # Train + eval measured for MTP (2026-11-28, Zen 4): 300 steps in ~45 min (0.10-0.2 steps/s, other work beside
 # it), evaluation ~8 min a family (two temperatures); the distilled LM (vanilla, 2 layers started from the
 # target's first, with their biases) 300 steps in 1,859 s on a 2-core Xeon (0.16 steps/s), evaluation
-# ~12 min; results in experiments/real-pair/report.md. To keep
+# ~12 min; results in experiments/real-pair/report.md. Three times the data (2026-11-29, 2-core Xeon):
+# SHARDS=12 adds 8 shards (400 prompts, 103k tokens) in 1,491 s (69 tok/s, 49 generated/s, batch 16), and
+# Medusa at STEPS=1200 on the 12 shards trains in 1,458 s (0.82 steps/s): O=...-train12 keeps it apart. To keep
 # checkpoints across sessions put O under ~/.cache (O=$HOME/.cache/dspark-bench/real-pair-train).
 set -e
 STAGE=${1:-all}
