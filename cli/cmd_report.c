@@ -154,11 +154,12 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, const ch
                 tt > 0 ? 100 * m->t_verify / tt : 0, m->t_draft * per, m->t_verify * per);
     }
     const metrics *all = &ms[ng - 1];
-    fprintf(o, "\nWall speedup = speculative tokens/s / autoregressive tokens/s over the same requests, same target, "
+    fprintf(o, "\nWall speedup = autoregressive wall time / speculative wall time over the same requests, same target, "
                "runtime and sampling settings, in the same process, prefill included (the same in both modes: on long "
-               "prompts it bounds the speedup). Decode speedup = the same ratio over the decoding rounds only. Ratios of "
-               "rates: at T > 0 the two modes sample outputs of different lengths (at T = 0 it is the ratio of times). "
-               "tau counts the bonus/correction token.\n");
+               "prompts it bounds the speedup). Decode speedup = the ratio of tokens/s over the decoding rounds only. At "
+               "T > 0 the two modes sample outputs of different lengths: the speculative wall time is taken at the "
+               "autoregressive lengths (its prefill plus their tokens at its decode rate); at T = 0 both are plain "
+               "ratios of times. tau counts the bonus/correction token.\n");
     if (all->n_pairs) fprintf(o, "Outputs identical to the baseline's: %d of %d requests%s.\n", all->identical, all->n_pairs,
                               cJSON_GetObjectItem(cfg, "temperature") && cJSON_GetObjectItem(cfg, "temperature")->valuedouble == 0
                                   ? " (temperature 0: every request should match)"

@@ -127,9 +127,15 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     m->accept_rate = m->verified ? (double)m->accepted / (double)m->verified : 0;
     m->ar_tok_s = m->ar_wall > 0 ? m->ar_tokens / m->ar_wall : 0;
     m->sp_tok_s = m->sp_wall > 0 ? m->sp_tokens / m->sp_wall : 0;
-    /* ratios of rates (metrics.h): equal to the ratio of times when both modes emit the same tokens */
-    m->speedup = m->ar_tok_s > 0 ? m->sp_tok_s / m->ar_tok_s : 0;
+    /* metrics.h: the speculative time rescaled to the autoregressive output lengths (its prefill, then
+     * the AR's decoded tokens at its own decode rate); at T = 0 the lengths are equal and this is sp_wall */
     m->sp_decode = m->t_draft + m->t_sched + m->t_verify;
+    if (m->emitted > 0 && m->ar_emitted > 0 && m->sp_decode > 0) {
+        double sp_adj = DS_MAX(0.0, m->sp_wall - m->sp_decode) + (double)m->ar_emitted * m->sp_decode / (double)m->emitted;
+        m->speedup = m->ar_wall > 0 ? m->ar_wall / sp_adj : 0;
+    } else {
+        m->speedup = m->sp_wall > 0 && m->ar_wall > 0 ? m->ar_wall / m->sp_wall : 0;
+    }
     m->decode_speedup = m->sp_decode > 0 && m->ar_decode > 0 && m->ar_emitted > 0
                             ? ((double)m->emitted / m->sp_decode) / ((double)m->ar_emitted / m->ar_decode)
                             : 0;

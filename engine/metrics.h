@@ -5,11 +5,14 @@
  * mean. Acceptance rate = accepted drafts / verified drafts. Conditional acceptance at position k
  * = rounds accepting x_k / rounds that verified x_k with x_1..x_{k-1} accepted (the paper's Fig. 2);
  * unconditional = rounds accepting >= k / rounds verifying >= k (what vLLM and DeepSpec print).
- * Wall speedup = speculative tokens/s over autoregressive tokens/s on the same requests (prefill
+ * Wall speedup = autoregressive wall time / speculative wall time on the same requests (prefill
  * included: the same in both modes, it bounds what speculation can buy on long prompts); decode
- * speedup = the same ratio over the decoding rounds only (prefill and its first token excluded).
- * Rates, not times: at T > 0 the two modes sample outputs of different lengths, and a ratio of times
- * would charge the longer output to its mode; at T = 0 (identical outputs) the two are equal. */
+ * speedup = speculative over autoregressive tokens/s in the decoding rounds (prefill and its first
+ * token excluded). At T > 0 the two modes sample outputs of different lengths: a ratio of times would
+ * charge the longer output to its mode, and a ratio of wall tokens/s would spread the same prefill
+ * over different lengths, so the speculative wall time is taken at the autoregressive lengths (its
+ * prefill plus their decoded tokens at its decode rate). At T = 0 the outputs are identical and both
+ * are plain ratios of times. */
 #ifndef DS_METRICS_H
 #define DS_METRICS_H
 

@@ -242,8 +242,10 @@ static void test_metrics(void **state) {
     /* unconditional at 3: rounds accepting >= 3 / rounds verifying >= 3: 1/4 */
     assert_int_equal(m.ver_ge[3], 4);
     assert_int_equal(m.acc_ge[3], 1);
-    /* speedup = AR wall / spec wall = 3.5 / 2.5; one of two outputs identical */
-    assert_float_equal(m.speedup, 3.5 / 2.5, 1e-12);
+    /* speedup = AR wall / spec wall at the AR's lengths: this synthetic's AR rounds emit 8 tokens where
+     * the spec rounds emit 13 (5 rounds of 1.01 ms), so the spec's 2.5 s are taken as its non-decode
+     * time plus 8 tokens at its decode rate; one of two outputs identical */
+    assert_float_equal(m.speedup, 3.5 / (2.5 - 5 * 1.01e-3 + 8 * (5 * 1.01e-3) / 13), 1e-9);
     assert_int_equal(m.n_pairs, 2);
     assert_int_equal(m.identical, 1);
     assert_float_equal(m.ar_tok_s, 15 / 3.5, 1e-12);
@@ -253,14 +255,15 @@ static void test_metrics(void **state) {
     assert_float_equal(m.tau, 3.0, 1e-12);
     assert_int_equal(metrics_compute(&d, "dataset:gsm8k", &m), 0);
     assert_float_equal(m.tau, 7.0 / 3, 1e-12);
-    assert_float_equal(m.speedup, 2.0, 1e-12);
+    assert_float_equal(m.speedup, 2.0 / (1.0 - 3 * 1.01e-3 + 4 * (3 * 1.01e-3) / 7), 1e-9);
     trace_data_free(&d);
     remove(path);
 }
 
-/* At T > 0 the modes sample outputs of different lengths: the speedups are ratios of rates. A spec
- * request of 20 tokens in the AR request's 2 s of 10 tokens is twice as fast, not even (the ratio of
- * times this report printed before); decode: 19 tokens in 5 rounds of 0.2 s against 9 in 9 of 0.1 s. */
+/* At T > 0 the modes sample outputs of different lengths. Decode: 19 tokens in 5 rounds of 0.2 s
+ * against 9 in 9 of 0.1 s. Wall: the spec request (20 tokens in 2 s, 1 s of it prefill) takes, at the AR
+ * request's 9 decoded tokens, 1 + 9 / 19 s against its 2 s - not even (the ratio of times), not 2x (the
+ * ratio of wall tokens/s, which spreads the same prefill over twice the tokens). */
 static void test_metrics_rates(void **state) {
     (void)state;
     const char *path = tmp_path("rates.h5");
@@ -284,7 +287,7 @@ static void test_metrics_rates(void **state) {
     assert_int_equal(trace_read(path, &d), 0);
     metrics m;
     assert_int_equal(metrics_compute(&d, "", &m), 0);
-    assert_float_equal(m.speedup, 2.0, 1e-12);
+    assert_float_equal(m.speedup, 2.0 / (1.0 + 9.0 / 19.0), 1e-9);
     assert_float_equal(m.decode_speedup, (19.0 / 1.0) / (9.0 / 0.9), 1e-9);
     trace_data_free(&d);
     remove(path);
