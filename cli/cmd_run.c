@@ -7,6 +7,7 @@
 
 #include "../datasets/datasets.h"
 #include "../engine/decode.h"
+#include "../engine/metrics.h"
 #include "../runtime/base/common.h"
 #include "args.h"
 #include "commands.h"
@@ -348,12 +349,10 @@ int cmd_run(int argc, char **argv) {
                    100 * d.t_seq_loop / (st_sp.t_draft + st_sp.t_sched + st_sp.t_verify));
         if (rc.baseline) {
             double dec_ar = st_ar.t_draft + st_ar.t_sched + st_ar.t_verify, dec_sp = st_sp.t_draft + st_sp.t_sched + st_sp.t_verify;
-            /* at T > 0 the modes' outputs differ in length: the speculative time at the autoregressive
-             * lengths, as engine/metrics.h (at T = 0, wall_sp itself) */
-            double sp_adj = DS_MAX(0.0, wall_sp - dec_sp) + (double)st_ar.emitted * dec_sp / (double)DS_MAX(st_sp.emitted, 1);
+            /* at T > 0 the modes' outputs differ in length: engine/metrics.h */
             printf("wall speedup over the autoregressive baseline: %.3fx (prefill included: %.1f s of its %.1f s); "
-                   "decode only: %.3fx\n", wall_ar / sp_adj, st_ar.t_prefill, wall_ar,
-                   ((double)st_sp.emitted / dec_sp) / ((double)DS_MAX(st_ar.emitted, 1) / dec_ar));
+                   "decode only: %.3fx\n", speedup_wall(wall_ar, wall_sp, dec_sp, st_ar.emitted, st_sp.emitted),
+                   st_ar.t_prefill, wall_ar, speedup_decode(dec_ar, dec_sp, st_ar.emitted, st_sp.emitted));
         }
     }
     ret = 0;

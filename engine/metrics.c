@@ -127,17 +127,21 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     m->accept_rate = m->verified ? (double)m->accepted / (double)m->verified : 0;
     m->ar_tok_s = m->ar_wall > 0 ? m->ar_tokens / m->ar_wall : 0;
     m->sp_tok_s = m->sp_wall > 0 ? m->sp_tokens / m->sp_wall : 0;
-    /* metrics.h: the speculative time rescaled to the autoregressive output lengths (its prefill, then
-     * the AR's decoded tokens at its own decode rate); at T = 0 the lengths are equal and this is sp_wall */
     m->sp_decode = m->t_draft + m->t_sched + m->t_verify;
-    if (m->emitted > 0 && m->ar_emitted > 0 && m->sp_decode > 0) {
-        double sp_adj = DS_MAX(0.0, m->sp_wall - m->sp_decode) + (double)m->ar_emitted * m->sp_decode / (double)m->emitted;
-        m->speedup = m->ar_wall > 0 ? m->ar_wall / sp_adj : 0;
-    } else {
-        m->speedup = m->sp_wall > 0 && m->ar_wall > 0 ? m->ar_wall / m->sp_wall : 0;
-    }
-    m->decode_speedup = m->sp_decode > 0 && m->ar_decode > 0 && m->ar_emitted > 0
-                            ? ((double)m->emitted / m->sp_decode) / ((double)m->ar_emitted / m->ar_decode)
-                            : 0;
+    m->speedup = speedup_wall(m->ar_wall, m->sp_wall, m->sp_decode, m->ar_emitted, m->emitted);
+    m->decode_speedup = speedup_decode(m->ar_decode, m->sp_decode, m->ar_emitted, m->emitted);
     return 0;
+}
+
+/* the speculative time rescaled to the autoregressive output lengths (its prefill, then the AR's
+ * decoded tokens at its own decode rate); at T = 0 the lengths are equal and this is sp_wall */
+double speedup_wall(double ar_wall, double sp_wall, double sp_decode, long ar_emitted, long sp_emitted) {
+    if (ar_wall <= 0 || sp_wall <= 0) return 0;
+    if (sp_emitted <= 0 || ar_emitted <= 0 || sp_decode <= 0) return ar_wall / sp_wall;
+    return ar_wall / (DS_MAX(0.0, sp_wall - sp_decode) + (double)ar_emitted * sp_decode / (double)sp_emitted);
+}
+
+double speedup_decode(double ar_decode, double sp_decode, long ar_emitted, long sp_emitted) {
+    if (sp_decode <= 0 || ar_decode <= 0 || ar_emitted <= 0) return 0;
+    return ((double)sp_emitted / sp_decode) / ((double)ar_emitted / ar_decode);
 }

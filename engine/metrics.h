@@ -38,6 +38,11 @@ typedef struct {
     int max_pos;
 } metrics;
 
+/* the two speedups as defined above, from both modes' wall and decode seconds and the tokens their
+ * decoding rounds emitted (0 where a side has nothing to divide by; `report` and `run` both call these) */
+double speedup_wall(double ar_wall, double sp_wall, double sp_decode, long ar_emitted, long sp_emitted);
+double speedup_decode(double ar_decode, double sp_decode, long ar_emitted, long sp_emitted);
+
 /* group: "" = all requests; "dataset:NAME" or "domain:NAME" */
 int metrics_compute(const trace_data *d, const char *group, metrics *m);
 
