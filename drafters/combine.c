@@ -376,6 +376,8 @@ static int open_member(drafter *d, int i, const cJSON *obj, target *t) {
     c->n = i + 1;
     DS_CHECK(mb->d.has_conf, "drafter: members[%d] (%s) has no confidences: combine compares expected accepted lengths",
              i, nm->valuestring);
+    DS_CHECK(!mb->d.tree_nodes, "drafter: members[%d] (%s) drafts trees (tree_nodes %d): combine chooses among chains",
+             i, nm->valuestring, mb->d.tree_nodes);
     for (int j = 0; j < mb->d.n_capture; j++) {
         int l = mb->d.capture_layers[j], s = 0;
         while (s < d->n_capture && d->capture_layers[s] != l) s++;

@@ -94,6 +94,7 @@ struct drafter {
     int deterministic;       /* drafts are a function of the context (q = delta(x), no draws): training-free */
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
     int tree_nodes;          /* > 0: it proposes trees of up to this many nodes (its "tree_nodes") */
+    int tree_sampled;        /* its trees' children are drawn at T > 0 (TREE_WOR), not a function of the context */
     int observe_prompt;      /* with ops->observe: the prompt's last rows it is handed at prefill (0: none) */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];

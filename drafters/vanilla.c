@@ -19,13 +19,27 @@
  * not free ("draft_lookup_cost", its cost as a share of a one-token forward, default 0.1: the 0.5B's
  * cost(8)/cost(1) is 1.75 on two cores), so a looked-up token is fed only while the chance that it and
  * those before it are drawn exceeds that cost: per n-gram length and position, a running mean of
- * whether fed tokens were drawn (one token in 8 forwards is fed regardless, to keep measuring). */
+ * whether fed tokens were drawn (one token in 8 forwards is fed regardless, to keep measuring).
+ *
+ * "tree_nodes": N > 0 (with "tree_width": w, default 2) proposes a tree: the chain as above, to depth
+ * N / w at most, and beside each of its drafts up to w - 1 siblings from the same row, which cost the
+ * draft LM nothing (they are leaves: never fed to it). At T = 0 the siblings are the row's next best
+ * tokens (deterministic children, TREE_TOPK); at T > 0 they are drawn from q without replacement (the
+ * chain's draft and earlier siblings removed, TREE_WOR), each with the law it was drawn from, so the
+ * verifier's multi-step rejection is exact. A node's confidence is its path probability: the chain's
+ * c_1 ... c_(k-1) times the row's top probability for the chain's draft and its (r + 1)-th largest for
+ * sibling r - functions of the row, never of the drawn token, so the scheduler's cut stays lossless.
+ * Nodes come best first (parents first, siblings in the order they are tried), so `greedy`'s admitted
+ * nodes are a prefix. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/base/common.h"
 #include "../runtime/jcfg.h"
+#include "../verify/verify.h"
 #include "drafter.h"
+#include "tree_build.h"
 #include "vanilla_lm.h"
 
 #define VLM_MATS 7 /* wq wk wv wo w_gate w_up w_down */
@@ -57,6 +71,10 @@ typedef struct {
     float hit[LOOKUP_NGRAM + 1][LOOKUP_MAX]; /* P(the j-th looked-up token is drawn and its row read | those
                                               * before were), by match length */
     int g;           /* the match length of the tokens fed last */
+    int tree_nodes, tree_width; /* > 0: a tree (the chain and w - 1 siblings beside each draft) */
+    int *sib_tok, *sib_depth; /* a proposal's siblings: token, depth (0-based, the chain draft's index) */
+    float *sib_conf, *sib_raw, *sib_q; /* their row probability (calibrated, raw) and q rows [tree_nodes][V] */
+    int n_sib;
     lp_scratch scr;
 } vanilla;
 
@@ -166,6 +184,9 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_str(&r, "head_type", &ht));
     DS_TRY(jcfg_int(&r, "draft_lookup", 0, LOOKUP_MAX, &la));
     DS_TRY(jcfg_double(&r, "draft_lookup_cost", 0, 1, &lc));
+    v->tree_width = 2;
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &v->tree_nodes));
+    DS_TRY(jcfg_int(&r, "tree_width", 2, TREE_MAX_K, &v->tree_width));
     v->lookup = la, v->row_cost = (float)lc;
     for (int g = 0; g <= LOOKUP_NGRAM; g++)
         for (int j = 0; j < LOOKUP_MAX; j++) v->hit[g][j] = 0.5f;
@@ -234,6 +255,16 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
         snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe),
                  ", its own chain sped by %d looked-up tokens a step", v->lookup);
     DS_TRYP(v->qalt = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
+    if (v->tree_nodes) {
+        int n = v->tree_nodes;
+        DS_TRYP(v->sib_tok = ds_malloc(sizeof(int) * (size_t)n * 2, "draft tree"));
+        v->sib_depth = v->sib_tok + n;
+        DS_TRYP(v->sib_conf = ds_malloc(sizeof(float) * (size_t)n * 2, "draft tree"));
+        v->sib_raw = v->sib_conf + n;
+        DS_TRYP(v->sib_q = ds_malloc(sizeof(float) * (size_t)n * V, "draft tree"));
+        tree_mark(d, "a chain with siblings", v->tree_nodes, v->tree_width);
+        d->tree_sampled = 1;
+    }
     return 0;
 fail:
     return -1; /* close() frees what was made */
@@ -317,6 +348,93 @@ static int feed(vanilla *v, vstate *s, const int *tok, int n, const int *h, int 
 /* the j-th looked-up token of the last feed: its row read (1) or not (0), into the running mean */
 static void hit_seen(vanilla *v, int j, int read) { v->hit[v->g][j] += 0.1f * ((float)read - v->hit[v->g][j]); }
 
+/* the siblings of chain draft k (the row z it was drawn from) into v->sib_*: the row's next best tokens
+ * at T = 0, draws from q_k without replacement at T > 0, w - 1 at most and `room` at most. Their
+ * confidence is the row's (r + 1)-th largest probability (calibrated as the draft's own c_k): a
+ * function of the row, never of the token drawn. */
+static int siblings(vanilla *v, request *r, const sampling_params *sp, const draft_contract *ck, int k, int room,
+                    const float *z, draft_block *out) {
+    int ids[TREE_MAX_K], V = out->V, x = out->tok[k], greedy = sampling_is_greedy(sp);
+    float p[TREE_MAX_K];
+    int m = tree_topk_softmax(z, v->svp->Vd, v->svp->vid, v->tree_width, ids, p, v->qalt);
+    const float *prev = out->q + (size_t)k * V;
+    int drop = x; /* the token the next sibling's law leaves out */
+    for (int rk = 1, j = 0; rk < m && room > 0; rk++, room--) {
+        float *qs = v->sib_q + (size_t)v->n_sib * V;
+        memcpy(qs, prev, sizeof(float) * (size_t)V);
+        int s;
+        if (greedy) { /* the next of the row's best tokens that is not the chain's draft */
+            while (j < m && ids[j] == x) j++;
+            if (j == m) break;
+            s = ids[j++];
+        } else { /* drawn from q_k with the draft and the earlier siblings removed: the law it is drawn from */
+            qs[drop] = 0;
+            if (!(row_sum(qs, V) > 0)) break; /* q_k's support is used up */
+            DS_CHECK((s = rng_draw(&r->rng_draft, qs, V)) >= 0, "vanilla: no sibling to draw at depth %d", k + 1);
+            prev = qs, drop = s;
+        }
+        double lg = log(p[rk] + 1e-12) - log1p(-p[rk] + 1e-12);
+        if (ck && k < ck->n_calib && ck->calib[k] > 0) lg /= ck->calib[k];
+        v->sib_tok[v->n_sib] = s, v->sib_depth[v->n_sib] = k;
+        v->sib_raw[v->n_sib] = p[rk], v->sib_conf[v->n_sib] = (float)(1 / (1 + exp(-lg)));
+        v->n_sib++;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* the chain out->tok[0..n) and the siblings of its drafts into one tree in out, best first: a node's
+ * confidence is its path probability (its ancestors' c times its own), sorted descending and stable
+ * over an order with parents first and a draft before its siblings, so every prefix is a tree whose
+ * siblings come in the order they were drawn (the order verification must try them). */
+static void tree_assemble(vanilla *v, draft_block *out, int greedy) {
+    int n = out->n, V = out->V, N = 0;
+    struct node {
+        float c, cr;
+        int depth, sib; /* the chain's draft at depth (sib -1) or sibling sib */
+    } nd[DRAFT_TREE_MAX], t;
+    int pos[DRAFT_TREE_MAX], chain_pos[64], tok[DRAFT_TREE_MAX], par[DRAFT_TREE_MAX];
+    float conf[DRAFT_TREE_MAX], raw[DRAFT_TREE_MAX];
+    float P = 1, Pr = 1; /* the path probability of the chain's first k drafts */
+    for (int k = 0, i = 0; k < n; k++) {
+        float ck = out->conf[k], cr = out->conf_raw ? out->conf_raw[k] : ck, last = ck, lastr = cr;
+        nd[N++] = (struct node){P * ck, Pr * cr, k, -1};
+        for (; i < v->n_sib && v->sib_depth[i] <= k; i++) {
+            if (v->sib_depth[i] < k) continue;
+            /* never above the draft or an earlier sibling: parents and order survive rounding */
+            last = fminf(last, v->sib_conf[i]), lastr = fminf(lastr, v->sib_raw[i]);
+            nd[N++] = (struct node){P * last, Pr * lastr, k, i};
+        }
+        P *= ck, Pr *= cr;
+    }
+    for (int i = 1; i < N; i++) { /* stable: equal confidences keep parents and drafts first */
+        int j = i;
+        for (t = nd[i]; j > 0 && nd[j - 1].c < t.c; j--) nd[j] = nd[j - 1];
+        nd[j] = t;
+    }
+    for (int i = 0; i < N; i++)
+        if (nd[i].sib < 0) chain_pos[nd[i].depth] = i;
+    for (int i = 0; i < N; i++) {
+        pos[i] = nd[i].sib < 0 ? nd[i].depth : -1;
+        tok[i] = nd[i].sib < 0 ? out->tok[nd[i].depth] : v->sib_tok[nd[i].sib];
+        par[i] = nd[i].depth ? chain_pos[nd[i].depth - 1] : -1;
+        conf[i] = nd[i].c, raw[i] = nd[i].cr;
+    }
+    /* the drafts' q rows move up to their places, deepest first (a draft's place is never before its
+     * row), then the siblings' rows fill theirs */
+    for (int k = n - 1; k >= 0; k--)
+        if (chain_pos[k] != k) memcpy(out->q + (size_t)chain_pos[k] * V, out->q + (size_t)k * V, sizeof(float) * (size_t)V);
+    for (int i = 0; i < N; i++)
+        if (pos[i] < 0) memcpy(out->q + (size_t)i * V, v->sib_q + (size_t)nd[i].sib * V, sizeof(float) * (size_t)V);
+    memcpy(out->tok, tok, sizeof(int) * (size_t)N);
+    memcpy(out->parent, par, sizeof(int) * (size_t)N);
+    memcpy(out->conf, conf, sizeof(float) * (size_t)N);
+    if (out->conf_raw) memcpy(out->conf_raw, raw, sizeof(float) * (size_t)N);
+    out->n = N;
+    out->tree = greedy ? TREE_TOPK : TREE_WOR;
+}
+
 static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
@@ -326,7 +444,10 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     /* feed what the draft cache lacks: the anchor, and accepted tokens it never saw */
     DS_CHECK(s->kv->len < r->toks.n, "vanilla: a proposal over a cache of %d rows with %d committed tokens (a second "
              "proposal without a commit or a rewind)", s->kv->len, r->toks.n);
+    int nodes = gamma; /* a tree's budget: the chain to depth nodes / w, w - 1 siblings beside each draft */
+    if (v->tree_nodes) gamma = DS_MAX(1, DS_MIN(nodes, out->cap) / v->tree_width);
     gamma = DS_MIN(DS_MIN(gamma, (int)(sizeof s->tok / sizeof *s->tok)), v->m->cfg.max_seq - s->kv->len);
+    v->n_sib = 0;
     int nh = r->toks.n;
     if (v->lookup) { /* the history the lookup reads: the request's tokens, then the drafts as they come */
         if (nh + gamma > v->cap_hist) {
@@ -345,6 +466,9 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
                                  v->qalt));
         out->n = k + 1;
         v->n_drafts++;
+        if (v->tree_nodes)
+            DS_TRY(siblings(v, r, sp, c ? &c->contract : NULL, k, DS_MIN(nodes, out->cap) - gamma - v->n_sib,
+                            v->z + (size_t)zi * Vd, out));
         if (k + 1 < gamma && out->more && out->conf && !out->more(out->more_ctx, k + 1, out->conf)) {
             if (d->fault == FAULT_DRAFT_STOP_PEEKS && out->q[(size_t)k * out->V + out->tok[k]] < out->conf_raw[k])
                 out->n = k; /* the control: a stop that also drops x_k by its own value */
@@ -368,6 +492,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         }
     }
     kv_cache_crop(s->kv, s->base + s->n_cached); /* the cache holds the anchor's history and the fed drafts */
+    if (v->tree_nodes && out->n > 0) tree_assemble(v, out, sampling_is_greedy(sp));
     return 0;
 fail:
     out->n = 0;
@@ -428,7 +553,7 @@ static void vanilla_close(drafter *d) {
     backend *be = v->be;
     fwd_state_free(&v->fs);
     if (be) be->release(be, v->Xd), be->release(be, v->Zd);
-    free(v->hid), free(v->z), free(v->qalt), free(v->hist);
+    free(v->hid), free(v->z), free(v->qalt), free(v->hist), free(v->sib_tok), free(v->sib_conf), free(v->sib_q);
     lp_scratch_free(&v->scr);
     /* the backend keys its copies by the data's address: forget them before the data is freed */
     if (be && v->svp && v->svp->rows) be->forget_mats(be, (const qmat *[]){&v->svp->head}, 1);
@@ -454,7 +579,9 @@ const drafter_ops drafter_vanilla = {
     "(either with \"draft_vocab\": N, a head over the N first token ids by merge rank, and \"head_type\": \"q5_0\" | "
     "\"q4_1\", its head re-quantized; \"draft_lookup\": m, up to m prompt-lookup tokens fed with each of its "
     "forwards while their running hit rate pays for the row (\"draft_lookup_cost\": its share of a forward, "
-    "default 0.1), the drafts it draws unchanged) "
+    "default 0.1), the drafts it draws unchanged; \"tree_nodes\": N > 0, a tree: the chain to depth N / w and "
+    "\"tree_width\" w - 1 siblings beside each draft, the row's next best tokens at T = 0, drawn without "
+    "replacement at T > 0, verified exactly) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
     vanilla_close,
@@ -465,5 +592,8 @@ const drafter_ops drafter_vanilla = {
     "{\"n_layers\": 1, \"vocab_ids\": [6, 1, 4, 0, 7, 2], \"draft_lookup\": 2}",
     "{\"layers\": 24, \"draft_lookup\": 4}",
     .train = &vlm_train_family,
+    /* its tree: two drafts deep, a sibling beside each (drawn without replacement at T > 0), over 3
+     * draft tokens so that the enumeration of every draw stays at 36 draft paths a round */
+    .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4}",
     .report = vanilla_report,
 };

@@ -769,10 +769,19 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++, 0, 0)) goto done;
         /* its tree mode: tree rounds verified whole (fixed) or priced node by node (greedy), exact at each
          * setting and sampled in a batch (requests whose trees differ in one forward) */
+        int tree_sampled = 0;
+        if (dops->gate_config_tree) {
+            if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, 1)) goto done;
+            tree_sampled = probe.d.tree_sampled;
+            rw_close(&probe);
+        }
         for (int ts = 0; ts < 2 && dops->gate_config_tree; ts++) {
             const char *tsn = ts ? "greedy" : "fixed";
             for (int e = 0; e < n_exact; e++) {
                 if (ts && (exact_settings[e] == S_GREEDY || exact_settings[e] == S_FULL)) continue;
+                /* sampled children (a draft LM's siblings): full support multiplies every draw's branches
+                 * (3.5M paths, minutes); top-k and top-p enumerate the same rules over fewer tokens */
+                if (tree_sampled && exact_settings[e] == S_FULL) continue;
                 if (run_one(rep, &pd, dops, tsn, exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1, 0)) goto done;
             }
             if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1, 0)) goto done;

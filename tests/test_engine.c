@@ -405,6 +405,7 @@ static void test_combine(void **state) {
         {"{\"members\": [{\"name\": \"combine\", \"members\": []}]}", "members[0] is a combine"},
         {"{\"members\": [{\"name\": \"dflash\", \"layers\": 1, \"gamma\": 3, \"taps\": [0, 1]}]}",
          "members[0] (dflash) has no confidences"},
+        {"{\"members\": [{\"name\": \"recycling\", \"tree_nodes\": 4}]}", "members[0] (recycling) drafts trees"},
         {"{\"members\": [{\"name\": \"ngram\"}], \"prior\": 2}", "prior"},
         {"{\"members\": [{\"name\": \"ngram\"}], \"member\": 1}", "member"},
     };

@@ -535,6 +535,92 @@ static void test_lookup_short_chains(void **state) {
     remove(path);
 }
 
+
+/* "tree_nodes": the chain with siblings beside each draft. At T = 0 the chain is the chain mode's
+ * (same drafts, same q) and each sibling is its row's next best token (TREE_TOPK); at T = 1 the
+ * siblings are drawn without replacement (TREE_WOR): a sibling's q row is the draft's with the draft
+ * and the earlier siblings removed, and holds the sibling. Nodes come best first: parents before
+ * children, confidences descending, a draft before its siblings. */
+static void test_tree_siblings(void **state) {
+    (void)state;
+    char path[600];
+    target t;
+    lookup_target(&t, path, sizeof path, "tree-qwen2.gguf");
+    const char *cfgs[2] = {"{\"layers\": 1}", "{\"layers\": 1, \"tree_nodes\": 9, \"tree_width\": 3}"};
+    drafter dr[2];
+    request rq[2];
+    draft_block blk[2];
+    int V = t.m.cfg.vocab_size, prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = (7 * i + 3) % V;
+    for (int i = 0; i < 2; i++) {
+        cJSON *c = cJSON_Parse(cfgs[i]);
+        if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
+        cJSON_Delete(c);
+        assert_int_equal(draft_block_init(&blk[i], 9, V, 1), 0);
+        assert_int_equal(request_init(&rq[i], &t, 0, prompt, 15, 200, 7), 0);
+        assert_int_equal(ivec_push(&rq[i].toks, prompt[15]), 0);
+        if (dr[i].ops->begin(&dr[i], &rq[i], NULL)) fail_msg("%s", ds_errmsg());
+    }
+    assert_int_equal(dr[1].tree_nodes, 9);
+    int n_sib = 0, n_wor = 0;
+    for (int round = 0; round < 8; round++) {
+        sampling_params sp = {round % 2 ? 1.0f : 0.0f, 0, 1.0f};
+        for (int i = 0; i < 2; i++) {
+            blk[i].tree = TREE_CHAIN;
+            rng_seed(&rq[i].rng_draft, 900 + (uint64_t)round);
+            if (dr[i].ops->propose(&dr[i], &rq[i], i ? 9 : 3, &sp, &blk[i])) fail_msg("%s", ds_errmsg());
+        }
+        const draft_block *b = &blk[1];
+        assert_int_equal(b->tree, round % 2 ? TREE_WOR : TREE_TOPK);
+        assert_true(b->n > 3 && b->n <= 9);
+        int chain[3], nc = 0;
+        for (int i = 0; i < b->n; i++) {
+            assert_true(b->parent[i] >= -1 && b->parent[i] < i);
+            if (i) assert_true(b->conf[i] <= b->conf[i - 1]);
+            int first = 1; /* the first child of its parent: the chain's draft */
+            for (int j = 0; j < i; j++) first &= b->parent[j] != b->parent[i];
+            if (first) {
+                assert_int_equal(b->parent[i], nc ? chain[nc - 1] : -1);
+                chain[nc++] = i;
+                continue;
+            }
+            n_sib++;
+            const float *q = b->q + (size_t)i * V;
+            int d = 0; /* the draft it is a sibling of, and its siblings tried before it */
+            while (chain[d] != i && b->parent[chain[d]] != b->parent[i]) d++;
+            assert_true(b->tok[i] != b->tok[chain[d]]);
+            for (int j = 0; j < i; j++)
+                if (b->parent[j] == b->parent[i]) {
+                    assert_true(b->tok[j] != b->tok[i]);
+                    if (round % 2) assert_true(q[b->tok[j]] == 0.0f); /* drawn without replacement */
+                }
+            if (round % 2) assert_true(q[b->tok[i]] > 0), n_wor++;
+        }
+        assert_int_equal(nc, 3);
+        for (int k = 0; k < 3; k++) { /* the chain is the chain mode's: the sibling draws come after it */
+            if (round % 2) continue;
+            assert_int_equal(b->tok[chain[k]], blk[0].tok[k]);
+            assert_memory_equal(b->q + (size_t)chain[k] * V, blk[0].q + (size_t)k * V, sizeof(float) * (size_t)V);
+        }
+        int next = blk[0].tok[0];
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(ivec_push(&rq[i].toks, next), 0);
+            if (dr[i].ops->commit(&dr[i], &rq[i], 0, next, NULL)) fail_msg("%s", ds_errmsg());
+        }
+    }
+    printf("  vanilla tree of 9 (width 3): chains equal to the chain mode's at T = 0, %d siblings, %d drawn without "
+           "replacement at T = 1\n", n_sib, n_wor);
+    assert_true(n_sib >= 8 * 4 && n_wor >= 4 * 4);
+    for (int i = 0; i < 2; i++) {
+        dr[i].ops->end(&dr[i], &rq[i]);
+        request_free(&rq[i], &t);
+        draft_block_free(&blk[i]);
+        drafter_close(&dr[i]);
+    }
+    target_close(&t);
+    remove(path);
+}
+
 static void test_overfit_gate(void **state) {
     (void)state;
     overfit_gate(0);
@@ -549,6 +635,7 @@ int main(void) {
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_lookup_same_drafts),
         cmocka_unit_test(test_lookup_short_chains),
+        cmocka_unit_test(test_tree_siblings),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
     };

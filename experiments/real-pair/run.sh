@@ -43,7 +43,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dspark-bench
 TGT_PATH=$CACHE/$(python3 scripts/fetch_model.py --list | awk -v m=$TGT '$1 == m { print $2 }')
 DFT_PATH=$CACHE/$(python3 scripts/fetch_model.py --list | awk -v m=$DFT '$1 == m { print $2 }')
 mkdir -p $O
-[ -f $O/sps.json ] || $B bench-target --model $TGT --threads $T --max-B 16 --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
+[ -f $O/sps.json ] || $B bench-target --model $TGT --threads $T --max-B ${SPS_MAX_B:-24} --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
 if [ "$LLAMA" = 1 ]; then
     BIN=${LLAMA_BIN:-}
     [ -n "$BIN" ] || BIN=$(scripts/build_llamacpp.sh llama-speculative llama-lookup | tail -n 1)
@@ -62,6 +62,9 @@ configs() {
     echo "vanilla-lookup-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_vocab\": 32768, \"draft_lookup\": 6, \"draft_lookup_cost\": 0}|greedy|8|0 1"
     echo "vanilla-lookupfull-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"draft_lookup_cost\": 0}|greedy|8|0 1"
     echo "vanilla-lookupadapt-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}|greedy|8|0 1"
+    # the same with a sibling beside each draft (the row's next best token at T = 0, a draw without
+    # replacement at T = 1): a tree of 16 nodes, the chain to depth 8, priced node by node by greedy
+    echo "vanilla-lookupadapt-tree16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16}|greedy|16|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
         echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
