@@ -153,7 +153,10 @@ static int rw_target_law(rworld *w) {
  * c_1 * median(c_2) and an SPS curve on which Algorithm 1 verifies x_2 exactly when c_2 is above
  * its median (and x_1 always). Without confidences a plain falling curve. */
 static int rw_tune(rworld *w, int retro) {
-    int B[4] = {1, 2, 3, 4};
+    /* per request: a batch of n_req requests pays for its i-th draft each at B = (i + 1) n_req, so
+     * the batch search admits what a lone request's would (on B = 1..4 a batch of 16 sits on the
+     * curve's far end, where no draft paid: its sampled cases verified nothing) */
+    int B[4] = {w->n_req, 2 * w->n_req, 3 * w->n_req, 4 * w->n_req};
     double S[4] = {1.0, 0.9, 0.8, 0.7};
     if (w->d.has_conf) {
         draft_block blk;
