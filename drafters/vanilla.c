@@ -30,7 +30,10 @@
  * c_1 ... c_(k-1) times the row's top probability for the chain's draft and its (r + 1)-th largest for
  * sibling r - functions of the row, never of the drawn token, so the scheduler's cut stays lossless.
  * Nodes come best first (parents first, siblings in the order they are tried), so `greedy`'s admitted
- * nodes are a prefix. */
+ * nodes are a prefix. A sibling's row probability overstates its chance where the target's residual
+ * lies off the draft's top (a draw at T = 1 is accepted ~13 % of the time on the 1.5B), so it is
+ * scaled by the accepted over the summed row probabilities of the siblings verified whose parent was
+ * reached (tree_calib: past rounds and finished requests only, so the gate's replays stay exact). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +78,7 @@ typedef struct {
     int *sib_tok, *sib_depth; /* a proposal's siblings: token, depth (0-based, the chain draft's index) */
     float *sib_conf, *sib_raw, *sib_q; /* their row probability (calibrated, raw) and q rows [tree_nodes][V] */
     int n_sib;
+    tree_calib cal;  /* tree mode: finished requests' reached siblings (their row probabilities, accepted) */
     lp_scratch scr;
 } vanilla;
 
@@ -84,6 +88,11 @@ typedef struct {
     int proposed;    /* a proposal since the last commit (under combine a member may skip a round) */
     int n_cached;    /* its drafts in the cache (rows base .. base + n_cached - 1) */
     int tok[64];     /* ... and their tokens */
+    /* tree mode: the last tree's nodes (parent, token, a sibling's row probability or -1 for a chain
+     * draft), how many were verified, and this request's reached siblings */
+    int tn, tpar[DRAFT_TREE_MAX], ttok[DRAFT_TREE_MAX], n_verified;
+    float trow[DRAFT_TREE_MAX];
+    tree_calib cal;
 } vstate;
 
 /* the distilled LM as a model view: the target's config with its layers, its final norm, the target's
@@ -355,6 +364,7 @@ static void hit_seen(vanilla *v, int j, int read) { v->hit[v->g][j] += 0.1f * ((
 static int siblings(vanilla *v, request *r, const sampling_params *sp, const draft_contract *ck, int k, int room,
                     const float *z, draft_block *out) {
     int ids[TREE_MAX_K], V = out->V, x = out->tok[k], greedy = sampling_is_greedy(sp);
+    double scale = tree_calib_scale(&v->cal, &((vstate *)r->dstate)->cal);
     float p[TREE_MAX_K];
     int m = tree_topk_softmax(z, v->svp->Vd, v->svp->vid, v->tree_width, ids, p, v->qalt);
     const float *prev = out->q + (size_t)k * V;
@@ -376,7 +386,7 @@ static int siblings(vanilla *v, request *r, const sampling_params *sp, const dra
         double lg = log(p[rk] + 1e-12) - log1p(-p[rk] + 1e-12);
         if (ck && k < ck->n_calib && ck->calib[k] > 0) lg /= ck->calib[k];
         v->sib_tok[v->n_sib] = s, v->sib_depth[v->n_sib] = k;
-        v->sib_raw[v->n_sib] = p[rk], v->sib_conf[v->n_sib] = (float)(1 / (1 + exp(-lg)));
+        v->sib_raw[v->n_sib] = p[rk], v->sib_conf[v->n_sib] = (float)DS_MIN(1.0, scale / (1 + exp(-lg)));
         v->n_sib++;
     }
     return 0;
@@ -388,7 +398,7 @@ fail:
  * confidence is its path probability (its ancestors' c times its own), sorted descending and stable
  * over an order with parents first and a draft before its siblings, so every prefix is a tree whose
  * siblings come in the order they were drawn (the order verification must try them). */
-static void tree_assemble(vanilla *v, draft_block *out, int greedy) {
+static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) {
     int n = out->n, V = out->V, N = 0;
     struct node {
         float c, cr;
@@ -398,7 +408,7 @@ static void tree_assemble(vanilla *v, draft_block *out, int greedy) {
     float conf[DRAFT_TREE_MAX], raw[DRAFT_TREE_MAX];
     float P = 1, Pr = 1; /* the path probability of the chain's first k drafts */
     for (int k = 0, i = 0; k < n; k++) {
-        float ck = out->conf[k], cr = out->conf_raw ? out->conf_raw[k] : ck, last = ck, lastr = cr;
+        float ck = out->conf ? out->conf[k] : 1, cr = out->conf_raw ? out->conf_raw[k] : ck, last = ck, lastr = cr;
         nd[N++] = (struct node){P * ck, Pr * cr, k, -1};
         for (; i < v->n_sib && v->sib_depth[i] <= k; i++) {
             if (v->sib_depth[i] < k) continue;
@@ -420,7 +430,9 @@ static void tree_assemble(vanilla *v, draft_block *out, int greedy) {
         tok[i] = nd[i].sib < 0 ? out->tok[nd[i].depth] : v->sib_tok[nd[i].sib];
         par[i] = nd[i].depth ? chain_pos[nd[i].depth - 1] : -1;
         conf[i] = nd[i].c, raw[i] = nd[i].cr;
+        st->tpar[i] = par[i], st->ttok[i] = tok[i], st->trow[i] = nd[i].sib < 0 ? -1 : v->sib_raw[nd[i].sib];
     }
+    st->tn = N, st->n_verified = 0;
     /* the drafts' q rows move up to their places, deepest first (a draft's place is never before its
      * row), then the siblings' rows fill theirs */
     for (int k = n - 1; k >= 0; k--)
@@ -429,7 +441,7 @@ static void tree_assemble(vanilla *v, draft_block *out, int greedy) {
         if (pos[i] < 0) memcpy(out->q + (size_t)i * V, v->sib_q + (size_t)nd[i].sib * V, sizeof(float) * (size_t)V);
     memcpy(out->tok, tok, sizeof(int) * (size_t)N);
     memcpy(out->parent, par, sizeof(int) * (size_t)N);
-    memcpy(out->conf, conf, sizeof(float) * (size_t)N);
+    if (out->conf) memcpy(out->conf, conf, sizeof(float) * (size_t)N);
     if (out->conf_raw) memcpy(out->conf_raw, raw, sizeof(float) * (size_t)N);
     out->n = N;
     out->tree = greedy ? TREE_TOPK : TREE_WOR;
@@ -461,6 +473,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     s->base = r->toks.n;
     s->proposed = 1;
     s->n_cached = 0;
+    s->tn = 0;
     for (int k = 0; k < gamma; k++) {
         DS_TRY(draft_from_logits(d, r, v->z + (size_t)zi * Vd, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr,
                                  v->qalt));
@@ -492,7 +505,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         }
     }
     kv_cache_crop(s->kv, s->base + s->n_cached); /* the cache holds the anchor's history and the fed drafts */
-    if (v->tree_nodes && out->n > 0) tree_assemble(v, out, sampling_is_greedy(sp));
+    if (v->tree_nodes && out->n > 0) tree_assemble(v, s, out, sampling_is_greedy(sp));
     return 0;
 fail:
     out->n = 0;
@@ -500,8 +513,24 @@ fail:
 }
 
 static int vanilla_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
-    DS_UNUSED(d), DS_UNUSED(n_accepted), DS_UNUSED(next_token), DS_UNUSED(hidden);
+    DS_UNUSED(d), DS_UNUSED(next_token), DS_UNUSED(hidden);
     vstate *s = r->dstate;
+    /* tree mode: the verified siblings whose parent was reached (the anchor, or a node on the accepted
+     * path) are judged: their row probabilities against whether they were the path's next node */
+    if (s->proposed && s->tn > 0) {
+        int on[DRAFT_TREE_MAX + 1] = {0}, u = -1; /* on[1 + i]: node i is on the accepted path */
+        on[0] = 1;
+        for (int j = 0; j < n_accepted; j++) {
+            int c = -1;
+            for (int i = 0; i < s->n_verified && c < 0; i++)
+                if (s->tpar[i] == u && s->ttok[i] == r->toks.v[s->base + j]) c = i;
+            if (c < 0) break;
+            on[1 + c] = 1, u = c;
+        }
+        for (int i = 0; i < s->n_verified; i++)
+            if (s->trow[i] >= 0 && on[1 + s->tpar[i]]) s->cal.conf += s->trow[i], s->cal.acc += on[1 + i];
+        s->tn = 0;
+    }
     /* keep the anchor and the cached drafts the round committed (its own accepted ones; under
      * combine another member's draft may have been verified: compare with the committed tokens);
      * the rest are forgotten and the next proposal feeds what the cache lacks */
@@ -517,6 +546,8 @@ static int vanilla_commit(drafter *d, request *r, int n_accepted, int next_token
 static void vanilla_end(drafter *d, request *r) {
     vstate *s = r->dstate;
     if (!s) return;
+    vanilla *v = d->impl;
+    v->cal.conf += s->cal.conf, v->cal.acc += s->cal.acc;
     kv_cache_free(d->t->be, s->kv);
     free(s);
     r->dstate = NULL;
@@ -526,7 +557,16 @@ static int vanilla_rewind(drafter *d, request *r) {
     DS_UNUSED(d);
     vstate *s = r->dstate;
     kv_cache_crop(s->kv, r->n_prompt); /* the prompt's cache stays valid */
-    s->base = s->n_cached = s->proposed = 0;
+    s->base = s->n_cached = s->proposed = s->tn = 0;
+    s->cal = (tree_calib){0, 0};
+    return 0;
+}
+
+/* tree mode: how many of the last tree's nodes were verified (the scheduler's prefix) */
+static int vanilla_observe(drafter *d, request *r, const int *in, const float *logits, int n, int prefill) {
+    DS_UNUSED(d), DS_UNUSED(in), DS_UNUSED(logits);
+    vstate *s = r->dstate;
+    if (!prefill && s->tn > 0) s->n_verified = DS_MIN(n - 1, s->tn);
     return 0;
 }
 
@@ -596,4 +636,5 @@ const drafter_ops drafter_vanilla = {
      * draft tokens so that the enumeration of every draw stays at 36 draft paths a round */
     .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4}",
     .report = vanilla_report,
+    .observe = vanilla_observe,
 };

@@ -621,6 +621,61 @@ static void test_tree_siblings(void **state) {
     remove(path);
 }
 
+
+/* A tree's sibling is priced by its row probability scaled by the accepted over the summed row
+ * probabilities of the siblings verified at a reached parent: rounds whose anchor sibling is verified
+ * and never accepted drive its price down; rounds that accept it drive it back up. */
+static void test_tree_calibration(void **state) {
+    (void)state;
+    char path[600];
+    target t;
+    lookup_target(&t, path, sizeof path, "tree-cal.gguf");
+    cJSON *c = cJSON_Parse("{\"layers\": 1, \"tree_nodes\": 4}");
+    drafter dr;
+    if (drafter_open(&dr, "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(c);
+    int V = t.m.cfg.vocab_size, prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = (5 * i + 1) % V;
+    request rq;
+    draft_block blk;
+    assert_int_equal(draft_block_init(&blk, 4, V, 1), 0);
+    assert_int_equal(request_init(&rq, &t, 0, prompt, 15, 400, 7), 0);
+    assert_int_equal(ivec_push(&rq.toks, prompt[15]), 0);
+    if (dr.ops->begin(&dr, &rq, NULL)) fail_msg("%s", ds_errmsg());
+    sampling_params sp = {0, 0, 1.0f};
+    double ratio[3] = {0, 0, 0}; /* the anchor sibling's price over its raw probability: first, after 48
+                                  * rejected rounds, after 48 more that accepted it */
+    for (int round = 0; round < 97; round++) {
+        blk.tree = TREE_CHAIN;
+        if (dr.ops->propose(&dr, &rq, 4, &sp, &blk)) fail_msg("%s", ds_errmsg());
+        int sib = -1, x = -1;
+        for (int i = 0; i < blk.n; i++)
+            if (blk.parent[i] == -1) {
+                if (x < 0) x = i;
+                else if (sib < 0) sib = i;
+            }
+        assert_true(x == 0 && sib > 0);
+        if (round == 0 || round == 48 || round == 96) ratio[round / 48] = blk.conf[sib] / blk.conf_raw[sib];
+        assert_int_equal(dr.ops->observe(&dr, &rq, NULL, NULL, blk.n + 1, 0), 0); /* every node verified */
+        int acc = round < 48 ? 0 : 1, next = (blk.tok[x] + 1) % V;
+        while (next == blk.tok[sib] || next == blk.tok[x]) next = (next + 1) % V;
+        if (acc) assert_int_equal(ivec_push(&rq.toks, blk.tok[sib]), 0); /* the sibling was the target's */
+        assert_int_equal(ivec_push(&rq.toks, next), 0);
+        if (dr.ops->commit(&dr, &rq, acc, next, NULL)) fail_msg("%s", ds_errmsg());
+    }
+    printf("  vanilla tree: the anchor sibling's price over its row probability %.3f at first, %.3f after 48 rounds "
+           "that rejected it, %.3f after 48 that accepted it\n", ratio[0], ratio[1], ratio[2]);
+    assert_true(fabs(ratio[0] - 1) < 0.05);
+    assert_true(ratio[1] < 0.6);
+    assert_true(ratio[2] > 2 * ratio[1]);
+    dr.ops->end(&dr, &rq);
+    request_free(&rq, &t);
+    draft_block_free(&blk);
+    drafter_close(&dr);
+    target_close(&t);
+    remove(path);
+}
+
 static void test_overfit_gate(void **state) {
     (void)state;
     overfit_gate(0);
@@ -636,6 +691,7 @@ int main(void) {
         cmocka_unit_test(test_lookup_same_drafts),
         cmocka_unit_test(test_lookup_short_chains),
         cmocka_unit_test(test_tree_siblings),
+        cmocka_unit_test(test_tree_calibration),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
     };
