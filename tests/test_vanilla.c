@@ -422,6 +422,36 @@ static void lookup_target(target *t, char *path, size_t n, const char *name) {
     if (target_open(t, path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
 }
 
+/* one vanilla drafter on a request over the lookup target (prompt[0..15) prefilled, prompt[15] the
+ * anchor): what the single-drafter tests share */
+typedef struct {
+    char path[600];
+    target t;
+    drafter d;
+    request r;
+    draft_block b;
+} lone;
+
+static void lone_open(lone *o, const char *file, const char *cfg, int cap, const int *prompt) {
+    lookup_target(&o->t, o->path, sizeof o->path, file);
+    cJSON *c = cJSON_Parse(cfg);
+    if (drafter_open(&o->d, "vanilla", c, &o->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(c);
+    assert_int_equal(draft_block_init(&o->b, cap, o->t.m.cfg.vocab_size, 1), 0);
+    assert_int_equal(request_init(&o->r, &o->t, 0, prompt, 15, 400, 7), 0);
+    assert_int_equal(ivec_push(&o->r.toks, prompt[15]), 0);
+    if (o->d.ops->begin(&o->d, &o->r, NULL)) fail_msg("%s", ds_errmsg());
+}
+
+static void lone_close(lone *o) {
+    o->d.ops->end(&o->d, &o->r);
+    request_free(&o->r, &o->t);
+    draft_block_free(&o->b);
+    drafter_close(&o->d);
+    target_close(&o->t);
+    remove(o->path);
+}
+
 static void test_lookup_same_drafts(void **state) {
     (void)state;
     char path[600];
@@ -495,44 +525,28 @@ static int never_more(void *ctx, int k, const float *conf) {
  * and every round fed 3 tokens. */
 static void test_lookup_short_chains(void **state) {
     (void)state;
-    char path[600];
-    target t;
-    lookup_target(&t, path, sizeof path, "lookup-short.gguf");
-    cJSON *c = cJSON_Parse("{\"layers\": 1, \"draft_lookup\": 4}");
-    drafter dr;
-    if (drafter_open(&dr, "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(c);
-    int V = t.m.cfg.vocab_size, pat[5] = {7, 31, 2, 50, 19}, prompt[16];
+    int pat[5] = {7, 31, 2, 50, 19}, prompt[16];
     for (int i = 0; i < 16; i++) prompt[i] = pat[i % 5];
-    request rq;
-    draft_block blk;
-    assert_int_equal(draft_block_init(&blk, 6, V, 1), 0);
-    blk.more = never_more;
-    assert_int_equal(request_init(&rq, &t, 0, prompt, 15, 400, 7), 0);
-    assert_int_equal(ivec_push(&rq.toks, prompt[15]), 0);
-    if (dr.ops->begin(&dr, &rq, NULL)) fail_msg("%s", ds_errmsg());
+    lone o;
+    lone_open(&o, "lookup-short.gguf", "{\"layers\": 1, \"draft_lookup\": 4}", 6, prompt);
+    o.b.more = never_more;
     sampling_params sp = {0, 0, 1.0f};
     long f0, d0, fed0, h0, f1, d1, fed1, h1;
     for (int round = 0; round < 64; round++) {
-        if (round == 32) lm_counts(&dr, &f0, &d0, &fed0, &h0);
-        if (dr.ops->propose(&dr, &rq, 6, &sp, &blk)) fail_msg("%s", ds_errmsg());
-        assert_int_equal(blk.n, 1);
-        int next = pat[rq.toks.n % 5]; /* the pattern goes on: the lookup always finds a continuation */
-        assert_int_equal(ivec_push(&rq.toks, next), 0);
-        if (dr.ops->commit(&dr, &rq, 0, next, NULL)) fail_msg("%s", ds_errmsg());
+        if (round == 32) lm_counts(&o.d, &f0, &d0, &fed0, &h0);
+        if (o.d.ops->propose(&o.d, &o.r, 6, &sp, &o.b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(o.b.n, 1);
+        int next = pat[o.r.toks.n % 5]; /* the pattern goes on: the lookup always finds a continuation */
+        assert_int_equal(ivec_push(&o.r.toks, next), 0);
+        if (o.d.ops->commit(&o.d, &o.r, 0, next, NULL)) fail_msg("%s", ds_errmsg());
     }
-    lm_counts(&dr, &f1, &d1, &fed1, &h1);
+    lm_counts(&o.d, &f1, &d1, &fed1, &h1);
     printf("  draft_lookup 4 under chains stopped after one draft: %ld looked-up tokens fed in the first 32 rounds, "
            "%ld in the last 32 (%ld drawn)\n", fed0, fed1 - fed0, h1);
     assert_int_equal(h1, 0);
     assert_true(fed0 > 8);             /* it fed while it did not know */
     assert_true(fed1 - fed0 <= 32 / 8); /* then only the measuring forwards */
-    dr.ops->end(&dr, &rq);
-    request_free(&rq, &t);
-    draft_block_free(&blk);
-    drafter_close(&dr);
-    target_close(&t);
-    remove(path);
+    lone_close(&o);
 }
 
 
@@ -627,53 +641,38 @@ static void test_tree_siblings(void **state) {
  * and never accepted drive its price down; rounds that accept it drive it back up. */
 static void test_tree_calibration(void **state) {
     (void)state;
-    char path[600];
-    target t;
-    lookup_target(&t, path, sizeof path, "tree-cal.gguf");
-    cJSON *c = cJSON_Parse("{\"layers\": 1, \"tree_nodes\": 4}");
-    drafter dr;
-    if (drafter_open(&dr, "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(c);
-    int V = t.m.cfg.vocab_size, prompt[16];
+    int V = 64, prompt[16]; /* the lookup target's vocabulary */
     for (int i = 0; i < 16; i++) prompt[i] = (5 * i + 1) % V;
-    request rq;
-    draft_block blk;
-    assert_int_equal(draft_block_init(&blk, 4, V, 1), 0);
-    assert_int_equal(request_init(&rq, &t, 0, prompt, 15, 400, 7), 0);
-    assert_int_equal(ivec_push(&rq.toks, prompt[15]), 0);
-    if (dr.ops->begin(&dr, &rq, NULL)) fail_msg("%s", ds_errmsg());
+    lone o;
+    lone_open(&o, "tree-cal.gguf", "{\"layers\": 1, \"tree_nodes\": 4}", 4, prompt);
+    assert_int_equal(o.t.m.cfg.vocab_size, V);
     sampling_params sp = {0, 0, 1.0f};
     double ratio[3] = {0, 0, 0}; /* the anchor sibling's price over its raw probability: first, after 48
                                   * rejected rounds, after 48 more that accepted it */
     for (int round = 0; round < 97; round++) {
-        blk.tree = TREE_CHAIN;
-        if (dr.ops->propose(&dr, &rq, 4, &sp, &blk)) fail_msg("%s", ds_errmsg());
+        o.b.tree = TREE_CHAIN;
+        if (o.d.ops->propose(&o.d, &o.r, 4, &sp, &o.b)) fail_msg("%s", ds_errmsg());
         int sib = -1, x = -1;
-        for (int i = 0; i < blk.n; i++)
-            if (blk.parent[i] == -1) {
+        for (int i = 0; i < o.b.n; i++)
+            if (o.b.parent[i] == -1) {
                 if (x < 0) x = i;
                 else if (sib < 0) sib = i;
             }
         assert_true(x == 0 && sib > 0);
-        if (round == 0 || round == 48 || round == 96) ratio[round / 48] = blk.conf[sib] / blk.conf_raw[sib];
-        assert_int_equal(dr.ops->observe(&dr, &rq, NULL, NULL, blk.n + 1, 0), 0); /* every node verified */
-        int acc = round < 48 ? 0 : 1, next = (blk.tok[x] + 1) % V;
-        while (next == blk.tok[sib] || next == blk.tok[x]) next = (next + 1) % V;
-        if (acc) assert_int_equal(ivec_push(&rq.toks, blk.tok[sib]), 0); /* the sibling was the target's */
-        assert_int_equal(ivec_push(&rq.toks, next), 0);
-        if (dr.ops->commit(&dr, &rq, acc, next, NULL)) fail_msg("%s", ds_errmsg());
+        if (round == 0 || round == 48 || round == 96) ratio[round / 48] = o.b.conf[sib] / o.b.conf_raw[sib];
+        assert_int_equal(o.d.ops->observe(&o.d, &o.r, NULL, NULL, o.b.n + 1, 0), 0); /* every node verified */
+        int acc = round < 48 ? 0 : 1, next = (o.b.tok[x] + 1) % V;
+        while (next == o.b.tok[sib] || next == o.b.tok[x]) next = (next + 1) % V;
+        if (acc) assert_int_equal(ivec_push(&o.r.toks, o.b.tok[sib]), 0); /* the sibling was the target's */
+        assert_int_equal(ivec_push(&o.r.toks, next), 0);
+        if (o.d.ops->commit(&o.d, &o.r, acc, next, NULL)) fail_msg("%s", ds_errmsg());
     }
     printf("  vanilla tree: the anchor sibling's price over its row probability %.3f at first, %.3f after 48 rounds "
            "that rejected it, %.3f after 48 that accepted it\n", ratio[0], ratio[1], ratio[2]);
     assert_true(fabs(ratio[0] - 1) < 0.05);
     assert_true(ratio[1] < 0.6);
     assert_true(ratio[2] > 2 * ratio[1]);
-    dr.ops->end(&dr, &rq);
-    request_free(&rq, &t);
-    draft_block_free(&blk);
-    drafter_close(&dr);
-    target_close(&t);
-    remove(path);
+    lone_close(&o);
 }
 
 static void test_overfit_gate(void **state) {
