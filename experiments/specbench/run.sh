@@ -39,6 +39,7 @@ MODEL=${MODEL:-smollm2-135m}
 . scripts/specbench_lib.sh
 mkdir -p $O
 if [ "$MODEL" = smollm2-135m ]; then make model > /dev/null; else python3 scripts/fetch_model.py $MODEL; REF=none; fi
+[ "$MODEL" = qwen2.5-coder-1.5b ] && python3 scripts/fetch_model.py qwen2.5-coder-0.5b # the sibling rows' draft
 # SmolLM2's table as before; the 1.5B's to 32 tokens (a 16-node tree verifies 17), one context (a minute)
 SPSOPT="--max-B ${SPS_MAX_B:-16}"
 [ "$MODEL" = smollm2-135m ] || SPSOPT="--model $MODEL --max-B ${SPS_MAX_B:-32} --context2 0"
@@ -64,6 +65,11 @@ configs() {
     echo "recycling-static80|{\"name\": \"recycling\", \"tree_shape\": \"static\"}|64|$LIMIT|fixed"
     echo "recycling-static80-greedy|{\"name\": \"recycling\", \"tree_shape\": \"static\"}|64|$LIMIT|greedy"
     echo "combine|$COMBINE|8|$LIMIT|greedy"
+    # on the 1.5B: its 0.5B sibling (with its own lookup) as a chain and with a sibling beside each draft
+    if [ "$MODEL" = qwen2.5-coder-1.5b ]; then
+        echo "sibling-0.5b|{\"name\": \"vanilla\", \"model\": \"qwen2.5-coder-0.5b\", \"draft_lookup\": 6}|8|$LIMIT|greedy"
+        echo "sibling-0.5b-tree16-greedy|{\"name\": \"vanilla\", \"model\": \"qwen2.5-coder-0.5b\", \"draft_lookup\": 6, \"tree_nodes\": 16}|16|$LIMIT|greedy"
+    fi
     echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT|greedy"
     if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))|greedy"; fi
 }
@@ -114,7 +120,7 @@ S=$O/summary.md
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
         done
         for name in suffix-tree16-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy \
-            recycling-static80 recycling-static80-greedy; do
+            recycling-static80 recycling-static80-greedy sibling-0.5b-tree16-greedy; do
             if [ -f $O/$name-t$T.md ]; then echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; fi
         done
         for name in combine combine-ngram-suffix; do
