@@ -121,6 +121,10 @@ void drafter_close(drafter *d);
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
                       const draft_contract *ck, int k, draft_block *out, lp_scratch *scr, float *tmp);
 
+/* A probability p at draft position k (0-based) through the checkpoint's temperature calibration of
+ * position k (its logit divided by ck->calib[k]; ck NULL or uncalibrated: p itself) */
+double draft_conf_calibrated(double p, const draft_contract *ck, int k);
+
 /* A drafter's serving precision for matrices it may hold quantized on the backend (dspark's
  * head_precision, Medusa's and MTP's block_precision): read `key` from r ("auto" when absent;
  * anything but auto, q8_0, q4_1, f32 is an error naming it), then type_of decides the matrices'

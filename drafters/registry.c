@@ -116,13 +116,18 @@ int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv
     int bad;
     float mx = qk_max_scan(z, n, &bad); /* z passed logits_process: finite or -inf */
     /* the kernels' SIMD exponential: a libm exp per entry took ~1 ms a position over 49,152 */
-    double p = 1 / qk_exp_sum(z, mx, tmp, n), lg = log(p + 1e-12) - log1p(-p + 1e-12);
+    double p = 1 / qk_exp_sum(z, mx, tmp, n);
     if (out->conf_raw) out->conf_raw[k] = (float)p;
-    if (ck && k < ck->n_calib && ck->calib[k] > 0) lg /= ck->calib[k];
-    if (out->conf) out->conf[k] = (float)(1 / (1 + exp(-lg)));
+    if (out->conf) out->conf[k] = (float)draft_conf_calibrated(p, ck, k);
     return 0;
 fail:
     return -1;
+}
+
+double draft_conf_calibrated(double p, const draft_contract *ck, int k) {
+    double lg = log(p + 1e-12) - log1p(-p + 1e-12);
+    if (ck && k < ck->n_calib && ck->calib[k] > 0) lg /= ck->calib[k];
+    return 1 / (1 + exp(-lg));
 }
 
 int train_family_vocab(const train_cache *d, const target *t, int Vd, int full_vocab, int **ids) {

@@ -370,23 +370,21 @@ static int siblings(vanilla *v, request *r, const sampling_params *sp, const dra
     const float *prev = out->q + (size_t)k * V;
     int drop = x; /* the token the next sibling's law leaves out */
     for (int rk = 1, j = 0; rk < m && room > 0; rk++, room--) {
-        float *qs = v->sib_q + (size_t)v->n_sib * V;
-        memcpy(qs, prev, sizeof(float) * (size_t)V);
         int s;
-        if (greedy) { /* the next of the row's best tokens that is not the chain's draft */
+        if (greedy) { /* the next of the row's best tokens that is not the chain's draft (q unused: TREE_TOPK) */
             while (j < m && ids[j] == x) j++;
             if (j == m) break;
             s = ids[j++];
         } else { /* drawn from q_k with the draft and the earlier siblings removed: the law it is drawn from */
+            float *qs = v->sib_q + (size_t)v->n_sib * V;
+            memcpy(qs, prev, sizeof(float) * (size_t)V);
             qs[drop] = 0;
             if (!(row_sum(qs, V) > 0)) break; /* q_k's support is used up */
             DS_CHECK((s = rng_draw(&r->rng_draft, qs, V)) >= 0, "vanilla: no sibling to draw at depth %d", k + 1);
             prev = qs, drop = s;
         }
-        double lg = log(p[rk] + 1e-12) - log1p(-p[rk] + 1e-12);
-        if (ck && k < ck->n_calib && ck->calib[k] > 0) lg /= ck->calib[k];
         v->sib_tok[v->n_sib] = s, v->sib_depth[v->n_sib] = k;
-        v->sib_raw[v->n_sib] = p[rk], v->sib_conf[v->n_sib] = (float)DS_MIN(1.0, scale / (1 + exp(-lg)));
+        v->sib_raw[v->n_sib] = p[rk], v->sib_conf[v->n_sib] = (float)DS_MIN(1.0, scale * draft_conf_calibrated(p[rk], ck, k));
         v->n_sib++;
     }
     return 0;
@@ -404,7 +402,7 @@ static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) 
         float c, cr;
         int depth, sib; /* the chain's draft at depth (sib -1) or sibling sib */
     } nd[DRAFT_TREE_MAX], t;
-    int pos[DRAFT_TREE_MAX], chain_pos[64], tok[DRAFT_TREE_MAX], par[DRAFT_TREE_MAX];
+    int chain_pos[64], tok[DRAFT_TREE_MAX], par[DRAFT_TREE_MAX];
     float conf[DRAFT_TREE_MAX], raw[DRAFT_TREE_MAX];
     float P = 1, Pr = 1; /* the path probability of the chain's first k drafts */
     for (int k = 0, i = 0; k < n; k++) {
@@ -426,7 +424,6 @@ static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) 
     for (int i = 0; i < N; i++)
         if (nd[i].sib < 0) chain_pos[nd[i].depth] = i;
     for (int i = 0; i < N; i++) {
-        pos[i] = nd[i].sib < 0 ? nd[i].depth : -1;
         tok[i] = nd[i].sib < 0 ? out->tok[nd[i].depth] : v->sib_tok[nd[i].sib];
         par[i] = nd[i].depth ? chain_pos[nd[i].depth - 1] : -1;
         conf[i] = nd[i].c, raw[i] = nd[i].cr;
@@ -434,11 +431,11 @@ static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) 
     }
     st->tn = N, st->n_verified = 0;
     /* the drafts' q rows move up to their places, deepest first (a draft's place is never before its
-     * row), then the siblings' rows fill theirs */
+     * row), then sampled siblings' rows fill theirs (top-k siblings have none: TREE_TOPK reads no q) */
     for (int k = n - 1; k >= 0; k--)
         if (chain_pos[k] != k) memcpy(out->q + (size_t)chain_pos[k] * V, out->q + (size_t)k * V, sizeof(float) * (size_t)V);
-    for (int i = 0; i < N; i++)
-        if (pos[i] < 0) memcpy(out->q + (size_t)i * V, v->sib_q + (size_t)nd[i].sib * V, sizeof(float) * (size_t)V);
+    for (int i = 0; i < N && !greedy; i++)
+        if (nd[i].sib >= 0) memcpy(out->q + (size_t)i * V, v->sib_q + (size_t)nd[i].sib * V, sizeof(float) * (size_t)V);
     memcpy(out->tok, tok, sizeof(int) * (size_t)N);
     memcpy(out->parent, par, sizeof(int) * (size_t)N);
     if (out->conf) memcpy(out->conf, conf, sizeof(float) * (size_t)N);
@@ -632,8 +629,9 @@ const drafter_ops drafter_vanilla = {
     "{\"n_layers\": 1, \"vocab_ids\": [6, 1, 4, 0, 7, 2], \"draft_lookup\": 2}",
     "{\"layers\": 24, \"draft_lookup\": 4}",
     .train = &vlm_train_family,
-    /* its tree: two drafts deep, a sibling beside each (drawn without replacement at T > 0), over 3
-     * draft tokens so that the enumeration of every draw stays at 36 draft paths a round */
+    /* its tree: two drafts deep, a sibling beside each (drawn without replacement at T > 0), over the
+     * whole vocabulary: a narrow draft vocabulary left the siblings no residual mass to win, and a
+     * mutant reporting q_k as a sibling's law passed there */
     .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4}",
     .report = vanilla_report,
     .observe = vanilla_observe,
