@@ -438,8 +438,7 @@ static void test_train_curve(void **state) {
     snprintf(args, sizeof args, "report --train-curve %s --out %s", dir, out);
     expect_error(args, 1, "eval_log.jsonl:2: not a JSON object");
     assert_int_equal(access(out, F_OK), -1);
-    snprintf(args, sizeof args, "rm -rf '%s'", dir);
-    assert_int_equal(system(args), 0);
+    rm_dir(dir);
 }
 
 /* serve: a broken "serve" object gets one error naming the key; on the real model a two-point sweep
@@ -487,8 +486,7 @@ static void test_serve(void **state) {
     assert_non_null(strstr(r.out, "scheduler `{\"name\":\"hedge\"}`")); /* the arm that ran, not the config's default */
     run(&r, "report %s/traces/00-autoregressive-c1.h5", dir);
     if (r.status != 0) fail_msg("report of a baseline serve trace: exit %d:\n%s", r.status, r.out);
-    snprintf(args, sizeof args, "rm -rf '%s'", dir);
-    assert_int_equal(system(args), 0);
+    rm_dir(dir);
     remove(cfg);
 }
 

@@ -183,9 +183,7 @@ static void test_checkpoint(void **state) {
                             {"{\"kind\": \"medusa\", \"heads\": 40}", "heads"}};
     checkpoint_refusals(dir, &tt->t.m, load_md, bad, sizeof bad / sizeof *bad);
     md_model_free(&m);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    rm_dir(dir);
     tiny_close(tt);
 }
 
@@ -245,7 +243,7 @@ static void test_checkpoint_vocab(void **state) {
     md_model m, m2;
     assert_int_equal(md_model_init(&m, &c, &tt->t.m, 7, 1.0f, 0, ids), 0);
     assert_int_equal(m.sv.Vd, 30);
-    char dir[600], p[700], cmd[700];
+    char dir[600], p[700];
     snprintf(dir, sizeof dir, "%s", tmp_path("medusa-ck-vocab"));
     assert_int_equal(md_save(&m, dir), 0);
     assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), 0);
@@ -297,8 +295,7 @@ static void test_checkpoint_vocab(void **state) {
     assert_int_equal(md_load(&m2, dir, &tt->t.m, 0), -1);
     assert_non_null(strstr(ds_errmsg(), "vocab.ids"));
     md_model_free(&m);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    rm_dir(dir);
     tiny_close(tt);
 }
 

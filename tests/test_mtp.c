@@ -228,8 +228,7 @@ static double train_serve_first(const char *kind, const char *precision) {
     drafter_close(&dr);
     cJSON_Delete(cfg);
     free(f.taps), free(f.cap), free(f.final);
-    snprintf(cj, sizeof cj, "rm -rf '%s'", dir);
-    assert_int_equal(system(cj), 0);
+    rm_dir(dir);
     tiny_close(tt);
     return worst;
 }
@@ -374,9 +373,7 @@ static void test_checkpoint(void **state) {
     assert_non_null(strstr(ds_errmsg(), "vocab_hash"));
     mtp_model_free(&m2);
     mtp_model_free(&m);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    rm_dir(dir);
     tiny_close(tt);
 }
 

@@ -372,8 +372,7 @@ static void test_checkpoint_roundtrip(void **state) {
     assert_non_null(strstr(ds_errmsg(), "trained against target"));
     bd_model_free(&m);
     bd_model_free(&m2);
-    snprintf(p, sizeof p, "rm -rf '%s'", dir);
-    assert_int_equal(system(p), 0);
+    rm_dir(dir);
     tiny_close(tt);
 }
 

@@ -220,8 +220,7 @@ static double train_serve(const char *precision, int family) {
     drafter_close(&dr);
     cJSON_Delete(cfg);
     free(f.final);
-    snprintf(cj, sizeof cj, "rm -rf '%s'", dir);
-    assert_int_equal(system(cj), 0);
+    rm_dir(dir);
     tiny_close(tt);
     return worst;
 }
@@ -368,9 +367,7 @@ static void test_checkpoint(void **state) {
     assert_non_null(strstr(ds_errmsg(), "vocab_hash"));
     vlm_model_free(&m2);
     vlm_model_free(&m);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    rm_dir(dir);
     tiny_close(tt);
 }
 

@@ -59,6 +59,13 @@ static void write_file(const char *path, const void *p, size_t n) {
 }
 
 /* A temp file path unique to this process. */
+/* removes a test's scratch directory (a checkpoint, a run, a cache) with everything in it */
+static void rm_dir(const char *dir) {
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static const char *tmp_path(const char *name) {
     static char buf[8][512];
     static int k = 0;
