@@ -39,6 +39,10 @@ ONLY=${ONLY:-}
 EVAL_N=${EVAL_N:-5}
 TREE_NODES=${TREE_NODES:-16}
 TEMPS=${TEMPS:-0 1}
+# WARM=1: start from the weights of $O/runs/FAMILY/last (copied there from an earlier run) with a fresh
+# schedule and moments (train.warm_start); the held-out proxy is then not clean if the shards grew
+WARM_KEY=""
+[ "${WARM:-0}" = 1 ] && WARM_KEY=', "warm_start": true'
 [ -x $B ] || make
 python3 scripts/fetch_model.py qwen2.5-coder-1.5b
 python3 scripts/fetch_model.py qwen2.5-coder-0.5b
@@ -62,7 +66,7 @@ config() { # family drafter-object -> $O/train-FAMILY.json
 {"comment": "experiments/real-pair/train.sh: $1 for the 1.5B", "target": "qwen2.5-coder-1.5b", "drafter": $2,
  "data": $DATA,
  "train": {"steps": $STEPS, "seqs_per_step": 4, "anchors": 32, "lr": 6e-4, "warmup_frac": 0.04, "eval_every": 50,
-           "ckpt_every": 50, "holdout": 0.05, "eval_seqs": 20, "seed": 1},
+           "ckpt_every": 50, "holdout": 0.05, "eval_seqs": 20, "seed": 1$WARM_KEY},
  "out": "$O/runs/$1"}
 JSON
 }
