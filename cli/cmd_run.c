@@ -47,7 +47,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"draft-head", OPT_STR, &draft_head, "TYPE", "vanilla: its head re-quantized, q5_0 or q4_1 (a smaller draft step)", 0, 0, 0},
         {"scheduler", OPT_STR, &scheduler, "NAME", "scheduler (registered names below)", 0, 0, 0},
         {"gamma", OPT_INT, &gamma, "N", "drafts per round (default 4)", 1, 64, 0},
-        {"tree-nodes", OPT_INT, &tree_nodes, "N", "draft a tree of up to N nodes, verified exactly (0 = a chain; recycling, suffix, medusa, mtp, eagle3, dflash, dspark-markov, vanilla; fixed or greedy scheduler; recycling's static template up to 80)", 0, DRAFT_TREE_MAX, 0},
+        {"tree-nodes", OPT_INT, &tree_nodes, "N", "draft a tree of up to N nodes, verified exactly (0 = a chain; recycling, suffix, medusa, mtp, eagle3, dflash, dspark-markov, vanilla; combine merges its members' drafts; fixed or greedy scheduler; recycling's static template up to 80)", 0, DRAFT_TREE_MAX, 0},
         {"dataset", OPT_STR, &datasets, "A,B", "comma list of datasets or .jsonl paths (default builtin)", 0, 0, 0},
         {"limit", OPT_INT, &limit, "N", "prompts per dataset, 0 = all", 0, 1000000, 0},
         {"skip-bad-lines", OPT_FLAG, &skip_bad, NULL, "skip malformed dataset lines (counted in the trace) instead of failing", 0, 0, 0},

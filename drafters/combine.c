@@ -26,7 +26,22 @@
  *
  * Members keep their own per-request state (swapped into r->dstate around each call) and see every
  * round's commit, whether or not they proposed or their draft was verified (drafter.h); each gets
- * the captured target layers it asked for, repacked from the union combine requests. */
+ * the captured target layers it asked for, repacked from the union combine requests.
+ *
+ * Union mode ("tree_nodes": N > 0; SpecInfer's merged token tree): every member drafts every round and
+ * their drafts become one tree of up to N nodes, a path shared by two members one branch. Every node is
+ * verified as a deterministic child (TREE_TOPK): that rule (accept child x with the residual's p(x), else
+ * remove x from the residual and try the next sibling) is exact for any set of children fixed before the
+ * target's draws, however they were chosen, so the union of deterministic chains (ngram, suffix,
+ * recycling) and top-k trees (medusa, mtp, eagle3, dflash, dspark-markov in tree mode) is exact, and a
+ * sampled chain merged in stays exact too, only accepted with p(x) instead of min(1, p(x) / q(x)) at
+ * T > 0. Refused: tree modes that calibrate on their own trees' verified nodes (tree_counts: recycling,
+ * suffix, vanilla), which the union's rounds would misattribute. A node's confidence is its path
+ * probability, the largest any member gives it (a chain's is the product of its conditional c_k), never
+ * above its parent's; the nodes are ordered by it, parents first, so the scheduler's prefix is a tree
+ * and the most probable nodes are verified first. (Tried on purpose: a sampled chain merged as
+ * deterministic children, and parents left at their pre-sort indices; both stay exact in the gate, as
+ * the rule says: a wrong tree is still a tree the forward and the verifier agree on.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +75,8 @@ typedef struct {
     float *prow, *zrow;   /* the peek control's target row */
     lp_scratch scr;
     long rounds;
+    int union_nodes;                   /* > 0: union mode, a tree of up to this many nodes */
+    long u_nodes[CB_MAX], u_acc[CB_MAX]; /* union: the nodes each member put first in the tree, and accepted */
 } combine;
 
 typedef struct {
@@ -68,6 +85,7 @@ typedef struct {
     double hit[CB_MAX][CB_BK][CB_POS], obs[CB_MAX][CB_BK][CB_POS]; /* chosen drafts' outcomes here */
     int chosen, n0, n, tok[64];                      /* the last proposal: member, committed tokens then, draft */
     float conf[64];                                  /* ... and the member's own confidences */
+    int un, utok[DRAFT_TREE_MAX], upar[DRAFT_TREE_MAX], uown[DRAFT_TREE_MAX]; /* union: the last tree */
 } cb_state;
 
 /* ------------------------------------------------------------------------------- calls */
@@ -145,13 +163,15 @@ static int ensure_block(cb_member *mb, const draft_block *like) {
     return draft_block_init(&mb->b, like->cap, like->V, 1);
 }
 
-static int member_propose(drafter *d, request *r, int i, int gamma, const sampling_params *sp) {
+/* member i drafts g tokens (a chain) or nodes (a tree) */
+static int member_propose(drafter *d, request *r, int i, int g, const sampling_params *sp) {
     combine *c = d->impl;
     cb_state *st = r->dstate;
     cb_member *mb = &c->m[i];
     /* the generic drafter mutants reach the members; combine's own is combine's */
     mb->d.fault = d->fault == FAULT_COMBINE_PEEKS ? FAULT_NONE : d->fault;
-    AS_MEMBER(r, st, i, mb->d.ops->propose(&mb->d, r, member_gamma(mb, gamma), sp, &mb->b));
+    mb->b.tree = TREE_CHAIN;
+    AS_MEMBER(r, st, i, mb->d.ops->propose(&mb->d, r, g, sp, &mb->b));
     return 0;
 fail:
     mb->b.n = 0;
@@ -176,6 +196,65 @@ fail:
     return -1;
 }
 
+/* union mode: every member's draft into one tree (the header's rule), its most probable nodes kept */
+static int union_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
+    enum { UMAX = CB_MAX * DRAFT_TREE_MAX };
+    combine *c = d->impl;
+    cb_state *st = r->dstate;
+    int tok[UMAX], par[UMAX], own[UMAX], ord[UMAX], nid[UMAX], where[DRAFT_TREE_MAX], n = 0;
+    float pc[UMAX];
+    /* a member's nodes past the budget are less probable than its first ones: never kept */
+    int budget = DS_MIN(DS_MIN(gamma, c->union_nodes), out->cap);
+    out->n = 0;
+    st->un = 0;
+    for (int i = 0; i < c->n && budget > 0; i++) {
+        cb_member *mb = &c->m[i];
+        draft_block *b = &mb->b;
+        int tree = mb->d.tree_nodes > 0;
+        b->n = 0;
+        b->more = NULL; /* the union asks every member for its whole draft */
+        DS_TRY(member_propose(d, r, i, DS_MIN(budget, tree ? mb->d.tree_nodes : member_gamma(mb, 64)), sp));
+        DS_CHECK(b->n == 0 || tree || b->tree == TREE_CHAIN, "combine: members[%d] (%s) drafted a tree without tree_nodes",
+                 i, mb->d.ops->name);
+        double s = 1;
+        for (int k = 0; k < DS_MIN(b->n, DRAFT_TREE_MAX); k++) {
+            int p = tree ? b->parent[k] : k - 1, up = p < 0 ? -1 : where[p], j = 0;
+            float cf = tree ? b->conf[k] : (float)(s *= b->conf[k]);
+            while (j < n && !(par[j] == up && tok[j] == b->tok[k])) j++;
+            if (j == n) tok[n] = b->tok[k], par[n] = up, own[n] = i, pc[n++] = cf;
+            else pc[j] = DS_MAX(pc[j], cf);
+            where[k] = j;
+        }
+    }
+    for (int j = 0; j < n; j++) { /* never above the parent (inserted before it), then by confidence */
+        if (par[j] >= 0) pc[j] = DS_MIN(pc[j], pc[par[j]]);
+        int k = j;
+        while (k > 0 && pc[ord[k - 1]] < pc[j]) ord[k] = ord[k - 1], k--;
+        ord[k] = j; /* stable: on a tie the earlier node, so a parent precedes its children */
+    }
+    int m = DS_MIN(n, budget);
+    for (int k = 0; k < m; k++) {
+        int j = ord[k];
+        nid[j] = k;
+        out->tok[k] = tok[j];
+        out->parent[k] = par[j] < 0 ? -1 : nid[par[j]];
+        if (out->conf) out->conf[k] = pc[j];
+        if (out->conf_raw) out->conf_raw[k] = pc[j];
+        st->utok[k] = tok[j], st->upar[k] = out->parent[k], st->uown[k] = own[j];
+        c->u_nodes[own[j]]++;
+    }
+    out->n = st->un = m;
+    out->tree = TREE_TOPK;
+    st->n0 = r->toks.n;
+    c->rounds++;
+    d->t_seq_loop = 0;
+    for (int i = 0; i < c->n; i++) d->t_seq_loop += c->m[i].d.t_seq_loop;
+    return 0;
+fail:
+    out->n = 0;
+    return -1;
+}
+
 /* ------------------------------------------------------------------------------- ops */
 
 static int combine_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
@@ -185,6 +264,7 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
     double best_e = 0;
     out->n = 0;
     for (int i = 0; i < c->n; i++) DS_TRY(ensure_block(&c->m[i], out));
+    if (c->union_nodes) return union_propose(d, r, gamma, sp, out);
     if (peek) DS_TRY(peek_row(d, r, sp));
     for (int i = 0; i < c->n; i++) {
         cb_member *mb = &c->m[i];
@@ -192,7 +272,7 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
         mb->b.n = 0;
         mb->b.more = NULL; /* a member asked before the choice drafts its whole chain */
         if (mb->d.deterministic || peek) {
-            DS_TRY(member_propose(d, r, i, gamma, sp));
+            DS_TRY(member_propose(d, r, i, member_gamma(mb, gamma), sp));
             float sc[64];
             scale_conf(c, st, i, mb->b.conf, sc, DS_MIN(mb->b.n, 64));
             e = expected_len(sc, DS_MIN(mb->b.n, 64));
@@ -211,7 +291,7 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
         /* with the scheduler's stop rule, as it would alone (its own confidences, read after each draw:
          * the rule the gate checks for a drafter that asks it) */
         mb->b.more = out->more, mb->b.more_ctx = out->more_ctx;
-        DS_TRY(member_propose(d, r, best, gamma, sp));
+        DS_TRY(member_propose(d, r, best, member_gamma(mb, gamma), sp));
         for (int k = 0; k < mb->b.n; k++) {
             int p = DS_MIN(k, CB_POS - 1);
             st->sum[best][p] += mb->b.conf[k];
@@ -243,6 +323,13 @@ static int combine_commit(drafter *d, request *r, int n_accepted, int next_token
     /* the chosen draft against the committed tokens: accepted while equal, a miss at the first difference */
     const int *com = r->toks.v + st->n0;
     int m = r->toks.n - st->n0;
+    for (int k = 0, cur = -1; k < n_accepted && k < m && st->un; k++) { /* union: whose nodes the path took */
+        int j = 0;
+        while (j < st->un && !(st->upar[j] == cur && st->utok[j] == com[k])) j++;
+        if (j == st->un) break;
+        c->u_acc[st->uown[j]]++, cur = j;
+    }
+    st->un = 0;
     for (int k = 0; k < st->n && k < m; k++) {
         int p = DS_MIN(k, CB_POS - 1), b = bucket(st->conf[k]), hit = com[k] == st->tok[k];
         st->hit[st->chosen][b][p] += hit;
@@ -328,7 +415,7 @@ static int combine_rewind(drafter *d, request *r) {
     memset(st->cnt, 0, sizeof st->cnt);
     memset(st->hit, 0, sizeof st->hit);
     memset(st->obs, 0, sizeof st->obs);
-    st->n = 0;
+    st->n = 0, st->un = 0;
     for (int i = 0; i < c->n; i++) AS_MEMBER(r, st, i, c->m[i].d.ops->rewind(&c->m[i].d, r));
     return 0;
 fail:
@@ -337,6 +424,15 @@ fail:
 
 static void combine_report(const drafter *d, char *buf, size_t n) {
     const combine *c = d->impl;
+    if (c->union_nodes) {
+        long tn = 0, ta = 0;
+        for (int i = 0; i < c->n; i++) tn += c->u_nodes[i], ta += c->u_acc[i];
+        int w = snprintf(buf, n, "combine's union: %.1f nodes a round over %ld rounds, first put there by", (double)tn / (double)DS_MAX(c->rounds, 1), c->rounds);
+        for (int i = 0; i < c->n && w < (int)n; i++)
+            w += snprintf(buf + w, n - (size_t)w, "%s %s %.0f%% (%.0f%% of the accepted)", i ? "," : "", c->m[i].d.ops->name,
+                          100.0 * (double)c->u_nodes[i] / (double)DS_MAX(tn, 1), 100.0 * (double)c->u_acc[i] / (double)DS_MAX(ta, 1));
+        return;
+    }
     int w = snprintf(buf, n, "combine chose");
     for (int i = 0; i < c->n && w < (int)n; i++)
         w += snprintf(buf + w, n - (size_t)w, "%s %s %ld of %ld rounds (%.0f%%)", i ? "," : "", c->m[i].d.ops->name,
@@ -376,8 +472,13 @@ static int open_member(drafter *d, int i, const cJSON *obj, target *t) {
     c->n = i + 1;
     DS_CHECK(mb->d.has_conf, "drafter: members[%d] (%s) has no confidences: combine compares expected accepted lengths",
              i, nm->valuestring);
-    DS_CHECK(!mb->d.tree_nodes, "drafter: members[%d] (%s) drafts trees (tree_nodes %d): combine chooses among chains",
-             i, nm->valuestring, mb->d.tree_nodes);
+    if (c->union_nodes) {
+        DS_CHECK(!mb->d.tree_nodes || !mb->d.tree_counts, "drafter: members[%d] (%s) calibrates its tree on its own "
+                 "trees' verified nodes, which a union (tree_nodes) would misattribute", i, nm->valuestring);
+    } else {
+        DS_CHECK(!mb->d.tree_nodes, "drafter: members[%d] (%s) drafts trees (tree_nodes %d): combine chooses among chains "
+                 "(its \"tree_nodes\" merges them into one tree)", i, nm->valuestring, mb->d.tree_nodes);
+    }
     for (int j = 0; j < mb->d.n_capture; j++) {
         int l = mb->d.capture_layers[j], s = 0;
         while (s < d->n_capture && d->capture_layers[s] != l) s++;
@@ -404,6 +505,7 @@ static int combine_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_float(&r, "prior", 0.001, 0.999, &c->prior));
     DS_TRY(jcfg_float(&r, "prior_weight", 0.01, 1e6, &c->prior_n));
     DS_TRY(jcfg_float(&r, "choice_weight", 0, 1e9, &c->choice_n));
+    DS_TRY(jcfg_int(&r, "tree_nodes", 0, DRAFT_TREE_MAX, &c->union_nodes));
     DS_TRY(jcfg_close(&r));
     DS_CHECK(cJSON_IsArray(mem) && cJSON_GetArraySize(mem) >= 1 && cJSON_GetArraySize(mem) <= CB_MAX,
              "drafter: 'members' must be an array of 1..%d drafter objects ({\"name\": ..., settings})", CB_MAX);
@@ -426,14 +528,16 @@ static int combine_open(drafter *d, const cJSON *cfg, target *t) {
     d->max_gamma = cap > 0 ? cap : 0;
     /* describe and fingerprint: the members', in order */
     uint64_t h = 1469598103934665603ull;
-    int w = snprintf(d->describe, sizeof d->describe, "combine: highest expected accepted length of");
+    int w = c->union_nodes ? snprintf(d->describe, sizeof d->describe, "combine: a union tree of up to %d nodes of", c->union_nodes)
+                           : snprintf(d->describe, sizeof d->describe, "combine: highest expected accepted length of");
     for (i = 0; i < c->n; i++) {
         for (const char *p = c->m[i].d.fingerprint; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
         h = (h ^ '|') * 1099511628211ull;
         if (w < (int)sizeof d->describe)
             w += snprintf(d->describe + w, sizeof d->describe - (size_t)w, "%s%s", i ? " + " : " ", c->m[i].d.ops->name);
     }
-    snprintf(d->fingerprint, sizeof d->fingerprint, "combine:%016llx", (unsigned long long)h);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "combine:%016llx%s", (unsigned long long)h, c->union_nodes ? ":union" : "");
+    if (c->union_nodes) d->tree_nodes = c->union_nodes;
     return 0;
 fail:
     return -1; /* close() frees what was made */
@@ -450,10 +554,16 @@ fail:
 const drafter_ops drafter_combine = {
     "combine",
     "the draft of the member with the highest expected accepted length, per round: {\"members\": [{\"name\": \"ngram\"}, "
-    "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2, \"choice_weight\": 4}",
+    "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2, \"choice_weight\": 4, "
+    "\"tree_nodes\": 0} (tree_nodes N > 0: every member's draft merged into one tree of N nodes, verified exactly; members "
+    "then are deterministic chains or top-k trees, e.g. [{\"name\": \"medusa\", \"checkpoint\": DIR, \"tree_nodes\": 16}, {\"name\": \"ngram\"}])",
     combine_open, combine_begin, combine_propose, combine_commit, combine_end, combine_rewind, NULL, combine_close,
     "{\"members\": [" GATE_NGRAM ", " GATE_VANILLA ", " GATE_DSPARK ", \"vocab_ids\": [0, 1, 2, 4, 5, 6]}], \"prior\": 0.6}",
     "{\"members\": [" GATE_NGRAM ", " GATE_VANILLA ", " GATE_DSPARK "}], \"prior\": 0.6}",
     combine_observe,
     combine_report,
+    NULL,
+    /* its union: a deterministic chain and a top-k tree (an untrained Medusa's) merged into 8 nodes */
+    "{\"tree_nodes\": 8, \"members\": [" GATE_NGRAM ", {\"name\": \"medusa\", \"heads\": 3, \"init_std\": 2.0, "
+    "\"vocab_ids\": [5, 0, 7, 2, 6, 3], \"tree_nodes\": 6, \"tree_width\": 2}]}",
 };

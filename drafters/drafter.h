@@ -95,6 +95,8 @@ struct drafter {
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */
     int tree_nodes;          /* > 0: it proposes trees of up to this many nodes (its "tree_nodes") */
     int tree_sampled;        /* its trees' children are drawn at T > 0 (TREE_WOR), not a function of the context */
+    int tree_counts;         /* its tree confidences are calibrated on its own trees' verified and accepted nodes
+                              * (observe / commit counts): a union of several drafters' trees would misattribute them */
     int observe_prompt;      /* with ops->observe: the prompt's last rows it is handed at prefill (0: none) */
     int n_capture;           /* target layers it conditions on (0 = none) */
     int capture_layers[16];

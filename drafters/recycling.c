@@ -115,6 +115,7 @@ static int recycling_open(drafter *d, const cJSON *cfg, target *t) {
     d->has_conf = 1;
     d->deterministic = 1;
     d->tree_nodes = g->tree_nodes;
+    d->tree_counts = g->tree_nodes > 0;
     if (g->tree_nodes)
         snprintf(d->describe, sizeof d->describe,
                  "recycling: Token Recycling tree of %d nodes, %s over each token's top-%d recorded next tokens",

@@ -83,6 +83,7 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     snprintf(d->fingerprint, sizeof d->fingerprint, "suffix:%d:%d:%g", g->max_depth, g->use_corpus, (double)g->min_prob);
     if (g->tree_nodes) { /* SuffixDecoding's tree mode */
         d->tree_nodes = g->tree_nodes;
+        d->tree_counts = 1;
         size_t l = strlen(d->fingerprint);
         snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%d", g->tree_nodes);
         l = strlen(d->describe);

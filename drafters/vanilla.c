@@ -273,6 +273,7 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
         DS_TRYP(v->sib_q = ds_malloc(sizeof(float) * (size_t)n * V, "draft tree"));
         tree_mark(d, "a chain with siblings", v->tree_nodes, v->tree_width);
         d->tree_sampled = 1;
+        d->tree_counts = 1;
     }
     return 0;
 fail:

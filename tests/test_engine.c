@@ -418,6 +418,45 @@ static void test_combine(void **state) {
     }
 }
 
+/* combine's union mode: ngram's and recycling's chains and an untrained Medusa's top-k tree merged
+ * into one tree; greedy decoding equals autoregression alone and batched, trees of several nodes were
+ * verified, the report says whose nodes they were, and a tree mode that calibrates on its own trees is
+ * refused */
+static void test_combine_union(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"tree_nodes\": 12, \"members\": [{\"name\": \"ngram\"}, {\"name\": \"recycling\"}, "
+                            "{\"name\": \"medusa\", \"heads\": 3, \"init_std\": 0.02, \"tree_nodes\": 6}]}");
+    assert_int_equal(drafter_open(&d, "combine", dc, &c->t), 0);
+    assert_int_equal(d.tree_nodes, 12);
+    assert_non_null(strstr(d.describe, "a union tree of up to 12 nodes"));
+    assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+    decode_stats ss;
+    tree_equals_ar(c, &d, &s, &ss);
+    assert_true(ss.verified > 3 * ss.rounds); /* more nodes than a chain member alone would give */
+    char line[512];
+    d.ops->report(&d, line, sizeof line);
+    printf("  %s; tau %.3f\n", line, (double)ss.emitted / (double)ss.rounds);
+    assert_non_null(strstr(line, "combine's union"));
+    assert_non_null(strstr(line, "medusa"));
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+    static const char *const bad[][2] = {
+        {"{\"tree_nodes\": 8, \"members\": [{\"name\": \"ngram\"}, {\"name\": \"recycling\", \"tree_nodes\": 4}]}",
+         "members[1] (recycling) calibrates its tree on its own trees' verified nodes"},
+        {"{\"tree_nodes\": 81, \"members\": [{\"name\": \"ngram\"}]}", "tree_nodes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *b = cJSON_Parse(bad[i][0]);
+        assert_non_null(b);
+        assert_int_equal(drafter_open(&d, "combine", b, &c->t), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' lacks '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
+        cJSON_Delete(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_autoregressive),
@@ -427,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_serve_continuous_batching),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_combine),
+        cmocka_unit_test(test_combine_union),
     };
     return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
 }

@@ -15,6 +15,10 @@
 #     ONLY="recycling recycling-tree16 recycling-static80 recycling-static80-greedy" sh experiments/specbench/run.sh
 #                                               # Token Recycling's static 80-node tree (the paper's template)
 #                                               # beside its chain and best-first tree on SmolLM2
+#   MODEL=qwen2.5-coder-1.5b SPS_MAX_B=96 CATS='["sb-mt"]' LIMIT=5 TEMPS=0 O=out/specbench-qwen-static \
+#     ONLY="recycling-chain-fixed recycling-static80" sh experiments/specbench/run.sh
+#                                               # the paper's static tree on the real target, multi-turn only
+#                                               # (~12 min: an 81-row verify costs ~12 target steps)
 #
 # Nothing else may run beside it (wall times). Steps:
 # 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
@@ -44,7 +48,7 @@ if [ "$MODEL" = smollm2-135m ]; then make model > /dev/null; else python3 script
 SPSOPT="--max-B ${SPS_MAX_B:-16}"
 [ "$MODEL" = smollm2-135m ] || SPSOPT="--model $MODEL --max-B ${SPS_MAX_B:-32} --context2 0"
 [ -f $O/sps.json ] || $B bench-target $SPSOPT --reps 9 --out $O/sps.json > $O/sps.txt
-CATS='["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'
+CATS=${CATS:-'["sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"]'} # a JSON list; a subset leaves the other columns empty
 COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, {"name": "recycling"}]}'
 COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]}'
 # name|drafter-object|gamma|prompts|scheduler (the reference drafts 4 a round, as trained, on fewer prompts:
