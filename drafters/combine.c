@@ -196,6 +196,14 @@ fail:
     return -1;
 }
 
+/* a proposal made: the round counted, the members' sequential-loop seconds summed */
+static void round_done(drafter *d) {
+    combine *c = d->impl;
+    c->rounds++;
+    d->t_seq_loop = 0;
+    for (int i = 0; i < c->n; i++) d->t_seq_loop += c->m[i].d.t_seq_loop;
+}
+
 /* union mode: every member's draft into one tree (the header's rule), its most probable nodes kept */
 static int union_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     enum { UMAX = CB_MAX * DRAFT_TREE_MAX };
@@ -246,9 +254,7 @@ static int union_propose(drafter *d, request *r, int gamma, const sampling_param
     out->n = st->un = m;
     out->tree = TREE_TOPK;
     st->n0 = r->toks.n;
-    c->rounds++;
-    d->t_seq_loop = 0;
-    for (int i = 0; i < c->n; i++) d->t_seq_loop += c->m[i].d.t_seq_loop;
+    round_done(d);
     return 0;
 fail:
     out->n = 0;
@@ -308,9 +314,7 @@ static int combine_propose(drafter *d, request *r, int gamma, const sampling_par
     memcpy(st->tok, mb->b.tok, sizeof(int) * (size_t)n);
     memcpy(st->conf, mb->b.conf, sizeof(float) * (size_t)n);
     mb->chosen++;
-    c->rounds++;
-    d->t_seq_loop = 0;
-    for (int i = 0; i < c->n; i++) d->t_seq_loop += c->m[i].d.t_seq_loop;
+    round_done(d);
     return 0;
 fail:
     out->n = 0;

@@ -360,6 +360,18 @@ static long chosen_rounds(const drafter *d, const char *name) {
     return p ? atol(p + strlen(key)) : -1;
 }
 
+/* each configuration bad[i][0] is refused by combine with an error naming bad[i][1] */
+static void combine_refuses(ctx *c, const char *const (*bad)[2], size_t n) {
+    drafter d;
+    for (size_t i = 0; i < n; i++) {
+        cJSON *b = cJSON_Parse(bad[i][0]);
+        assert_non_null(b);
+        assert_int_equal(drafter_open(&d, "combine", b, &c->t), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' lacks '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
+        cJSON_Delete(b);
+    }
+}
+
 /* combine over members of both kinds (two deterministic; two stochastic tapping different target
  * layers, so combine repacks the captured states for each): greedy decoding equals autoregression,
  * alone and three requests batched, so every member's state followed the committed text through
@@ -409,13 +421,7 @@ static void test_combine(void **state) {
         {"{\"members\": [{\"name\": \"ngram\"}], \"prior\": 2}", "prior"},
         {"{\"members\": [{\"name\": \"ngram\"}], \"member\": 1}", "member"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        cJSON *b = cJSON_Parse(bad[i][0]);
-        assert_non_null(b);
-        assert_int_equal(drafter_open(&d, "combine", b, &c->t), -1);
-        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' lacks '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
-        cJSON_Delete(b);
-    }
+    combine_refuses(c, bad, sizeof bad / sizeof *bad);
 }
 
 /* combine's union mode: ngram's and recycling's chains and an untrained Medusa's top-k tree merged
@@ -448,13 +454,7 @@ static void test_combine_union(void **state) {
          "members[1] (recycling) calibrates its tree on its own trees' verified nodes"},
         {"{\"tree_nodes\": 81, \"members\": [{\"name\": \"ngram\"}]}", "tree_nodes"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        cJSON *b = cJSON_Parse(bad[i][0]);
-        assert_non_null(b);
-        assert_int_equal(drafter_open(&d, "combine", b, &c->t), -1);
-        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' lacks '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
-        cJSON_Delete(b);
-    }
+    combine_refuses(c, bad, sizeof bad / sizeof *bad);
 }
 
 int main(void) {
