@@ -33,7 +33,15 @@
  * nodes are a prefix. A sibling's row probability overstates its chance where the target's residual
  * lies off the draft's top (a draw at T = 1 is accepted ~13 % of the time on the 1.5B), so it is
  * scaled by the accepted over the summed row probabilities of the siblings verified whose parent was
- * reached (tree_calib: past rounds and finished requests only, so the gate's replays stay exact). */
+ * reached (tree_calib: past rounds and finished requests only, so the gate's replays stay exact).
+ *
+ * "draft_window": W > 0 lets the draft LM read only the prompt's first "draft_sink" S tokens (default 4)
+ * and its last W (StreamingLLM's cache, as MagicDec and TriForce give their drafts on long prompts): its
+ * prefill of a long prompt (Spec-Bench's summaries and RAG contexts, ~750 tokens) is a share of the
+ * speculative wall time the autoregressive run never pays. Its cache holds those rows at positions
+ * 0 .. S + W - 1 and what follows after them; the rows after the sink stand for the tokens `skip` later
+ * in the request. The drafts are the ones a draft LM given that shortened prompt would draw (test_vanilla);
+ * the prompt lookup still reads the whole request. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +83,7 @@ typedef struct {
                                               * before were), by match length */
     int g;           /* the match length of the tokens fed last */
     int tree_nodes, tree_width; /* > 0: a tree (the chain and w - 1 siblings beside each draft) */
+    int window, sink; /* > 0: the draft LM reads the prompt's first sink and last window tokens */
     int *sib_tok, *sib_depth; /* a proposal's siblings: token, depth (0-based, the chain draft's index) */
     float *sib_conf, *sib_raw, *sib_q; /* their row probability (calibrated, raw) and q rows [tree_nodes][V] */
     int n_sib;
@@ -85,6 +94,8 @@ typedef struct {
 typedef struct {
     kv_cache *kv;
     int base;        /* committed tokens (anchor included) when the last block was drafted */
+    int skip;        /* the prompt's tokens after the sink that the draft LM never reads (draft_window):
+                      * its cache's rows from the sink on hold the tokens skip later */
     int proposed;    /* a proposal since the last commit (under combine a member may skip a round) */
     int n_cached;    /* its drafts in the cache (rows base .. base + n_cached - 1) */
     int tok[64];     /* ... and their tokens */
@@ -196,6 +207,10 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     v->tree_width = 2;
     DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &v->tree_nodes));
     DS_TRY(jcfg_int(&r, "tree_width", 2, TREE_MAX_K, &v->tree_width));
+    v->sink = 4;
+    DS_TRY(jcfg_int(&r, "draft_window", 0, 1 << 24, &v->window));
+    DS_TRY(jcfg_int(&r, "draft_sink", 0, 1 << 24, &v->sink));
+    DS_CHECK(v->window || !jcfg_get(&r, "draft_sink"), "drafter: \"draft_sink\" is for \"draft_window\"");
     v->lookup = la, v->row_cost = (float)lc;
     for (int g = 0; g <= LOOKUP_NGRAM; g++)
         for (int j = 0; j < LOOKUP_MAX; j++) v->hit[g][j] = 0.5f;
@@ -263,6 +278,12 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     if (v->lookup)
         snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe),
                  ", its own chain sped by %d looked-up tokens a step", v->lookup);
+    if (v->window) {
+        snprintf(d->describe + strlen(d->describe), sizeof d->describe - strlen(d->describe),
+                 ", reading the prompt's first %d and last %d tokens", v->sink, v->window);
+        snprintf(d->fingerprint + strlen(d->fingerprint), sizeof d->fingerprint - strlen(d->fingerprint), ":w%d-%d",
+                 v->sink, v->window);
+    }
     DS_TRYP(v->qalt = ds_malloc(sizeof(float) * (size_t)V, "draft logits"));
     if (v->tree_nodes) {
         int n = v->tree_nodes;
@@ -296,9 +317,17 @@ static int vanilla_begin(drafter *d, request *r, const float *prompt_hidden) {
         free(s);
         return -1;
     }
+    s->skip = v->window && r->n_prompt > v->sink + v->window ? r->n_prompt - v->sink - v->window : 0;
     r->dstate = s;
     return 0;
 }
+
+/* the request's tokens the draft cache's first `rows` rows stand for (draft_window: the skipped ones
+ * included once the cache holds anything; it never holds part of the sink alone) */
+static int cached_tokens(const vstate *s) { return s->kv->len ? s->kv->len + s->skip : 0; }
+
+/* the cache cropped to the request's first `tokens` tokens (never fewer than the window's prompt) */
+static void crop_to(vstate *s, int tokens) { kv_cache_crop(s->kv, tokens - s->skip); }
 
 /* n tokens into the LM's cache; the last nl ones' logits over the draft head into v->z's rows */
 static int step(vanilla *v, vstate *s, const int *tok, int n, int nl) {
@@ -452,8 +481,9 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     int Vd = v->svp->Vd, la[LOOKUP_MAX], nla = 0, zi = 0; /* the looked-up tokens fed; v->z's row drawn from */
     out->n = 0;
     /* feed what the draft cache lacks: the anchor, and accepted tokens it never saw */
-    DS_CHECK(s->kv->len < r->toks.n, "vanilla: a proposal over a cache of %d rows with %d committed tokens (a second "
-             "proposal without a commit or a rewind)", s->kv->len, r->toks.n);
+    int have = cached_tokens(s);
+    DS_CHECK(have < r->toks.n, "vanilla: a proposal over a cache of %d tokens with %d committed (a second "
+             "proposal without a commit or a rewind)", have, r->toks.n);
     int nodes = gamma; /* a tree's budget: the chain to depth nodes / w, w - 1 siblings beside each draft */
     if (v->tree_nodes) gamma = DS_MAX(1, DS_MIN(nodes, out->cap) / v->tree_width);
     gamma = DS_MIN(DS_MIN(gamma, (int)(sizeof s->tok / sizeof *s->tok)), v->m->cfg.max_seq - s->kv->len);
@@ -467,7 +497,16 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         }
         memcpy(v->hist, r->toks.v, sizeof(int) * (size_t)nh);
     }
-    DS_TRY(feed(v, s, r->toks.v + s->kv->len, r->toks.n - s->kv->len, v->hist, nh, gamma - 1, la, &nla));
+    if (!have && s->skip) { /* draft_window: the sink, then the prompt's tail and what follows it */
+        int n = r->toks.n - s->skip, *w = ds_malloc(sizeof(int) * (size_t)n, "draft window");
+        if (!w) goto fail;
+        memcpy(w, r->toks.v, sizeof(int) * (size_t)v->sink);
+        memcpy(w + v->sink, r->toks.v + v->sink + s->skip, sizeof(int) * (size_t)(n - v->sink));
+        int rc = feed(v, s, w, n, v->hist, nh, gamma - 1, la, &nla);
+        free(w);
+        DS_TRY(rc);
+    } else
+        DS_TRY(feed(v, s, r->toks.v + have, r->toks.n - have, v->hist, nh, gamma - 1, la, &nla));
     s->base = r->toks.n;
     s->proposed = 1;
     s->n_cached = 0;
@@ -495,14 +534,14 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
             if (zi < nla) hit_seen(v, zi, drawn);
             if (drawn) zi++, v->n_hit++;
             else { /* the unconfirmed looked-up rows go; x and a new lookup */
-                kv_cache_crop(s->kv, s->base + s->n_cached);
+                crop_to(s, s->base + s->n_cached);
                 DS_TRY(feed(v, s, &x, 1, v->hist, nh, gamma - k - 2, la, &nla));
                 zi = 0;
             }
             s->tok[s->n_cached++] = x;
         }
     }
-    kv_cache_crop(s->kv, s->base + s->n_cached); /* the cache holds the anchor's history and the fed drafts */
+    crop_to(s, s->base + s->n_cached); /* the cache holds the anchor's history and the fed drafts */
     if (v->tree_nodes && out->n > 0) tree_assemble(v, s, out, sampling_is_greedy(sp));
     return 0;
 fail:
@@ -536,7 +575,7 @@ static int vanilla_commit(drafter *d, request *r, int n_accepted, int next_token
     int keep = 0;
     /* never the new anchor's row: the next proposal feeds it to get its logits */
     while (keep < s->n_cached && s->base + keep < r->toks.n - 1 && r->toks.v[s->base + keep] == s->tok[keep]) keep++;
-    kv_cache_crop(s->kv, s->base + keep);
+    crop_to(s, s->base + keep);
     s->proposed = s->n_cached = 0;
     return 0;
 }
@@ -554,7 +593,7 @@ static void vanilla_end(drafter *d, request *r) {
 static int vanilla_rewind(drafter *d, request *r) {
     DS_UNUSED(d);
     vstate *s = r->dstate;
-    kv_cache_crop(s->kv, r->n_prompt); /* the prompt's cache stays valid */
+    crop_to(s, r->n_prompt); /* the prompt's cache stays valid */
     s->base = s->n_cached = s->proposed = s->tn = 0;
     s->cal = (tree_calib){0, 0};
     return 0;
@@ -619,7 +658,8 @@ const drafter_ops drafter_vanilla = {
     "forwards while their running hit rate pays for the row (\"draft_lookup_cost\": its share of a forward, "
     "default 0.1), the drafts it draws unchanged; \"tree_nodes\": N > 0, a tree: the chain to depth N / w and "
     "\"tree_width\" w - 1 siblings beside each draft, the row's next best tokens at T = 0, drawn without "
-    "replacement at T > 0, verified exactly) "
+    "replacement at T > 0, verified exactly; \"draft_window\": W > 0, the draft LM reads only the prompt's "
+    "first \"draft_sink\" (default 4) and last W tokens) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
     vanilla_close,
@@ -632,8 +672,10 @@ const drafter_ops drafter_vanilla = {
     .train = &vlm_train_family,
     /* its tree: two drafts deep, a sibling beside each (drawn without replacement at T > 0), over the
      * whole vocabulary: a narrow draft vocabulary left the siblings no residual mass to win, and a
-     * mutant reporting q_k as a sibling's law passed there */
-    .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4}",
+     * mutant reporting q_k as a sibling's law passed there. The draft LM reads a window of the prompt
+     * (its first token and last 2 of the tiny world's 6), so the gate's replays and rewinds run over
+     * a cache whose rows stand for later tokens */
+    .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4, \"draft_window\": 2, \"draft_sink\": 1}",
     .report = vanilla_report,
     .observe = vanilla_observe,
 };

@@ -547,6 +547,78 @@ static void test_lookup_short_chains(void **state) {
 }
 
 
+/* "draft_window": the draft LM reads the prompt's first S and last W tokens. Its drafts and q equal,
+ * bit for bit, those of a draft LM given the shortened prompt (the sink, then the tail) over rounds
+ * of commits and after a rewind; a window as long as the prompt changes nothing. */
+static void test_window(void **state) {
+    (void)state;
+    char path[600];
+    target t;
+    lookup_target(&t, path, sizeof path, "window-qwen2.gguf");
+    enum { NP = 39, S = 4, W = 8 };
+    int full[NP + 1], shrt[S + W + 1];
+    for (int i = 0; i <= NP; i++) full[i] = (i * 37 + 11) % 61;
+    memcpy(shrt, full, sizeof(int) * S);
+    memcpy(shrt + S, full + NP - W, sizeof(int) * (W + 1)); /* the tail and the anchor */
+    /* windowed on the full prompt | plain on the short one | a window longer than the prompt | plain */
+    const char *cfgs[4] = {"{\"layers\": 1, \"draft_window\": 8, \"draft_sink\": 4}", "{\"layers\": 1}",
+                           "{\"layers\": 1, \"draft_window\": 64}", "{\"layers\": 1}"};
+    const int *pr[4] = {full, shrt, full, full}, np[4] = {NP, S + W, NP, NP};
+    drafter dr[4];
+    request rq[4];
+    draft_block blk[4];
+    int V = t.m.cfg.vocab_size;
+    for (int i = 0; i < 4; i++) {
+        cJSON *c = cJSON_Parse(cfgs[i]);
+        if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
+        cJSON_Delete(c);
+        assert_int_equal(draft_block_init(&blk[i], 5, V, 1), 0);
+        assert_int_equal(request_init(&rq[i], &t, 0, pr[i], np[i], 200, 7), 0);
+        assert_int_equal(ivec_push(&rq[i].toks, pr[i][np[i]]), 0);
+        if (dr[i].ops->begin(&dr[i], &rq[i], NULL)) fail_msg("%s", ds_errmsg());
+    }
+    assert_non_null(strstr(dr[0].describe, "first 4 and last 8"));
+    int differ = 0;
+    for (int round = 0; round < 16; round++) {
+        if (round == 10) /* a rewind: back to the prompt and its anchor */
+            for (int i = 0; i < 4; i++) {
+                rq[i].toks.n = np[i] + 1;
+                if (dr[i].ops->rewind(&dr[i], &rq[i])) fail_msg("%s", ds_errmsg());
+            }
+        sampling_params sp = {round % 3 ? 0.0f : 1.0f, 0, 1.0f};
+        for (int i = 0; i < 4; i++) {
+            rng_seed(&rq[i].rng_draft, 900 + (uint64_t)round);
+            if (dr[i].ops->propose(&dr[i], &rq[i], 5, &sp, &blk[i])) fail_msg("%s", ds_errmsg());
+            assert_int_equal(blk[i].n, 5);
+        }
+        for (int a = 0; a < 4; a += 2) { /* 0 against 1, 2 against 3 */
+            assert_memory_equal(blk[a].tok, blk[a + 1].tok, sizeof(int) * 5);
+            assert_memory_equal(blk[a].q, blk[a + 1].q, sizeof(float) * 5 * (size_t)V);
+            assert_memory_equal(blk[a].conf, blk[a + 1].conf, sizeof(float) * 5);
+        }
+        differ += memcmp(blk[0].q, blk[3].q, sizeof(float) * 5 * (size_t)V) != 0;
+        int j = round % 4, next = (round * 13 + 5) % 61;
+        for (int i = 0; i < 4; i++) {
+            for (int k = 0; k < j; k++) assert_int_equal(ivec_push(&rq[i].toks, blk[i].tok[k]), 0);
+            assert_int_equal(ivec_push(&rq[i].toks, next), 0);
+            if (dr[i].ops->commit(&dr[i], &rq[i], j, next, NULL)) fail_msg("%s", ds_errmsg());
+        }
+        if (round < 10) assert_memory_equal(blk[0].tok, blk[1].tok, sizeof(int) * (size_t)j);
+    }
+    /* the window is not a no-op: the whole prompt's draft LM has other laws */
+    assert_true(differ > 8);
+    printf("  draft_window 8 + sink 4 over a prompt of %d: 16 rounds (a rewind at 10) bit for bit the drafts and q of "
+           "the %d-token shortened prompt; %d of 16 rounds' q differ from the whole prompt's\n", NP, S + W, differ);
+    for (int i = 0; i < 4; i++) {
+        dr[i].ops->end(&dr[i], &rq[i]);
+        request_free(&rq[i], &t);
+        draft_block_free(&blk[i]);
+        drafter_close(&dr[i]);
+    }
+    target_close(&t);
+    remove(path);
+}
+
 /* "tree_nodes": the chain with siblings beside each draft. At T = 0 the chain is the chain mode's
  * (same drafts, same q) and each sibling is its row's next best token (TREE_TOPK); at T = 1 the
  * siblings are drawn without replacement (TREE_WOR): a sibling's q row is the draft's with the draft
@@ -686,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_lookup_same_drafts),
         cmocka_unit_test(test_lookup_short_chains),
+        cmocka_unit_test(test_window),
         cmocka_unit_test(test_tree_siblings),
         cmocka_unit_test(test_tree_calibration),
         cmocka_unit_test(test_checkpoint),

@@ -8,6 +8,7 @@
 #   CODE=6 SB=2 sh experiments/real-pair/run.sh     # more prompts (about twice that)
 #   ONLY="vanilla-greedy ngram-greedy" TEMPS=0 sh experiments/real-pair/run.sh   # a subset
 #   LLAMA=0 sh experiments/real-pair/run.sh         # without the llama.cpp side
+#   GROUPS=sb sh experiments/real-pair/run.sh       # Spec-Bench only (GROUPS=code: HumanEval + MBPP only)
 #
 # Needs the two models (`make model MODEL=qwen2.5-coder-1.5b`, `MODEL=qwen2.5-coder-0.5b`: fetched
 # here when missing, ~1.6 GB) and, for the peer, llama.cpp's llama-speculative and llama-lookup
@@ -65,6 +66,12 @@ configs() {
     # the same with a sibling beside each draft (the row's next best token at T = 0, a draw without
     # replacement at T = 1): a tree of 16 nodes, the chain to depth 8, priced node by node by greedy
     echo "vanilla-lookupadapt-tree16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16}|greedy|16|0 1"
+    # every lever of the 0.5B at once: its lookup, the sibling tree of 16 and its head re-quantized
+    # to Q5_0 at load (the file's Q8_0 head is a third of its bytes a draft)
+    echo "vanilla-best-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\"}|greedy|16|0 1"
+    # ... reading only the prompt's first 4 and last 256 tokens (draft_window): its own prefill of
+    # Spec-Bench's ~750-token summaries and RAG contexts is a cost the autoregressive run never pays
+    echo "vanilla-best-w256-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\", \"draft_window\": 256}|greedy|16|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
         echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
@@ -75,7 +82,7 @@ configs() {
     # accepted length beats the 0.5B's estimate (long copies), the 0.5B's otherwise
     echo "combine-0.5b-suffix-greedy|{\"name\": \"combine\", \"members\": [{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}, {\"name\": \"suffix\"}]}|greedy|8|0 1"
 }
-GROUPS_='code sb'
+GROUPS_=${GROUPS:-code sb} # GROUPS=sb: Spec-Bench only
 sets() {
     case $1 in
     code) echo '["humaneval", "mbpp"]|'$CODE ;;
