@@ -26,28 +26,33 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Read bandwidth: every thread sums its slice of a buffer far larger than the caches. */
+/* Read bandwidth: every thread sums its slice of a buffer far larger than the caches. The sums are
+ * integer, so the compiler may reorder and vectorize them: a float sum in order is one chain of
+ * dependent adds (4 cycles each), which measured the add's latency, not the memory (14 GB/s on a
+ * Xeon whose decode streamed its weights at 23). */
 static double measure_bandwidth(int threads, size_t bytes) {
-    size_t n = bytes / sizeof(float);
-    float *buf = ds_aligned_alloc(n * sizeof(float), "bandwidth buffer");
+    size_t n = bytes / sizeof(uint64_t);
+    uint64_t *buf = ds_aligned_alloc(n * sizeof(uint64_t), "bandwidth buffer");
     if (!buf) return 0;
 #pragma omp parallel for num_threads(threads)
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);
-    double best = 0, sink = 0;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    double best = 0;
+    uint64_t sink = 0;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = ds_now(), total = 0;
+        double t0 = ds_now();
+        uint64_t total = 0;
 #pragma omp parallel for num_threads(threads) reduction(+ : total)
-        for (size_t i = 0; i < n; i += 16) {
-            float s = 0;
-            for (int k = 0; k < 16; k++) s += buf[i + k];
-            total += s;
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t a = buf[i] + buf[i + 1], b = buf[i + 2] + buf[i + 3], c = buf[i + 4] + buf[i + 5],
+                     d = buf[i + 6] + buf[i + 7];
+            total += (a + b) + (c + d);
         }
         double dt = ds_now() - t0;
         sink += total;
         if (bytes / dt > best) best = (double)bytes / dt;
     }
     free(buf);
-    return sink == -1 ? 0 : best / 1e9;
+    return sink == 1 ? 0 : best / 1e9; /* read the sums, so the loops stay */
 }
 
 /* The int8 roof: every thread issues the kernel path's multiply-adds on registers only; best of 5
