@@ -449,6 +449,39 @@ static void lone_close(lone *o) {
     remove(o->path);
 }
 
+/* n vanilla drafters side by side over one target, drafter i on a request whose prompt is pr[i][0 ..
+ * np[i]) prefilled and pr[i][np[i]] the anchor: the multi-drafter tests' setup and teardown */
+enum { FLEET_MAX = 4 };
+typedef struct {
+    int n;
+    drafter d[FLEET_MAX];
+    request r[FLEET_MAX];
+    draft_block b[FLEET_MAX];
+} fleet;
+
+static void fleet_open(fleet *f, target *t, int n, const char *const *cfgs, const int *const *pr, const int *np,
+                       int cap) {
+    f->n = n;
+    for (int i = 0; i < n; i++) {
+        cJSON *c = cJSON_Parse(cfgs[i]);
+        if (drafter_open(&f->d[i], "vanilla", c, t)) fail_msg("%s", ds_errmsg());
+        cJSON_Delete(c);
+        assert_int_equal(draft_block_init(&f->b[i], cap, t->m.cfg.vocab_size, 1), 0);
+        assert_int_equal(request_init(&f->r[i], t, 0, pr[i], np[i], 200, 7), 0);
+        assert_int_equal(ivec_push(&f->r[i].toks, pr[i][np[i]]), 0);
+        if (f->d[i].ops->begin(&f->d[i], &f->r[i], NULL)) fail_msg("%s", ds_errmsg());
+    }
+}
+
+static void fleet_close(fleet *f, target *t) {
+    for (int i = 0; i < f->n; i++) {
+        f->d[i].ops->end(&f->d[i], &f->r[i]);
+        request_free(&f->r[i], t);
+        draft_block_free(&f->b[i]);
+        drafter_close(&f->d[i]);
+    }
+}
+
 static void test_lookup_same_drafts(void **state) {
     (void)state;
     char path[600];
@@ -457,20 +490,13 @@ static void test_lookup_same_drafts(void **state) {
     /* token by token; every looked-up token fed; fed while their running hit rate pays (the default) */
     const char *cfgs[3] = {"{\"layers\": 1}", "{\"layers\": 1, \"draft_lookup\": 4, \"draft_lookup_cost\": 0}",
                            "{\"layers\": 1, \"draft_lookup\": 4}"};
-    drafter dr[3];
-    request rq[3];
-    draft_block blk[3];
     int V = t.m.cfg.vocab_size, pat[5] = {7, 31, 2, 50, 19}, prompt[16];
     for (int i = 0; i < 16; i++) prompt[i] = pat[i % 5];
-    for (int i = 0; i < 3; i++) {
-        cJSON *c = cJSON_Parse(cfgs[i]);
-        if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
-        cJSON_Delete(c);
-        assert_int_equal(draft_block_init(&blk[i], 6, V, 1), 0);
-        assert_int_equal(request_init(&rq[i], &t, 0, prompt, 15, 200, 7), 0);
-        assert_int_equal(ivec_push(&rq[i].toks, prompt[15]), 0);
-        if (dr[i].ops->begin(&dr[i], &rq[i], NULL)) fail_msg("%s", ds_errmsg());
-    }
+    fleet fl;
+    fleet_open(&fl, &t, 3, cfgs, (const int *[]){prompt, prompt, prompt}, (const int[]){15, 15, 15}, 6);
+    drafter *dr = fl.d;
+    request *rq = fl.r;
+    draft_block *blk = fl.b;
     for (int round = 0; round < 24; round++) {
         sampling_params sp = {round % 3 ? 0.0f : 1.0f, 0, 1.0f};
         for (int i = 0; i < 3; i++) {
@@ -501,12 +527,7 @@ static void test_lookup_same_drafts(void **state) {
     assert_int_equal(f[0], 24 * 6);
     assert_true(h[1] > 10 && h[2] > 10);
     assert_true(fed[2] < fed[1] && (double)h[2] / fed[2] > (double)h[1] / fed[1]);
-    for (int i = 0; i < 3; i++) {
-        dr[i].ops->end(&dr[i], &rq[i]);
-        request_free(&rq[i], &t);
-        draft_block_free(&blk[i]);
-        drafter_close(&dr[i]);
-    }
+    fleet_close(&fl, &t);
     target_close(&t);
     remove(path);
 }
@@ -563,20 +584,13 @@ static void test_window(void **state) {
     /* windowed on the full prompt | plain on the short one | a window longer than the prompt | plain */
     const char *cfgs[4] = {"{\"layers\": 1, \"draft_window\": 8, \"draft_sink\": 4}", "{\"layers\": 1}",
                            "{\"layers\": 1, \"draft_window\": 64}", "{\"layers\": 1}"};
-    const int *pr[4] = {full, shrt, full, full}, np[4] = {NP, S + W, NP, NP};
-    drafter dr[4];
-    request rq[4];
-    draft_block blk[4];
+    const int np[4] = {NP, S + W, NP, NP};
     int V = t.m.cfg.vocab_size;
-    for (int i = 0; i < 4; i++) {
-        cJSON *c = cJSON_Parse(cfgs[i]);
-        if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
-        cJSON_Delete(c);
-        assert_int_equal(draft_block_init(&blk[i], 5, V, 1), 0);
-        assert_int_equal(request_init(&rq[i], &t, 0, pr[i], np[i], 200, 7), 0);
-        assert_int_equal(ivec_push(&rq[i].toks, pr[i][np[i]]), 0);
-        if (dr[i].ops->begin(&dr[i], &rq[i], NULL)) fail_msg("%s", ds_errmsg());
-    }
+    fleet f;
+    fleet_open(&f, &t, 4, cfgs, (const int *[]){full, shrt, full, full}, np, 5);
+    drafter *dr = f.d;
+    request *rq = f.r;
+    draft_block *blk = f.b;
     assert_non_null(strstr(dr[0].describe, "first 4 and last 8"));
     int differ = 0;
     for (int round = 0; round < 16; round++) {
@@ -609,12 +623,7 @@ static void test_window(void **state) {
     assert_true(differ > 8);
     printf("  draft_window 8 + sink 4 over a prompt of %d: 16 rounds (a rewind at 10) bit for bit the drafts and q of "
            "the %d-token shortened prompt; %d of 16 rounds' q differ from the whole prompt's\n", NP, S + W, differ);
-    for (int i = 0; i < 4; i++) {
-        dr[i].ops->end(&dr[i], &rq[i]);
-        request_free(&rq[i], &t);
-        draft_block_free(&blk[i]);
-        drafter_close(&dr[i]);
-    }
+    fleet_close(&f, &t);
     target_close(&t);
     remove(path);
 }
@@ -630,20 +639,13 @@ static void test_tree_siblings(void **state) {
     target t;
     lookup_target(&t, path, sizeof path, "tree-qwen2.gguf");
     const char *cfgs[2] = {"{\"layers\": 1}", "{\"layers\": 1, \"tree_nodes\": 9, \"tree_width\": 3}"};
-    drafter dr[2];
-    request rq[2];
-    draft_block blk[2];
     int V = t.m.cfg.vocab_size, prompt[16];
     for (int i = 0; i < 16; i++) prompt[i] = (7 * i + 3) % V;
-    for (int i = 0; i < 2; i++) {
-        cJSON *c = cJSON_Parse(cfgs[i]);
-        if (drafter_open(&dr[i], "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
-        cJSON_Delete(c);
-        assert_int_equal(draft_block_init(&blk[i], 9, V, 1), 0);
-        assert_int_equal(request_init(&rq[i], &t, 0, prompt, 15, 200, 7), 0);
-        assert_int_equal(ivec_push(&rq[i].toks, prompt[15]), 0);
-        if (dr[i].ops->begin(&dr[i], &rq[i], NULL)) fail_msg("%s", ds_errmsg());
-    }
+    fleet f;
+    fleet_open(&f, &t, 2, cfgs, (const int *[]){prompt, prompt}, (const int[]){15, 15}, 9);
+    drafter *dr = f.d;
+    request *rq = f.r;
+    draft_block *blk = f.b;
     assert_int_equal(dr[1].tree_nodes, 9);
     int n_sib = 0, n_wor = 0;
     for (int round = 0; round < 8; round++) {
@@ -694,12 +696,7 @@ static void test_tree_siblings(void **state) {
     printf("  vanilla tree of 9 (width 3): chains equal to the chain mode's at T = 0, %d siblings, %d drawn without "
            "replacement at T = 1\n", n_sib, n_wor);
     assert_true(n_sib >= 8 * 4 && n_wor >= 4 * 4);
-    for (int i = 0; i < 2; i++) {
-        dr[i].ops->end(&dr[i], &rq[i]);
-        request_free(&rq[i], &t);
-        draft_block_free(&blk[i]);
-        drafter_close(&dr[i]);
-    }
+    fleet_close(&f, &t);
     target_close(&t);
     remove(path);
 }
