@@ -144,6 +144,7 @@ typedef struct {
     const sps_table *sps;
     int rows_other;
     double t_last, *draft_s; /* the running mean lives in the decode context */
+    double sps_scale;        /* the decode context's: the target's measured forward time over the table's */
 } draft_pace;
 
 static int pace_more(void *ctx, int k, const float *conf) {
@@ -154,7 +155,7 @@ static int pace_more(void *ctx, int k, const float *conf) {
         *p->draft_s = *p->draft_s > 0 ? 0.8 * *p->draft_s + 0.2 * dt : dt;
     }
     p->t_last = now;
-    sched_draft q = {k, conf, p->rows_other, *p->draft_s, p->sps};
+    sched_draft q = {k, conf, p->rows_other, *p->draft_s, p->sps, p->sps_scale};
     return p->s->ops->draft_more(p->s, &q);
 }
 
@@ -164,6 +165,8 @@ struct decode_ctx {
     int *tdepth, *ton;       /* a tree's node depths, and each node's index on the accepted path (-1: off it) */
     int *istree;             /* [R_max] the round's requests that drafted a tree (not empty) */
     double draft_s; /* measured seconds of one draft step (pace_more), 0 until seen */
+    double sps_scale; /* a speculative round's target forward time over the SPS table's at its rows (running
+                       * mean, 0 until seen): pace_more prices a measured draft against the table with it */
     draft_block *blocks;
     int *n_draft, *len, *n_new, *flat, *ids, *acc, *emit;
     float *conf, *logits, *p, *hidden, *hrows;
@@ -255,7 +258,7 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         c->ids[a] = q->id;
         if (d && g > 0) {
             st->asked += g;
-            draft_pace pace = {cfg->s, cfg->sps, rows, 0, &c->draft_s};
+            draft_pace pace = {cfg->s, cfg->sps, rows, 0, &c->draft_s, c->sps_scale};
             c->blocks[a].more = cfg->s && cfg->s->ops->draft_more ? pace_more : NULL;
             c->blocks[a].more_ctx = &pace;
             c->blocks[a].tree = TREE_CHAIN;
@@ -302,7 +305,12 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
                     .capture = c->hidden, .parent = any_tree ? c->par : NULL};
     double tf = ds_now();
     DS_TRY(model_forward(&t->m, &t->fs, &fb));
-    st->t_forward += ds_now() - tf;
+    double dtf = ds_now() - tf;
+    st->t_forward += dtf;
+    if (d && cfg->sps && cfg->sps->n > 0) {
+        double u = dtf * sps_at(cfg->sps, T);
+        c->sps_scale = c->sps_scale > 0 ? 0.8 * c->sps_scale + 0.2 * u : u;
+    }
     /* verify and commit, request by request */
     for (int a = 0, row = 0; a < na; row += c->n_new[a], a++) {
         request *q = act[a];

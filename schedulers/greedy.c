@@ -101,16 +101,21 @@ static int greedy_schedule(scheduler *s, const sched_batch *b, int *len) {
 
 /* Draft one more only if it raises the round's expected throughput. With k drafts, a_j = c_1 ... c_j
  * and tau = 1 + sum a_j tokens expected from B = rows_other + k + 1 rows, the round takes
- * T = k D + 1 / SPS(B) (D: a draft's cost). One more adds a_k c' tokens, c' = c_k standing in for
- * the next draft's unknown confidence, and costs D plus the verify forward's growth; the draft
- * goes on while (tau + a_k c') / T' > tau / T. */
+ * T = k D + u / SPS(B) (D: a draft's cost; u: the target's measured speed against the table's, when D
+ * is measured too, so both sides are priced at the day's speed: with a table 1.3x faster than the
+ * day's target the 0.5B drafted 533 tokens on 7 Spec-Bench requests (tau 3.04) against 549 (3.26) with
+ * the day's table; priced with u, 545 (3.20)).
+ * One more adds a_k c' tokens, c' = c_k standing in for the next draft's unknown confidence, and costs
+ * D plus the verify forward's growth; the draft goes on while (tau + a_k c') / T' > tau / T. */
 static int greedy_draft_more(scheduler *s, const sched_draft *q) {
     double D = s->draft_cost > 0 ? s->draft_cost : q->draft_s;
     if (D <= 0 || !q->sps || q->sps->n < 1) return 1; /* no price known yet: draft what was asked */
+    /* a fixed draft_cost is in the table's units (the gate's, deterministic) */
+    double u = s->draft_cost > 0 || q->sps_scale <= 0 ? 1 : q->sps_scale;
     double a = 1, tau = 1;
     for (int j = 0; j < q->k; j++) a *= q->conf[j], tau += a;
     int B = q->rows_other + q->k + 1;
-    double T = q->k * D + 1 / sps_at(q->sps, B), T1 = T + D + 1 / sps_at(q->sps, B + 1) - 1 / sps_at(q->sps, B);
+    double T = q->k * D + u / sps_at(q->sps, B), T1 = T + D + u * (1 / sps_at(q->sps, B + 1) - 1 / sps_at(q->sps, B));
     double gain = a * q->conf[q->k - 1];
     return (tau + gain) * T > tau * T1;
 }

@@ -60,6 +60,8 @@ typedef struct {
     int rows_other;     /* rows the round's other requests take (their anchors and drafts so far) */
     double draft_s;     /* seconds one more draft costs (measured by the loop, or the scheduler's own) */
     const sps_table *sps;
+    double sps_scale;   /* the target's measured forward time over the table's (a running mean; 0: not
+                         * seen yet): a measured draft cost is priced against the table at today's speed */
 } sched_draft;
 
 typedef struct scheduler scheduler;

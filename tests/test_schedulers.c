@@ -231,6 +231,34 @@ static void test_req_table(void **state) {
     req_table_free(&t);
 }
 
+/* greedy's draft-length rule prices a measured draft against the SPS table at the target's measured
+ * speed (sps_scale u): on a flat table of 1 s a forward, two drafts at confidence 0.5 and 0.5 s a
+ * draft, a third pays only once the target is more than 6x slower than the table says (u > 6); a
+ * fixed draft_cost is in the table's units and ignores u (the gate's rule stays deterministic). */
+static void test_greedy_prices_at_measured_speed(void **state) {
+    (void)state;
+    sps_table sps;
+    int B[2] = {1, 16};
+    double steps[2] = {1, 1};
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 2), 0);
+    float conf[2] = {0.5f, 0.5f};
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "greedy", NULL), 0);
+    sched_draft q = {2, conf, 0, 0.5, &sps, 0};
+    assert_int_equal(s.ops->draft_more(&s, &q), 0); /* not seen yet: the table as it is */
+    q.sps_scale = 1;
+    assert_int_equal(s.ops->draft_more(&s, &q), 0);
+    q.sps_scale = 5.9;
+    assert_int_equal(s.ops->draft_more(&s, &q), 0);
+    q.sps_scale = 6.1;
+    assert_int_equal(s.ops->draft_more(&s, &q), 1);
+    scheduler_close(&s);
+    assert_int_equal(open_cfg(&s, "greedy", "{\"draft_cost\": 0.5}"), 0);
+    q.draft_s = 0, q.sps_scale = 8;
+    assert_int_equal(s.ops->draft_more(&s, &q), 0);
+    scheduler_close(&s);
+}
+
 static void test_bad_settings(void **state) {
     (void)state;
     scheduler s;
@@ -263,6 +291,7 @@ int main(void) {
         cmocka_unit_test(test_hedge_per_request),
         cmocka_unit_test(test_hedge_charges_batch_time),
         cmocka_unit_test(test_req_table),
+        cmocka_unit_test(test_greedy_prices_at_measured_speed),
         cmocka_unit_test(test_bad_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

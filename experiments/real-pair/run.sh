@@ -66,6 +66,8 @@ configs() {
     # the same with a sibling beside each draft (the row's next best token at T = 0, a draw without
     # replacement at T = 1): a tree of 16 nodes, the chain to depth 8, priced node by node by greedy
     echo "vanilla-lookupadapt-tree16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16}|greedy|16|0 1"
+    # its lookup and the head re-quantized to Q5_0, a chain: the tree row below without its siblings
+    echo "vanilla-lookup-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"head_type\": \"q5_0\"}|greedy|8|0 1"
     # every lever of the 0.5B at once: its lookup, the sibling tree of 16 and its head re-quantized
     # to Q5_0 at load (the file's Q8_0 head is a third of its bytes a draft)
     echo "vanilla-best-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\"}|greedy|16|0 1"
