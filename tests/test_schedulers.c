@@ -257,6 +257,7 @@ static void test_greedy_prices_at_measured_speed(void **state) {
     q.draft_s = 0, q.sps_scale = 8;
     assert_int_equal(s.ops->draft_more(&s, &q), 0);
     scheduler_close(&s);
+    sps_free(&sps);
 }
 
 static void test_bad_settings(void **state) {
