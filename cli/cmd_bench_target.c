@@ -28,7 +28,7 @@ static double median(double *v, int n) {
 
 /* Read bandwidth: every thread sums its slice of a buffer far larger than the caches. The sums are
  * integer, so the compiler may reorder and vectorize them: a float sum in order is one chain of
- * dependent adds (4 cycles each), which measured the add's latency, not the memory (14 GB/s on a
+ * dependent adds (2-4 cycles each), which measured the add's latency, not the memory (14 GB/s on a
  * Xeon whose decode streamed its weights at 23). */
 static double measure_bandwidth(int threads, size_t bytes) {
     size_t n = bytes / sizeof(uint64_t);

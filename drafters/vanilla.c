@@ -322,8 +322,8 @@ static int vanilla_begin(drafter *d, request *r, const float *prompt_hidden) {
     return 0;
 }
 
-/* the request's tokens the draft cache's first `rows` rows stand for (draft_window: the skipped ones
- * included once the cache holds anything; it never holds part of the sink alone) */
+/* how many of the request's tokens the draft cache stands for: its rows, plus the prompt tokens the
+ * window skipped once it holds anything (its first feed is the whole window, never the sink alone) */
 static int cached_tokens(const vstate *s) { return s->kv->len ? s->kv->len + s->skip : 0; }
 
 /* the cache cropped to the request's first `tokens` tokens (never fewer than the window's prompt) */
