@@ -86,7 +86,8 @@ ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 $(BUILD)/runtime/kernels/kernels_avx2.o: CFLAGS += $(ISA_AVX2)
 $(BUILD)/runtime/kernels/kernels_avx512.o: CFLAGS += $(ISA_AVX512)
-$(BUILD)/runtime/kernels/kernels_avx2.o $(BUILD)/runtime/kernels/kernels_avx512.o: runtime/kernels/kernels_x86.inc
+$(BUILD)/runtime/kernels/kernels_amx.o: CFLAGS += $(ISA_AVX512) -mamx-tile -mamx-int8
+$(BUILD)/runtime/kernels/kernels_avx2.o $(BUILD)/runtime/kernels/kernels_avx512.o $(BUILD)/runtime/kernels/kernels_amx.o: runtime/kernels/kernels_x86.inc
 
 $(BUILD)/libdspark.a: $(LIB_OBJ) $(CUDA_OBJ)
 	@rm -f $@
@@ -174,6 +175,7 @@ FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_B
 .SECONDARY: $(FUZZ_OBJ)
 $(FUZZ_BUILD)/runtime/kernels/kernels_avx2.o: FUZZ_CFLAGS += $(ISA_AVX2)
 $(FUZZ_BUILD)/runtime/kernels/kernels_avx512.o: FUZZ_CFLAGS += $(ISA_AVX512)
+$(FUZZ_BUILD)/runtime/kernels/kernels_amx.o: FUZZ_CFLAGS += $(ISA_AVX512) -mamx-tile -mamx-int8
 $(FUZZ_BUILD)/%.o: %.c $(BUILD)/config.mk
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

@@ -25,7 +25,7 @@ typedef struct {
     {"backend", OPT_STR, &(bo).name, "NAME", "compute backend (default cpu)", 0, 0, 0},                             \
     {"exact", OPT_FLAG, &(bo).exact, NULL, "fp32 activations in every matmul (the reference contract; default int8)", \
      0, 0, 0},                                                                                                       \
-    {"isa", OPT_STR, &(bo).isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni", 0, 0, 0}
+    {"isa", OPT_STR, &(bo).isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni, avx512-amx", 0, 0, 0}
 
 /* Returns 0 on success, 1 if --help was printed (exit 0), -1 on error (message set).
  * Positional arguments are collected into pos (up to max_pos). */

@@ -60,7 +60,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
         {"backend", OPT_STR, &backend, "NAME", "compute backend (default cpu)", 0, 0, 0},
         {"exact", OPT_FLAG, &exact, NULL, "fp32 activations in every matmul (the reference contract; default int8)", 0, 0, 0},
-        {"isa", OPT_STR, &isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni", 0, 0, 0},
+        {"isa", OPT_STR, &isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni, avx512-amx", 0, 0, 0},
         {"concurrency", OPT_INT, &concurrency, "N", "requests decoded together (default 1)", 1, 256, 0},
         {"sps", OPT_STR, &sps, "FILE.json", "SPS(B) table (default bench/bench-target.json)", 0, 0, 0},
         {"verifier", OPT_STR, &verifier, "RULE", "chain verification at T > 0: token (default) or block (Sun et al.; lossless, never fewer accepted in expectation; tree rounds keep the tree rule)", 0, 0, 0},

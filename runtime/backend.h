@@ -77,7 +77,7 @@ typedef struct {
     const char *name;  /* "cpu" (default) */
     int n_threads;     /* <= 0: all cores */
     int exact;         /* 1: fp32 activations everywhere (the reference); 0: int8 activations for quantized weights */
-    const char *isa;   /* CPU kernel path: NULL/"auto" = the best this CPU runs, or "scalar", "avx2", "avx512-vnni" */
+    const char *isa;   /* CPU kernel path: NULL/"auto" = the best this CPU runs, or "scalar", "avx2", "avx512-vnni", "avx512-amx" */
 } backend_opts;
 
 typedef struct backend backend;

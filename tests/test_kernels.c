@@ -363,6 +363,25 @@ static void test_batch_passes(void **state) {
     }
 }
 
+/* the AMX path's tiles, here from one token on: every kind, groups of 16 tokens and a tail on the
+ * tiles (or, below qk_amx_min, on the VNNI kernels), 1, 3, 7 and 24 blocks, slices cutting panels */
+static void test_amx_tiles(void **state) {
+    (void)state;
+    if (!qk_kernels_for(ISA_AMX)) skip();
+    static const int Ts[] = {1, 2, 5, 8, 16, 17, 19, 35};
+    static const int mins[] = {1, 1, 4, 4, 4, 1, 4, 4};
+    int keep = qk_amx_min;
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        qk_amx_min = mins[i];
+        check_matrix(GGML_Q4_1, 37, 96, Ts[i], 140 + i);
+        check_matrix(GGML_Q8_0, 17, 224, Ts[i], 150 + i);
+        check_matrix(GGML_Q4_K, 21, 768, Ts[i], 160 + i);
+        check_matrix(GGML_Q6_K, 19, 512, Ts[i], 170 + i);
+        check_matrix(GGML_Q5_0, 23, 32, Ts[i], 180 + i);
+    }
+    qk_amx_min = keep;
+}
+
 /* the AVX2 path's one-pass sweep for large matrices (3 to 8 tokens a pass), here forced on small ones:
  * every kind, the classes with no block, one or several, slices cutting panels, 3..19 tokens */
 static void test_avx2_sweep(void **state) {
@@ -922,7 +941,7 @@ static void test_paths_present(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_avx2_sweep), cmocka_unit_test(test_batch_passes),
+        cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_avx2_sweep), cmocka_unit_test(test_amx_tiles), cmocka_unit_test(test_batch_passes),
         cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_q5_0_extremes), cmocka_unit_test(test_pack_threads), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),

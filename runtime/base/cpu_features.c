@@ -8,6 +8,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "common.h"
 
@@ -21,6 +25,26 @@ static int has_f16c(void) {
 }
 #endif
 
+#if defined(__x86_64__)
+/* AMX-TILE and AMX-INT8 (cpuid leaf 7 EDX bits 24, 25), the OS saving tile state (XCR0 bits 17,
+ * 18), and Linux's permission for this process to use it (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA; without it the first tile instruction faults). Asked once; the answer holds
+ * for every thread of the process. */
+static int amx_usable(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v >= 0) return v;
+    unsigned a, b, c, d, lo, hi;
+    v = __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1) /* OSXSAVE */ && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+        (d >> 24 & 1) && (d >> 25 & 1);
+    if (v) {
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        v = (lo >> 17 & 1) && (lo >> 18 & 1) && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+    }
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    return v;
+}
+#endif
 int cpu_isa_supported(cpu_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -31,6 +55,9 @@ int cpu_isa_supported(cpu_isa isa) {
     case ISA_AVX512:
         return cpu_isa_supported(ISA_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#if defined(__x86_64__)
+    case ISA_AMX: return cpu_isa_supported(ISA_AVX512) && amx_usable();
+#endif
     default: return 0;
     }
 #else
@@ -44,7 +71,7 @@ cpu_isa cpu_isa_best(void) {
     return ISA_SCALAR;
 }
 
-static const char *const NAMES[ISA_COUNT] = {"scalar", "avx2", "avx512-vnni"};
+static const char *const NAMES[ISA_COUNT] = {"scalar", "avx2", "avx512-vnni", "avx512-amx"};
 
 const char *cpu_isa_name(cpu_isa isa) { return isa >= 0 && isa < ISA_COUNT ? NAMES[isa] : "?"; }
 
@@ -62,7 +89,7 @@ int cpu_isa_parse(const char *name, cpu_isa *out) {
             *out = (cpu_isa)i;
             return 0;
         }
-    ds_error("unknown kernel path '%s' (known: auto, scalar, avx2, avx512-vnni)", name);
+    ds_error("unknown kernel path '%s' (known: auto, scalar, avx2, avx512-vnni, avx512-amx)", name);
     return -1;
 }
 
@@ -92,6 +119,7 @@ void cpu_describe(char *buf, size_t n) {
                  __builtin_cpu_supports("avx512vnni")};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (has[i]) snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", *flags ? " " : "", names[i]);
+    if (cpu_isa_supported(ISA_AMX)) snprintf(flags + strlen(flags), sizeof flags - strlen(flags), " amx-int8");
 #endif
     snprintf(buf, n, "%s (%s; OpenBLAS %s kernels)", model, *flags ? flags : "no SIMD extensions used",
              openblas_get_corename());

@@ -10,6 +10,7 @@ typedef enum {
     ISA_SCALAR = 0,  /* portable C, the reference every other path must match */
     ISA_AVX2 = 1,    /* AVX2 + FMA + F16C: int8 dots with maddubs/madd */
     ISA_AVX512 = 2,  /* AVX-512 F/BW/VL + VNNI: int8 dots with vpdpbusd */
+    ISA_AMX = 3,     /* AVX-512 VNNI + AMX-INT8 tiles (the OS must grant them): batched int8 dots on tiles */
     ISA_COUNT
 } cpu_isa;
 

@@ -9,6 +9,7 @@
 #include "../formats/quant.h"
 
 size_t qk_sweep2_bytes = (size_t)1 << 20;
+int qk_amx_min = 10;
 
 const qk_kernels *qk_kernels_for(cpu_isa isa) {
     if (!cpu_isa_supported(isa)) return NULL;
@@ -17,6 +18,7 @@ const qk_kernels *qk_kernels_for(cpu_isa isa) {
 #if defined(__x86_64__)
     case ISA_AVX2: return &qk_avx2;
     case ISA_AVX512: return &qk_avx512;
+    case ISA_AMX: return &qk_amx;
 #endif
     default: return NULL;
     }

@@ -278,7 +278,11 @@ static inline void qk_quantize_finish(qk_act *a, size_t i, float amax, float fin
     a->ps[i] = sum;
 }
 
-extern const qk_kernels qk_scalar, qk_avx2, qk_avx512;
+extern const qk_kernels qk_scalar, qk_avx2, qk_avx512, qk_amx;
+
+/* the AMX path takes a batch on its tiles from this many tokens (fewer: its VNNI kernels, the same
+ * bits); tests lower it to 1 */
+extern int qk_amx_min;
 
 /* the AVX2 path takes 3 to 8 tokens in one pass over a matrix of at least this many packed bytes (1
  * MB; streamed from memory, a pass a token pair would read it 4 times at B = 8); tests lower it */
