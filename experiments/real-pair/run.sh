@@ -9,6 +9,7 @@
 #   ONLY="vanilla-greedy ngram-greedy" TEMPS=0 sh experiments/real-pair/run.sh   # a subset
 #   LLAMA=0 sh experiments/real-pair/run.sh         # without the llama.cpp side
 #   GROUPS=sb sh experiments/real-pair/run.sh       # Spec-Bench only (GROUPS=code: HumanEval + MBPP only)
+#   ISA=avx512-vnni sh experiments/real-pair/run.sh # a kernel path other than the best this CPU runs
 #
 # Needs the two models (`make model MODEL=qwen2.5-coder-1.5b`, `MODEL=qwen2.5-coder-0.5b`: fetched
 # here when missing, ~1.6 GB) and, for the peer, llama.cpp's llama-speculative and llama-lookup
@@ -36,6 +37,7 @@ TEMPS=${TEMPS:-0 1}
 ONLY=${ONLY:-}
 LLAMA=${LLAMA:-1}
 T=${THREADS:-2}
+ISA=${ISA:-auto} # the CPU kernel path (ISA=avx512-vnni: without the AMX tiles on a machine that has them)
 TGT=qwen2.5-coder-1.5b
 DFT=qwen2.5-coder-0.5b
 [ -x $B ] || make
@@ -44,7 +46,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dspark-bench
 TGT_PATH=$CACHE/$(python3 scripts/fetch_model.py --list | awk -v m=$TGT '$1 == m { print $2 }')
 DFT_PATH=$CACHE/$(python3 scripts/fetch_model.py --list | awk -v m=$DFT '$1 == m { print $2 }')
 mkdir -p $O
-[ -f $O/sps.json ] || $B bench-target --model $TGT --threads $T --max-B ${SPS_MAX_B:-24} --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
+[ -f $O/sps.json ] || $B bench-target --model $TGT --threads $T --isa $ISA --max-B ${SPS_MAX_B:-24} --context2 0 --reps 9 --out $O/sps.json > $O/sps.txt
 if [ "$LLAMA" = 1 ]; then
     BIN=${LLAMA_BIN:-}
     [ -n "$BIN" ] || BIN=$(scripts/build_llamacpp.sh llama-speculative llama-lookup | tail -n 1)
@@ -103,7 +105,7 @@ for Tm in $TEMPS; do
             cat > $O/$tag.json <<JSON
 {"comment": "experiments/real-pair/run.sh: $tag", "target": "$TGT", "drafter": $dj, "scheduler": "$sched",
  "gamma": $gamma, "datasets": $ds, "limit": $lim, "temperature": $Tm, "max_new_tokens": 128, "seed": 1,
- "threads": $T, "sps": "$O/sps.json", "out": "$O/$tag.h5", "prompts_out": "$O/prompts-t$Tm-$g.jsonl"}
+ "threads": $T, "isa": "$ISA", "sps": "$O/sps.json", "out": "$O/$tag.h5", "prompts_out": "$O/prompts-t$Tm-$g.jsonl"}
 JSON
             echo "run.sh: $tag ($(date +%H:%M:%S))"
             $B run --config $O/$tag.json > $O/$tag.txt
