@@ -73,6 +73,8 @@ configs() {
     # every lever of the 0.5B at once: its lookup, the sibling tree of 16 and its head re-quantized
     # to Q5_0 at load (the file's Q8_0 head is a third of its bytes a draft)
     echo "vanilla-best-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\"}|greedy|16|0 1"
+    # ... with its head over the first 32,768 ids by merge rank (draft_vocab): a fifth of the head's bytes
+    echo "vanilla-best32k-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\", \"draft_vocab\": 32768}|greedy|16|0 1"
     # ... reading only the prompt's first 4 and last 256 tokens (draft_window): its own prefill of
     # Spec-Bench's ~750-token summaries and RAG contexts is a cost the autoregressive run never pays
     echo "vanilla-best-w256-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\", \"draft_window\": 256}|greedy|16|0 1"
