@@ -117,21 +117,20 @@ static inline __attribute__((always_inline)) void amx_mul(const uint8_t *pan, si
             continue;
         }
         const uint8_t *src = qk_nibbles(kind) ? wb + 512 * (size_t)j : blk;
-        if ((j & 1) == 0) { /* two sets of tiles: one block's multiply need not wait for the last's store */
-            _tile_loadd(2, pb, cols);
-            _tile_loadd(4, src, 64);
-            _tile_zero(0);
-            if (uns) _tile_dpbsud(0, 2, 4);
-            else _tile_dpbssd(0, 2, 4);
-            _tile_stored(0, c, 64);
-        } else {
-            _tile_loadd(3, pb, cols);
-            _tile_loadd(5, src, 64);
-            _tile_zero(1);
-            if (uns) _tile_dpbsud(1, 3, 5);
-            else _tile_dpbssd(1, 3, 5);
-            _tile_stored(1, c, 64);
-        }
+        /* two sets of tiles (C, A, B), alternating: one block's multiply need not wait for the last's
+         * store (tile numbers are immediates, hence the macro) */
+#define AMX_ONE(C, A, B)                                                                                  \
+    do {                                                                                                  \
+        _tile_loadd(A, pb, cols);                                                                         \
+        _tile_loadd(B, src, 64);                                                                          \
+        _tile_zero(C);                                                                                    \
+        if (uns) _tile_dpbsud(C, A, B);                                                                   \
+        else _tile_dpbssd(C, A, B);                                                                       \
+        _tile_stored(C, c, 64);                                                                           \
+    } while (0)
+        if ((j & 1) == 0) AMX_ONE(0, 2, 4);
+        else AMX_ONE(1, 3, 5);
+#undef AMX_ONE
     }
 }
 
