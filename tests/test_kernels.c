@@ -399,6 +399,20 @@ static void test_avx2_sweep(void **state) {
     qk_sweep2_bytes = keep;
 }
 
+/* every kernel path's rows_i8 of pk against a equals the scalar path's ref [a->T][rows] bit for bit */
+static void paths_equal_ref(const qk_mat *pk, const qk_act *a, int rows, const float *ref, const char *what) {
+    float *out = malloc(sizeof(float) * (size_t)(a->T * rows));
+    assert_non_null(out);
+    for (int isa = 1; isa < ISA_COUNT; isa++) {
+        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
+        if (!k) continue;
+        k->rows_i8(pk, 0, rows, a, out, rows, NULL);
+        if (memcmp(out, ref, sizeof(float) * (size_t)(a->T * rows)))
+            fail_msg("%s, %d tokens: the %s path differs from the scalar path", what, a->T, k->name);
+    }
+    free(out);
+}
+
 /* codes at the extremes: Q8_0 -128 and 127 against activations at +-127 (the int16 pair sums of
  * the AVX2 path are at their largest, 2 * 128 * 127, and must not saturate) */
 static void test_q8_0_extremes(void **state) {
@@ -412,7 +426,7 @@ static void test_q8_0_extremes(void **state) {
     qmat w = {GGML_Q8_0, ROWS, COLS, sizeof(block_q8_0) * 2, bl};
     qk_mat pk;
     assert_int_equal(qk_pack(&w, QK_PANELS, &pk), 0);
-    float x[COLS], out[ROWS], ref[ROWS];
+    float x[COLS], ref[ROWS];
     for (int j = 0; j < COLS; j++) x[j] = j % 2 ? -1.0f : 1.0f; /* quantizes to exactly +-127 */
     qk_act a;
     alloc_act(&a, 1, COLS);
@@ -424,12 +438,7 @@ static void test_q8_0_extremes(void **state) {
         for (int j = 0; j < COLS; j++) y += 0.5 * bl[r * 2 + j / 32].qs[j % 32] * x[j];
         assert_true(fabs(ref[r] - y) <= 1e-3 * fabs(y) + 1e-3);
     }
-    for (int isa = 1; isa < ISA_COUNT; isa++) {
-        const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
-        if (!k) continue;
-        k->rows_i8(&pk, 0, ROWS, &a, out, ROWS, NULL);
-        assert_memory_equal(out, ref, sizeof ref);
-    }
+    paths_equal_ref(&pk, &a, ROWS, ref, "Q8_0 extremes");
     free_act(&a);
     qk_mat_free(&pk);
 }
@@ -484,7 +493,7 @@ static void test_q5_0_extremes(void **state) {
         qk_mat pk;
         assert_int_equal(qk_pack(&w, QK_PANELS, &pk), 0);
         assert_int_equal(pk.kind, QK_Q5_0);
-        float x[2 * COLS], out[2 * ROWS], ref[2 * ROWS];
+        float x[2 * COLS], ref[2 * ROWS];
         for (int j = 0; j < 2 * COLS; j++) x[j] = j < COLS ? 1.0f : (j % 3 ? 1.0f : -1.0f); /* +-127 */
         qk_act a;
         alloc_act(&a, 2, COLS);
@@ -496,15 +505,52 @@ static void test_q5_0_extremes(void **state) {
                 for (int j = 0; j < COLS; j++) y += 0.25 * (pass ? -16 : 15) * x[t * COLS + j];
                 assert_true(fabs(ref[t * ROWS + r] - y) <= 1e-3 * fabs(y) + 1e-3);
             }
-        for (int isa = 1; isa < ISA_COUNT; isa++) {
-            const qk_kernels *k = qk_kernels_for((cpu_isa)isa);
-            if (!k) continue;
-            k->rows_i8(&pk, 0, ROWS, &a, out, ROWS, NULL);
-            assert_memory_equal(out, ref, sizeof ref);
-        }
+        paths_equal_ref(&pk, &a, ROWS, ref, pass ? "Q5_0 extremes (u = 0)" : "Q5_0 extremes (u = 31)");
         free_act(&a);
         qk_mat_free(&pk);
     }
+}
+
+/* Q6_K codes at the extremes through every token count's kernel (the AVX2 sweep forced on): q - 32 =
+ * -32 everywhere against activations of -127, then 31 against +127. The AVX2 sweep sums a Q6_K
+ * half's 4 steps in int16, 8 * 32 * 127 = 32512 a lane at most: a ninth product would saturate */
+static void test_q6_k_extremes(void **state) {
+    (void)state;
+    enum { ROWS = 19, COLS = 512, T = 8 };
+    size_t keep = qk_sweep2_bytes;
+    qk_sweep2_bytes = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        block_q6_K bl[ROWS * COLS / 256];
+        for (int i = 0; i < ROWS * COLS / 256; i++) {
+            bl[i].d = ds_f32_to_f16(0.25f);
+            memset(bl[i].ql, pass ? 0xff : 0x00, sizeof bl[i].ql);
+            memset(bl[i].qh, pass ? 0xff : 0x00, sizeof bl[i].qh);
+            for (int j = 0; j < 16; j++) bl[i].scales[j] = (int8_t)(j % 2 ? 3 : -2);
+        }
+        qmat w = {GGML_Q6_K, ROWS, COLS, sizeof(block_q6_K) * (COLS / 256), bl};
+        qk_mat pk;
+        assert_int_equal(qk_pack(&w, QK_PANELS, &pk), 0);
+        assert_int_equal(pk.kind, QK_Q6_K);
+        float x[T * COLS], ref[T * ROWS];
+        for (int j = 0; j < T * COLS; j++) x[j] = pass ? 1.0f : -1.0f; /* +-127 */
+        for (int nt = 1; nt <= T; nt++) {
+            qk_act a;
+            alloc_act(&a, nt, COLS);
+            qk_quantize(x, nt, COLS, &a);
+            qk_half_sums(&a, 0, nt);
+            qk_scalar.rows_i8(&pk, 0, ROWS, &a, ref, ROWS, NULL);
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < ROWS; r++) { /* exact: every product and sum is representable */
+                    double y = 0;
+                    for (int j = 0; j < COLS; j++) y += 0.25 * (j / 16 % 2 ? 3 : -2) * (pass ? 31 : -32) * x[t * COLS + j];
+                    assert_true(fabs(ref[t * ROWS + r] - y) <= 1e-3 * fabs(y) + 1e-3);
+                }
+            paths_equal_ref(&pk, &a, ROWS, ref, pass ? "Q6_K extremes (31 by 127)" : "Q6_K extremes (-32 by -127)");
+            free_act(&a);
+        }
+        qk_mat_free(&pk);
+    }
+    qk_sweep2_bytes = keep;
 }
 
 /* activation quantization: every path's codes, scales and sums equal the reference's, bit for bit,
@@ -942,7 +988,7 @@ static void test_paths_present(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_present), cmocka_unit_test(test_blas_core_override), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_k_quants), cmocka_unit_test(test_avx2_sweep), cmocka_unit_test(test_amx_tiles), cmocka_unit_test(test_batch_passes),
-        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_q5_0_extremes), cmocka_unit_test(test_pack_threads), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
+        cmocka_unit_test(test_q8_0_extremes), cmocka_unit_test(test_q5_0_extremes), cmocka_unit_test(test_q6_k_extremes), cmocka_unit_test(test_pack_threads), cmocka_unit_test(test_nan_propagates), cmocka_unit_test(test_fp32_helpers),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_bf16_cache), cmocka_unit_test(test_argmax_paths), cmocka_unit_test(test_softmax_paths), cmocka_unit_test(test_quantize_paths),
         cmocka_unit_test(test_swiglu_paths),
