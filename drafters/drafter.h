@@ -77,8 +77,10 @@ typedef struct drafter_ops {
     /* trainable families: how `train` makes their checkpoints from a config's "drafter" object
      * (train_family.h); NULL: training-free */
     const struct train_family *train;
-    /* how the gate opens the family's tree mode (NULL: it drafts chains only) */
+    /* how the gate opens the family's tree mode (NULL: it drafts chains only), and a second tree mode
+     * where it has one (NULL: none) */
     const char *gate_config_tree;
+    const char *gate_config_tree2;
 } drafter_ops;
 
 /* a tree's nodes at most (Token Recycling's static template has 80); a chain drafts 64 at most */

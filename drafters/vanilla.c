@@ -35,6 +35,19 @@
  * scaled by the accepted over the summed row probabilities of the siblings verified whose parent was
  * reached (tree_calib: past rounds and finished requests only, so the gate's replays stay exact).
  *
+ * "tree_mode": "dynamic" (with "tree_nodes": N, "tree_width": w, "tree_depth": D, default 8) grows the
+ * tree with the draft LM itself, EAGLE-2's expansion (SpecInfer's token tree from one small LM): the
+ * anchor's row gives w children; then, a level at a time, the w best nodes of the newest depth by path
+ * probability are fed to the draft LM in one forward (fwd_batch.parent_slot: each attends to the
+ * request and its own ancestors' rows, a tree grown over forwards) and each gives the w best tokens of
+ * its row as children, up to depth D (or while `more` - greedy's draft pricing - would extend the best
+ * path); the N best nodes by path probability are verified, parents first. The children are a
+ * function of the context (TREE_TOPK at any temperature: the verifier draws from p and descends), so
+ * the tree is exact however it is cut. The draft LM costs a forward a level for up to w rows (the
+ * 0.5B: cost(4)/cost(1) ~1), its tree rows are dropped after the proposal and the accepted tokens fed
+ * with the next anchor. A node's confidence is its path probability with each row probability scaled
+ * as the siblings' are (tree_calib over every verified node whose parent was reached).
+ *
  * "draft_window": W > 0 lets the draft LM read only the prompt's first "draft_sink" S tokens (default 4)
  * and its last W (StreamingLLM's cache, as MagicDec and TriForce give their drafts on long prompts): its
  * prefill of a long prompt (Spec-Bench's summaries and RAG contexts, ~750 tokens) is a share of the
@@ -57,6 +70,12 @@
 #define LOOKUP_MAX 8   /* draft_lookup's bound */
 #define LOOKUP_NGRAM 3 /* the longest n-gram matched (then shorter ones, down to LOOKUP_MIN) */
 #define LOOKUP_MIN 1
+#define DYN_MAX 512    /* a dynamic tree's candidates a proposal at most (w + (D - 1) w^2 where it fits) */
+
+typedef struct {
+    int tok, parent, slot;   /* parent: a candidate (-1: the anchor); slot: its draft-cache row once fed */
+    float p, pc, score, raw; /* its row probability (raw, calibrated); its path probability (calibrated, raw) */
+} dyn_cand;
 
 typedef struct {
     model own;       /* a separate draft model, when loaded */
@@ -83,11 +102,13 @@ typedef struct {
                                               * before were), by match length */
     int g;           /* the match length of the tokens fed last */
     int tree_nodes, tree_width; /* > 0: a tree (the chain and w - 1 siblings beside each draft) */
+    int dynamic, tree_depth;    /* "tree_mode": "dynamic": the draft LM expands w nodes a level, D levels */
     int window, sink; /* > 0: the draft LM reads the prompt's first sink and last window tokens */
     int *sib_tok, *sib_depth; /* a proposal's siblings: token, depth (0-based, the chain draft's index) */
     float *sib_conf, *sib_raw, *sib_q; /* their row probability (calibrated, raw) and q rows [tree_nodes][V] */
     int n_sib;
     tree_calib cal;  /* tree mode: finished requests' reached siblings (their row probabilities, accepted) */
+    dyn_cand *dyn;   /* dynamic mode: the candidates of a proposal [DYN_MAX] */
     lp_scratch scr;
 } vanilla;
 
@@ -207,6 +228,15 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     v->tree_width = 2;
     DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &v->tree_nodes));
     DS_TRY(jcfg_int(&r, "tree_width", 2, TREE_MAX_K, &v->tree_width));
+    const char *tm = "siblings";
+    v->tree_depth = 8;
+    DS_TRY(jcfg_str(&r, "tree_mode", &tm));
+    DS_TRY(jcfg_int(&r, "tree_depth", 1, 64, &v->tree_depth));
+    DS_CHECK(!strcmp(tm, "siblings") || !strcmp(tm, "dynamic"), "drafter: tree_mode '%s' is not one of siblings, dynamic", tm);
+    v->dynamic = !strcmp(tm, "dynamic");
+    DS_CHECK(!v->dynamic || v->tree_nodes, "drafter: \"tree_mode\": \"dynamic\" needs \"tree_nodes\"");
+    DS_CHECK(!v->dynamic || !la, "drafter: \"tree_mode\": \"dynamic\" feeds its own tree; it does not take \"draft_lookup\"");
+    DS_CHECK(v->dynamic || !jcfg_get(&r, "tree_depth"), "drafter: \"tree_depth\" is for \"tree_mode\": \"dynamic\"");
     v->sink = 4;
     DS_TRY(jcfg_int(&r, "draft_window", 0, 1 << 24, &v->window));
     DS_TRY(jcfg_int(&r, "draft_sink", 0, 1 << 24, &v->sink));
@@ -271,7 +301,8 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     d->has_conf = 1;
     int D = v->m->cfg.dim, V = t->m.cfg.vocab_size, Vd = v->svp->Vd;
     DS_TRY(fwd_state_init(&v->fs, t->be));
-    int rows = 1 + v->lookup; /* the head's rows a step: the last draft's and the looked-up tokens' */
+    /* the head's rows a step: the last draft's and the looked-up tokens', or a dynamic tree's level */
+    int rows = DS_MAX(1 + v->lookup, v->dynamic ? v->tree_width : 1);
     DS_TRYP(v->Xd = v->be->alloc(v->be, sizeof(float) * (size_t)rows * D));
     DS_TRYP(v->Zd = v->be->alloc(v->be, sizeof(float) * (size_t)rows * Vd));
     DS_TRYP(v->z = ds_malloc(sizeof(float) * (size_t)rows * Vd, "draft logits"));
@@ -292,8 +323,13 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
         DS_TRYP(v->sib_conf = ds_malloc(sizeof(float) * (size_t)n * 2, "draft tree"));
         v->sib_raw = v->sib_conf + n;
         DS_TRYP(v->sib_q = ds_malloc(sizeof(float) * (size_t)n * V, "draft tree"));
-        tree_mark(d, "a chain with siblings", v->tree_nodes, v->tree_width);
-        d->tree_sampled = 1;
+        tree_mark(d, v->dynamic ? "a tree the draft LM expands level by level" : "a chain with siblings", v->tree_nodes,
+                  v->tree_width);
+        if (v->dynamic)
+            snprintf(d->fingerprint + strlen(d->fingerprint), sizeof d->fingerprint - strlen(d->fingerprint), "d%d",
+                     v->tree_depth);
+        d->tree_sampled = !v->dynamic;
+        if (v->dynamic) DS_TRYP(v->dyn = ds_malloc(sizeof(dyn_cand) * DYN_MAX, "draft tree"));
         d->tree_counts = 1;
     }
     return 0;
@@ -329,8 +365,9 @@ static int cached_tokens(const vstate *s) { return s->kv->len ? s->kv->len + s->
 /* the cache cropped to the request's first `tokens` tokens (never fewer than the window's prompt) */
 static void crop_to(vstate *s, int tokens) { kv_cache_crop(s->kv, tokens - s->skip); }
 
-/* n tokens into the LM's cache; the last nl ones' logits over the draft head into v->z's rows */
-static int step(vanilla *v, vstate *s, const int *tok, int n, int nl) {
+/* n tokens into the LM's cache (a tree's nodes when ps gives their parents' slots: fwd_batch.parent_slot);
+ * the last nl ones' logits over the draft head into v->z's rows */
+static int step_tree(vanilla *v, vstate *s, const int *tok, int n, int nl, const int *ps) {
     backend *be = v->be;
     int D = v->m->cfg.dim;
     if (n > v->cap_hid) {
@@ -339,7 +376,7 @@ static int step(vanilla *v, vstate *s, const int *tok, int n, int nl) {
         v->hid = h, v->cap_hid = n;
     }
     kv_cache *kvs[1] = {s->kv};
-    fwd_batch b = {.n_seq = 1, .kv = kvs, .n_new = &n, .tokens = tok, .final_hidden = v->hid};
+    fwd_batch b = {.n_seq = 1, .kv = kvs, .n_new = &n, .tokens = tok, .final_hidden = v->hid, .parent_slot = ps};
     DS_TRY(model_forward(v->m, &v->fs, &b));
     float *o[1] = {v->Zd};
     const qmat *w[1] = {&v->svp->head};
@@ -350,6 +387,8 @@ static int step(vanilla *v, vstate *s, const int *tok, int n, int nl) {
 fail:
     return -1;
 }
+
+static int step(vanilla *v, vstate *s, const int *tok, int n, int nl) { return step_tree(v, s, tok, n, nl, NULL); }
 
 /* up to m tokens that followed the latest earlier occurrence of h's last g tokens (g = LOOKUP_NGRAM
  * down to LOOKUP_MIN) into out; how many, and g into *mg */
@@ -474,6 +513,87 @@ static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) 
     out->tree = greedy ? TREE_TOPK : TREE_WOR;
 }
 
+/* "tree_mode": "dynamic": after the catch-up feed left the anchor's row in v->z, the tree grown a level a
+ * forward (the header), its `budget` best nodes into out, best first; the draft cache back to the
+ * anchor's history after */
+static int propose_dynamic(drafter *d, request *r, int budget, const sampling_params *sp, draft_block *out) {
+    vanilla *v = d->impl;
+    vstate *s = r->dstate;
+    const draft_contract *ck = v->lm_open ? &v->lm.cfg.c.contract : NULL;
+    dyn_cand *c = v->dyn;
+    int w = v->tree_width, Vd = v->svp->Vd, nc = 0, lv0 = 0, base = s->kv->len, ids[TREE_MAX_K], tk[TREE_MAX_K],
+        ps[TREE_MAX_K], sel[TREE_MAX_K];
+    float p[TREE_MAX_K];
+    double scale = tree_calib_scale(&v->cal, &s->cal);
+    budget = DS_MIN(DS_MIN(budget, out->cap), DRAFT_TREE_MAX);
+    int depth = DS_MIN(DS_MIN(v->tree_depth, budget), (v->m->cfg.max_seq - base) / w + 1);
+    for (int lv = 0; lv < depth; lv++) {
+        int ns = 0;
+        if (lv > 0) { /* the w best candidates of the newest depth, fed as one forward */
+            for (int i = lv0; i < nc; i++) { /* insertion by score, stable: rank order among equals */
+                int j = ns < w ? ns++ : w;
+                if (j == w && !(c[i].score > c[sel[w - 1]].score)) continue;
+                if (j == w) j = w - 1;
+                while (j > 0 && c[i].score > c[sel[j - 1]].score) sel[j] = sel[j - 1], j--;
+                sel[j] = i;
+            }
+            if (!ns) break;
+            if (out->more && out->conf) { /* greedy's price of one more level: the best path's row probabilities */
+                float pc[64];
+                int k = 0;
+                for (int u = sel[0]; u >= 0 && k < 64; u = c[u].parent) k++;
+                for (int u = sel[0], i = k - 1; u >= 0 && i >= 0; u = c[u].parent, i--) pc[i] = c[u].pc;
+                if (!out->more(out->more_ctx, k, pc)) break;
+            }
+            for (int j = 0; j < ns; j++) {
+                dyn_cand *x = &c[sel[j]];
+                tk[j] = x->tok, ps[j] = x->parent < 0 ? -1 : c[x->parent].slot, x->slot = s->kv->len + j;
+            }
+            v->n_fwd++;
+            DS_TRY(step_tree(v, s, tk, ns, ns, ps));
+            lv0 = nc;
+        }
+        for (int j = 0; j < (lv ? ns : 1); j++) { /* each fed row's w best tokens as its children */
+            int m = tree_topk_softmax(v->z + (size_t)j * Vd, Vd, v->svp->vid, w, ids, p, v->qalt);
+            const dyn_cand *x = lv ? &c[sel[j]] : NULL;
+            for (int i = 0; i < m && nc < DYN_MAX; i++) {
+                float pc = (float)DS_MIN(1.0, scale * draft_conf_calibrated(p[i], ck, lv));
+                c[nc++] = (dyn_cand){ids[i], lv ? sel[j] : -1, -1, p[i], pc, (x ? x->score : 1) * pc, (x ? x->raw : 1) * p[i]};
+            }
+        }
+    }
+    kv_cache_crop(s->kv, base); /* the tree's rows go: the next proposal feeds the accepted tokens */
+    /* the budget best by path probability, stable over creation order (a parent before its children,
+     * siblings by rank), so every prefix is a tree and siblings come in the order they are tried */
+    int ord[DYN_MAX], n = 0, at[DYN_MAX];
+    for (int i = 0; i < nc; i++) {
+        int j = n < budget ? n++ : budget;
+        if (j == budget && !(c[i].score > c[ord[budget - 1]].score)) continue;
+        if (j == budget) j = budget - 1;
+        while (j > 0 && c[i].score > c[ord[j - 1]].score) ord[j] = ord[j - 1], j--;
+        ord[j] = i;
+    }
+    for (int i = 0; i < n; i++) at[ord[i]] = i;
+    for (int i = 0; i < n; i++) {
+        const dyn_cand *x = &c[ord[i]];
+        out->tok[i] = x->tok;
+        out->parent[i] = x->parent < 0 ? -1 : at[x->parent];
+        if (out->conf) out->conf[i] = x->score;
+        if (out->conf_raw) out->conf_raw[i] = x->raw;
+        s->tpar[i] = out->parent[i], s->ttok[i] = x->tok, s->trow[i] = x->p;
+    }
+    v->n_drafts += n;
+    s->tn = n, s->n_verified = 0;
+    out->n = n;
+    out->tree = TREE_TOPK;
+    DS_UNUSED(sp);
+    return 0;
+fail:
+    kv_cache_crop(s->kv, base);
+    out->n = 0;
+    return -1;
+}
+
 static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
@@ -511,6 +631,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     s->proposed = 1;
     s->n_cached = 0;
     s->tn = 0;
+    if (v->dynamic) return propose_dynamic(d, r, nodes, sp, out);
     for (int k = 0; k < gamma; k++) {
         DS_TRY(draft_from_logits(d, r, v->z + (size_t)zi * Vd, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr,
                                  v->qalt));
@@ -630,7 +751,7 @@ static void vanilla_close(drafter *d) {
     backend *be = v->be;
     fwd_state_free(&v->fs);
     if (be) be->release(be, v->Xd), be->release(be, v->Zd);
-    free(v->hid), free(v->z), free(v->qalt), free(v->hist), free(v->sib_tok), free(v->sib_conf), free(v->sib_q);
+    free(v->hid), free(v->z), free(v->qalt), free(v->hist), free(v->sib_tok), free(v->sib_conf), free(v->sib_q), free(v->dyn);
     lp_scratch_free(&v->scr);
     /* the backend keys its copies by the data's address: forget them before the data is freed */
     if (be && v->svp && v->svp->rows) be->forget_mats(be, (const qmat *[]){&v->svp->head}, 1);
@@ -658,7 +779,9 @@ const drafter_ops drafter_vanilla = {
     "forwards while their running hit rate pays for the row (\"draft_lookup_cost\": its share of a forward, "
     "default 0.1), the drafts it draws unchanged; \"tree_nodes\": N > 0, a tree: the chain to depth N / w and "
     "\"tree_width\" w - 1 siblings beside each draft, the row's next best tokens at T = 0, drawn without "
-    "replacement at T > 0, verified exactly; \"draft_window\": W > 0, the draft LM reads only the prompt's "
+    "replacement at T > 0, verified exactly, or with \"tree_mode\": \"dynamic\" a tree the draft LM grows itself (EAGLE-2): "
+    "\"tree_depth\" D levels, each feeding the w best nodes of the newest depth in one forward, their w best tokens as "
+    "children, the N best nodes verified; \"draft_window\": W > 0, the draft LM reads only the prompt's "
     "first \"draft_sink\" (default 4) and last W tokens) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
@@ -676,6 +799,10 @@ const drafter_ops drafter_vanilla = {
      * (its first token and last 2 of the tiny world's 6), so the gate's replays and rewinds run over
      * a cache whose rows stand for later tokens */
     .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4, \"draft_window\": 2, \"draft_sink\": 1}",
+    /* its dynamic tree: the draft LM expands 2 nodes a level, 3 levels, 5 nodes verified, over a
+     * window of the prompt as above */
+    .gate_config_tree2 = "{\"n_layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 5, \"tree_depth\": 3, "
+                         "\"draft_window\": 2, \"draft_sink\": 1}",
     .report = vanilla_report,
     .observe = vanilla_observe,
 };

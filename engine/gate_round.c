@@ -248,7 +248,9 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     w->V = w->t->m.cfg.vocab_size;
     w->N = N;
     DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)w->V, "gate logits"));
-    const char *gc = tree ? dops->gate_config_tree : real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
+    const char *gc = tree == 2 ? dops->gate_config_tree2
+                     : tree   ? dops->gate_config_tree
+                     : real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
     cJSON *dc = cJSON_Parse(gc ? gc : "");
     if (!dc) {
         ds_error("drafter '%s' has no valid gate_config (every registered drafter needs one)", dops->name);
@@ -257,7 +259,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     int orc = drafter_open(&w->d, dops->name, dc, w->t);
     cJSON_Delete(dc);
     if (orc) goto fail;
-    snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, tree ? " tree" : "");
+    snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, tree == 2 ? " tree2" : tree ? " tree" : "");
     w->cfg = (decode_cfg){SETTINGS[setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
     { /* one finished request first (the prompt, then its tokens again as the output): a drafter that
        * keeps state across requests (suffix's corpus of finished outputs) drafts from it in every case
@@ -558,7 +560,7 @@ typedef struct {
     int setting;
     case_kind kind;
     verify_fault fault;
-    int tree;                    /* the drafter's tree mode (gate_config_tree) */
+    int tree;                    /* the drafter's tree mode (gate_config_tree; 2: gate_config_tree2) */
     int block;                   /* chains verified by block verification */
 } control_case;
 
@@ -774,13 +776,13 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         if (run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, seed++, 0, 0)) goto done;
         /* its tree mode: tree rounds verified whole (fixed) or priced node by node (greedy), exact at each
          * setting and sampled in a batch (requests whose trees differ in one forward) */
+        for (int tv = 1; tv <= 2; tv++) { /* its tree mode, and a second one where it has one */
+        if (!(tv == 1 ? dops->gate_config_tree : dops->gate_config_tree2)) continue;
         int tree_sampled = 0;
-        if (dops->gate_config_tree) {
-            if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, 1)) goto done;
-            tree_sampled = probe.d.tree_sampled;
-            rw_close(&probe);
-        }
-        for (int ts = 0; ts < 2 && dops->gate_config_tree; ts++) {
+        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, tv)) goto done;
+        tree_sampled = probe.d.tree_sampled;
+        rw_close(&probe);
+        for (int ts = 0; ts < 2; ts++) {
             const char *tsn = ts ? "greedy" : "fixed";
             for (int e = 0; e < n_exact; e++) {
                 if (ts && (exact_settings[e] == S_GREEDY || exact_settings[e] == S_FULL)) continue;
@@ -788,9 +790,10 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
                  * (3.5M paths, minutes); top-k and top-p enumerate the same rules over fewer tokens, and
                  * the quick matrix keeps top-p's (T = 1 top-k: 23 s, 3 min under ASan) */
                 if (tree_sampled && (exact_settings[e] == S_FULL || (quick && exact_settings[e] == S_TOPK))) continue;
-                if (run_one(rep, &pd, dops, tsn, exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, 1, 0)) goto done;
+                if (run_one(rep, &pd, dops, tsn, exact_settings[e], K_EXACT, FAULT_NONE, 0, 0, seed++, tv, 0)) goto done;
             }
-            if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 1, 0)) goto done;
+            if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, tv, 0)) goto done;
+        }
         }
         /* block verification of its chains (Sun et al.): a stochastic draft LM, a block drafter and a
          * deterministic one, exact at T > 0 under fixed and greedy, and sampled in a batch */

@@ -128,6 +128,7 @@ int kv_cache_reserve(backend *be, kv_cache *kv, int cap) {
 void kv_cache_crop(kv_cache *kv, int len) {
     if (len < 0) len = 0;
     if (len < kv->len) kv->len = len;
+    kv->tree = 0;
 }
 
 int kv_cache_keep(backend *be, kv_cache *kv, int base, const int *slots, int n) {
@@ -149,6 +150,7 @@ int kv_cache_keep(backend *be, kv_cache *kv, int base, const int *slots, int n) 
             }
     }
     kv->len = base + n;
+    kv->tree = 0;
     return 0;
 fail:
     return -1;
@@ -162,5 +164,7 @@ void kv_cache_free(backend *be, kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    free(kv->tpar);
+    free(kv->tdep);
     free(kv);
 }

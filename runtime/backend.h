@@ -28,6 +28,13 @@ typedef struct kv_cache {
     int len, cap;
     float **k, **v; /* [n_layers] -> [cap][kv_dim] or [n_heads][cap][head_dim] elements, backend memory
                      * (bf16 caches hold uint16_t elements: index them through kv_row) */
+    /* a draft tree in the cache (tree = 1): the slots from tree0 to len are its nodes, each seen only by
+     * itself and its descendants; tpar[i] and tdep[i] of slot tree0 + i are its parent's slot (-1: a
+     * child of the rows before tree0) and its depth (0 for those). Host arrays [tcap] that the forward
+     * sets; a forward without parent_slot (fwd_batch), a crop and a keep end the tree (every row is
+     * then seen by what comes after it, as before any tree). */
+    int tree, tree0, tcap;
+    int *tpar, *tdep;
 } kv_cache;
 
 /* offset of KV head h's row 0 in a layer's buffer, and the floats between consecutive rows */
@@ -41,26 +48,16 @@ static inline void *kv_row(const kv_cache *kv, float *buf, size_t at) { return (
 /* Where each token of a flattened varlen batch goes: its request, its K/V slot in the cache (pos;
  * its RoPE position too, except in a tree) and what it sees: slots 0..pos of its own request's cache
  * (causal), or, when n_vis is given, slots 0..n_vis[t]-1 (a drafter's bidirectional block sees the
- * rows after it too). A draft tree's round (parent given) lays its nodes in slots one after another
- * in an order where a parent comes before its children; a node sees the cache before the round's
- * first slot and its own ancestors (itself included), never a sibling's branch. */
+ * rows after it too). Where the request's cache holds a draft tree (kv->tree), a token sees the rows
+ * before the tree and, from tree0 on, only its own ancestors' slots and its own (kv->tpar), never a
+ * sibling's branch: a tree's nodes lie in slots one after another, a parent before its children. */
 typedef struct {
     int T;
     const int *seq;      /* [T] */
     const int *pos;      /* [T] */
     kv_cache *const *kv; /* [n_seq] */
     const int *n_vis;    /* [T] or NULL */
-    const int *parent;   /* [T] or NULL: the batch index of token t's parent when it is one of the round's
-                          * tokens of the same request (< t), else -1; a request whose tokens each have
-                          * the one before as parent is a chain and attends as without it */
 } attn_batch;
-
-/* 1 when token t's parent is not simply the token before it in its request (a tree's branch) */
-static inline int attn_branches(const attn_batch *ab, int t) {
-    if (!ab->parent) return 0;
-    int chain = t > 0 && ab->seq[t - 1] == ab->seq[t] ? t - 1 : -1;
-    return ab->parent[t] != chain;
-}
 
 typedef struct {
     int head_dim;

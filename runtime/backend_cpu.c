@@ -779,12 +779,13 @@ static int split_queries(const attn_args *a, const att_run *r, int h, int m0, fl
     return qn;
 }
 
-/* a tree's query row S over its nv visible slots: the slots of the round (from the run's first) that
- * are not the token's own ancestors get -inf, so softmax gives them weight 0 and P V adds exact zeros */
-static void tree_mask(const attn_batch *ab, int t0, int tok, float *S, int nv) {
-    int cur = tok;
-    for (int j = nv - 1; j >= ab->pos[t0]; j--) {
-        if (cur >= 0 && ab->pos[cur] == j) cur = ab->parent[cur];
+/* a tree's query row S over its nv visible slots: the tree's slots (from kv->tree0) that are not the
+ * token's own or its ancestors' get -inf, so softmax gives them weight 0 and P V adds exact zeros */
+static void tree_mask(const attn_batch *ab, int tok, float *S, int nv) {
+    const kv_cache *kv = ab->kv[ab->seq[tok]];
+    int cur = ab->pos[tok];
+    for (int j = nv - 1; j >= kv->tree0; j--) {
+        if (j == cur) cur = kv->tpar[cur - kv->tree0];
         else S[j] = -INFINITY;
     }
 }
@@ -824,7 +825,7 @@ static void attn_split_part(void *arg, int tid, int nth) {
         int qn = r->len * a->group, h = kk / qn, m = kk % qn, n;
         memset(a->out + split_query(a, r, h, m, &n), 0, sizeof(float) * (size_t)hd);
         float *S = a->c->att_s + r->s_off + ((size_t)h * qn + m) * r->nmax;
-        if (r->tree) tree_mask(a->ab, r->t0, r->t0 + m / a->group, S, n);
+        if (r->tree) tree_mask(a->ab, r->t0 + m / a->group, S, n);
         qk_softmax(S, n);
     }
     team_sync(sp->be, nth);
@@ -860,15 +861,14 @@ static int cpu_attention(backend *be, float *out, const float *q, const attn_bat
     if (!run_start) return -1;
     c->attn_runs = run_start;
     int *run_nmax = run_start + T + 1; /* each run's widest context */
-    int *run_tree = run_nmax + T;      /* each run's tree: 1 when some token branches */
+    int *run_tree = run_nmax + T;      /* each run's tree: 1 when its cache holds a draft tree */
     for (int t = 0; t < T; t++)
         if (t == 0 || ab->seq[t] != ab->seq[t - 1]) run_start[n_runs++] = t;
     run_start[n_runs] = T;
     for (int r = 0; r < n_runs; r++) {
         int t0 = run_start[r], t1 = run_start[r + 1], len = t1 - t0, maxn = 0;
         const kv_cache *kv = ab->kv[ab->seq[t0]];
-        run_tree[r] = 0;
-        for (int t = t0; t < t1; t++) run_tree[r] |= attn_branches(ab, t);
+        run_tree[r] = kv->tree;
         if (run_tree[r] && ab->n_vis) {
             ds_error("attention: a draft tree with explicit visibility");
             goto done;

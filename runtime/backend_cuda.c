@@ -841,20 +841,21 @@ static int op_attention(backend *be, float *out, const float *q, const attn_batc
     elem = ab->kv[ab->seq[0]]->elem;
     DS_TRY(reserve_tables(c, T));
     if (T > KC_TAB_MAX) DS_TRY(eager(c)); /* the table is copied to the device */
-    for (int t0 = 0, t1; t0 < T; t0 = t1) { /* each request's run: a draft tree's round is masked */
-        int tree = 0;
-        for (t1 = t0; t1 < T && ab->seq[t1] == ab->seq[t0]; t1++) tree |= attn_branches(ab, t1);
+    for (int t0 = 0, t1; t0 < T; t0 = t1) { /* each request's run: a draft tree in its cache is masked */
+        const kv_cache *kv = ab->kv[ab->seq[t0]];
+        int tree = kv->tree;
+        for (t1 = t0; t1 < T && ab->seq[t1] == ab->seq[t0]; t1++) {}
         DS_CHECK(!tree || elem == 2, "attention: on the GPU a draft tree attends only over a bf16 cache (the int8"
-                 " contract's target cache; token %d branches)", t0);
+                 " contract's target cache; token %d)", t0);
         DS_CHECK(!tree || !ab->n_vis, "attention: a draft tree with explicit visibility");
         for (int t = t0; t < t1; t++) {
             kc_kvsrc *e = &c->hsrc[t];
             memset(e->anc, 0, sizeof e->anc);
-            e->tree0 = tree ? ab->pos[t0] : INT_MAX;
-            for (int u = t; tree && u >= 0; u = ab->parent[u]) { /* the token's ancestors, itself first */
-                int k = ab->pos[u] - ab->pos[t0];
-                DS_CHECK(u >= t0 && k >= 0 && k < KC_TREE_SLOTS, "attention: a tree's round of more than %d slots, or"
-                         " a parent outside its request (token %d)", KC_TREE_SLOTS, t);
+            e->tree0 = tree ? kv->tree0 : INT_MAX;
+            for (int u = ab->pos[t]; tree && u >= 0; u = kv->tpar[u - kv->tree0]) { /* its slot, then its ancestors' */
+                int k = u - kv->tree0;
+                DS_CHECK(k >= 0 && k < KC_TREE_SLOTS, "attention: a draft tree of more than %d slots (token %d)",
+                         KC_TREE_SLOTS, t);
                 e->anc[k >> 5] |= 1u << (k & 31);
             }
         }

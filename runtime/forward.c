@@ -24,9 +24,8 @@ static void release_all(fwd_state *st) {
     free(st->pos);
     free(st->rows);
     free(st->rpos);
-    free(st->par);
     st->cos = st->sin = NULL;
-    st->seq = st->pos = st->rows = st->rpos = st->par = NULL;
+    st->seq = st->pos = st->rows = st->rpos = NULL;
     st->cap_T = 0;
 }
 
@@ -59,7 +58,6 @@ static int reserve_T(fwd_state *st, const model_config *c, int T) {
     DS_TRYP(st->pos = ds_malloc(sizeof(int) * n, "batch index"));
     DS_TRYP(st->rows = ds_malloc(sizeof(int) * n, "batch index"));
     DS_TRYP(st->rpos = ds_malloc(sizeof(int) * n, "batch index"));
-    DS_TRYP(st->par = ds_malloc(sizeof(int) * n, "batch index"));
     st->cap_T = cap;
     return 0;
 fail:
@@ -93,6 +91,48 @@ fail:
     return -1;
 }
 
+/* Request s's tree (its tokens from batch index t): the parent slots into the cache's tree arrays and
+ * each node's RoPE position (the tree's first slot + its depth). A batch with parent starts a new tree
+ * at the cache's end (a chain-shaped one is no tree: it attends as without parents); one with
+ * parent_slot extends the cache's tree, or starts one; any other ends it. */
+static int tree_slots(const fwd_batch *b, int s, int t, int *rpos) {
+    kv_cache *kv = b->kv[s];
+    int len = kv->len, n = b->n_new[s], cont = b->parent_slot && kv->tree, tree = b->parent_slot != NULL;
+    if (n == 0) return 0; /* the request sits this forward out */
+    int t0 = cont ? kv->tree0 : len;
+    for (int j = 0; j < n; j++) { /* checked before the cache's tree changes */
+        if (b->parent) {
+            int pj = b->parent[t + j];
+            DS_CHECK(pj >= -1 && pj < j, "forward: request %d's token %d has parent %d (a parent comes first)", s, j, pj);
+            tree |= pj != j - 1;
+        } else if (b->parent_slot) {
+            int P = b->parent_slot[t + j];
+            DS_CHECK(P == -1 || (P >= t0 && P < len + j), "forward: request %d's token %d has parent slot %d (the tree "
+                     "holds slots %d..%d before it)", s, j, P, t0, len + j - 1);
+        }
+    }
+    kv->tree = 0;
+    if (!tree) return 0;
+    int need = len + n - t0;
+    if (need > kv->tcap) {
+        int cap = DS_MAX(need, 2 * kv->tcap), *p = ds_realloc(kv->tpar, sizeof(int) * (size_t)cap, "kv tree");
+        if (!p) return -1;
+        kv->tpar = p;
+        if (!(p = ds_realloc(kv->tdep, sizeof(int) * (size_t)cap, "kv tree"))) return -1;
+        kv->tdep = p, kv->tcap = cap;
+    }
+    for (int j = 0; j < n; j++) {
+        int P = b->parent ? (b->parent[t + j] < 0 ? -1 : len + b->parent[t + j]) : b->parent_slot[t + j];
+        int i = len + j - t0;
+        kv->tpar[i] = P, kv->tdep[i] = P < 0 ? 0 : kv->tdep[P - t0] + 1;
+        rpos[t + j] = t0 + kv->tdep[i];
+    }
+    kv->tree = 1, kv->tree0 = t0;
+    return 0;
+fail:
+    return -1;
+}
+
 static int forward_body(void *arg) {
     const fwd_call *fc = arg;
     const model *m = fc->m;
@@ -121,21 +161,15 @@ static int forward_body(void *arg) {
         DS_CHECK(b->capture_layers[i] >= -1 && b->capture_layers[i] < c->n_layers,
                  "forward: capture layer %d outside -1..%d", b->capture_layers[i], c->n_layers - 1);
     DS_TRY(reserve_T(st, c, T));
-    for (int s = 0, t = 0; s < b->n_seq; s++)
-        for (int j = 0; j < b->n_new[s]; j++, t++) {
-            st->seq[t] = s;
-            st->pos[t] = st->rpos[t] = b->kv[s]->len + j;
-            if (b->parent) { /* a tree's node: slot len + j, RoPE position len + depth */
-                int pj = b->parent[t];
-                DS_CHECK(pj >= -1 && pj < j, "forward: request %d's token %d has parent %d (a parent comes first)", s, j, pj);
-                st->par[t] = pj < 0 ? -1 : t - j + pj;
-                st->rpos[t] = pj < 0 ? b->kv[s]->len : st->rpos[st->par[t]] + 1;
-            }
-        }
+    DS_CHECK(!b->parent || !b->parent_slot, "forward: a batch gives parent or parent_slot, not both");
+    for (int s = 0, t = 0; s < b->n_seq; t += b->n_new[s], s++) {
+        for (int j = 0; j < b->n_new[s]; j++) st->seq[t + j] = s, st->pos[t + j] = st->rpos[t + j] = b->kv[s]->len + j;
+        DS_TRY(tree_slots(b, s, t, st->rpos));
+    }
     rope_tables_fill(st->cos, st->sin, st->rpos, T, c->head_dim, c->rope_theta, c->rope_scale, m->rope_freqs);
 
     int dim = c->dim, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-    attn_batch ab = {T, st->seq, st->pos, b->kv, NULL, b->parent ? st->par : NULL};
+    attn_batch ab = {T, st->seq, st->pos, b->kv, NULL};
     rope_tables rt = {hd, c->rope_neox, st->cos, st->sin};
     size_t cap_stride = (size_t)T * dim;
 

@@ -26,6 +26,13 @@ typedef struct {
      * last row. Token j goes to slot kv->len + j, at RoPE position kv->len + its depth, and attends
      * to the cache and its own ancestors; crop or kv_cache_keep the branches away after. */
     const int *parent;
+    /* a draft tree grown over several forwards (NULL: none; excludes parent): [T], the cache slot of
+     * token t's parent: a slot of this batch before it (kv->len + its index), a node of the tree the
+     * cache holds from an earlier forward with parent_slot (kv->tree0 .. kv->len - 1), or -1 for a
+     * child of the rows before the tree. Its slot and RoPE position as with parent: the tree's first
+     * slot + its depth. A drafter expands a tree's frontier level by level this way without feeding a
+     * node twice; a crop ends the tree. */
+    const int *parent_slot;
 } fwd_batch;
 
 /* Scratch for the forward, grown on demand and reused across calls. */
@@ -34,7 +41,7 @@ typedef struct {
     int cap_T, cap_logit_rows;
     float *x, *xb, *q, *k, *v, *att, *h1, *h2, *logits, *hid; /* backend memory */
     float *cos, *sin;                                            /* host */
-    int *seq, *pos, *rows, *rpos, *par;                          /* host (rpos, par: a tree's) */
+    int *seq, *pos, *rows, *rpos;                                /* host (rpos: RoPE positions) */
 } fwd_state;
 
 int fwd_state_init(fwd_state *st, backend *be);

@@ -13,7 +13,9 @@
 # table is one command: scripts/bench_vs_llamacpp.sh 3 (three rounds took 3-7 minutes on a 2-core
 # Zen 3, plus the build the first time). THREADS
 # (default 2) and DSPARK_MODEL (a file, or a model name: DSPARK_MODEL=qwen2.5-coder-1.5b LLAMA_STRONG=none,
-# two rounds in 8 minutes on a 2-core Zen 4) are honoured.
+# two rounds in 8 minutes on a 2-core Zen 4) are honoured, and ISA picks our kernel path (default
+# auto): the AVX2 side-by-side on any x86 machine is ISA=avx2 with LLAMA_BENCH from the AVX2-only
+# build (scripts/build_llamacpp.sh, its header).
 set -euo pipefail
 BIN=${BIN:-build/dspark-bench}
 MODEL=${DSPARK_MODEL:-$HOME/.cache/dspark-bench/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -45,6 +47,7 @@ STRONG=${LLAMA_STRONG:-}
 ROUNDS=${1:-3}
 OUT=${2:-build/bench-vs-llamacpp}
 T=${THREADS:-2}
+ISA=${ISA:-auto}
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.txt
 llama() { # $1 tag, $2 model
@@ -54,10 +57,10 @@ llama() { # $1 tag, $2 model
 }
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS: bench-target (int8)" >&2
-  "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --reps 11 --out "$OUT/int8-$r.json" > "$OUT/int8-$r.txt"
+  "$BIN" bench-target --model "$MODEL" --threads "$T" --isa "$ISA" --max-B 16 --reps 11 --out "$OUT/int8-$r.json" > "$OUT/int8-$r.txt"
   if [ "${EXACT:-0}" = 1 ]; then
     echo "round $r/$ROUNDS: bench-target --exact" >&2
-    "$BIN" bench-target --model "$MODEL" --threads "$T" --max-B 16 --reps 11 --exact --out "$OUT/exact-$r.json" > "$OUT/exact-$r.txt"
+    "$BIN" bench-target --model "$MODEL" --threads "$T" --isa "$ISA" --max-B 16 --reps 11 --exact --out "$OUT/exact-$r.json" > "$OUT/exact-$r.txt"
   fi
   echo "round $r/$ROUNDS: llama-bench (same file)" >&2
   llama q41 "$MODEL"

@@ -10,8 +10,12 @@
 # flags; on a CPU whose AMX llama.cpp would use but the guest traps, pass the compiler flags through the
 # environment instead (cmake reads them at configure time; a delete of build/ makes it configure again):
 # CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" CXXFLAGS="$CFLAGS" scripts/build_llamacpp.sh
-# (LLAMACPP_CMAKE is split at spaces, so a quoted flag list cannot go through it). 4-10 minutes on
-# two cores.
+# (LLAMACPP_CMAKE is split at spaces, so a quoted flag list cannot go through it). LLAMACPP_BUILD
+# (default build) names the build folder, so builds for other instruction sets live side by side: the
+# AVX2-only peer (the instruction set of a Zen 3, on any x86 machine):
+#   LLAMACPP_BUILD=build-avx2 LLAMACPP_CMAKE=-DGGML_NATIVE=OFF scripts/build_llamacpp.sh llama-bench
+# (ggml without GGML_NATIVE enables AVX, AVX2, FMA, F16C and BMI2 and leaves AVX-512 and AMX off).
+# 4-10 minutes on two cores.
 # Prints the folder of the binaries on its last line.
 set -eu
 V=0.3.36
@@ -20,6 +24,7 @@ DIR=${LLAMACPP_DIR:-$HOME/.cache/dspark-bench/llamacpp}
 TARGETS=${*:-llama-bench llama-quantize llama-lookup}
 TGZ=$DIR/llama_cpp_python-$V.tar.gz
 SRC=$DIR/llama_cpp_python-$V/vendor/llama.cpp
+B=$DIR/${LLAMACPP_BUILD:-build}
 mkdir -p "$DIR"
 if [ ! -f "$TGZ" ]; then
     echo "build_llamacpp: downloading the llama-cpp-python $V sdist from PyPI" >&2
@@ -30,11 +35,11 @@ echo "$SHA  $TGZ" | sha256sum -c --quiet - || { echo "build_llamacpp: $TGZ: sha2
 [ -f "$SRC/CMakeLists.txt" ] || tar -xzf "$TGZ" -C "$DIR"
 [ -f "$SRC/CMakeLists.txt" ] || { echo "build_llamacpp: $SRC: no CMakeLists.txt after unpacking" >&2; exit 1; }
 # shellcheck disable=SC2086 # LLAMACPP_CMAKE is a list of flags
-cmake -S "$SRC" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF ${LLAMACPP_CMAKE:-} > "$DIR/cmake.log" 2>&1 ||
-    { echo "build_llamacpp: cmake failed, see $DIR/cmake.log" >&2; exit 1; }
+cmake -S "$SRC" -B "$B" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF ${LLAMACPP_CMAKE:-} > "$B.cmake.log" 2>&1 ||
+    { echo "build_llamacpp: cmake failed, see $B.cmake.log" >&2; exit 1; }
 for t in $TARGETS; do
     echo "build_llamacpp: building $t ($(date +%H:%M:%S))" >&2
-    cmake --build "$DIR/build" -j "$(nproc)" --target "$t" > "$DIR/build-$t.log" 2>&1 ||
-        { echo "build_llamacpp: building $t failed, see $DIR/build-$t.log" >&2; exit 1; }
+    cmake --build "$B" -j "$(nproc)" --target "$t" > "$B-$t.log" 2>&1 ||
+        { echo "build_llamacpp: building $t failed, see $B-$t.log" >&2; exit 1; }
 done
-echo "$DIR/build/bin"
+echo "$B/bin"

@@ -411,6 +411,39 @@ static void tree_case(int exact, int pre_len, int isa) {
         assert_float_equal(max_abs_diff(lt + (size_t)NT * V, lc, 5 * (size_t)V, NULL), 0.0, 0.0);
         kv_cache_free(f->be, k1);
     }
+    { /* the same tree grown a level a forward (parent_slot: a drafter expanding its frontier), its
+       * nodes in other slots: every node's logits equal the one-forward tree's, bit for bit */
+        static const int level[NT] = {0, 1, 1, 2, 2, 2, 2, 3, 4, 5, 6, 3};
+        int slot[NT], ps[NT], tk[NT], ids[NT];
+        kv_cache *k3 = kv_cache_new(f->be, &f->m.cfg, 4);
+        assert_int_equal(model_forward_one(&f->m, &f->fs, k3, pre, pre_len, 0, NULL), 0);
+        for (int lv = 0; lv <= 6; lv++) {
+            int n = 0;
+            for (int i = 0; i < NT; i++)
+                if (level[i] == lv) {
+                    slot[i] = k3->len + n;
+                    ps[n] = par[i] < 0 ? -1 : slot[par[i]], tk[n] = tree[i], ids[n++] = i;
+                }
+            fwd_batch bl = {.n_seq = 1, .kv = &k3, .n_new = &n, .tokens = tk, .all_logits = 1, .logits = lc, .parent_slot = ps};
+            assert_int_equal(model_forward(&f->m, &f->fs, &bl), 0);
+            assert_true(k3->tree && k3->tree0 == pre_len);
+            for (int j = 0; j < n; j++) {
+                float d = max_abs_diff(lt + (size_t)ids[j] * V, lc + (size_t)j * V, (size_t)V, NULL);
+                if (d > 0) fail_msg("%s exact=%d prefix %d: node %d grown at level %d differs from the one-forward tree by %g",
+                                    f->be->kernels, exact, pre_len, ids[j], lv, d);
+            }
+        }
+        /* bad input: a parent before the tree, or in a tree a plain forward ended */
+        int n1 = 1, bad = pre_len - 1;
+        fwd_batch bl = {.n_seq = 1, .kv = &k3, .n_new = &n1, .tokens = tk, .all_logits = 1, .logits = lc, .parent_slot = &bad};
+        assert_int_equal(model_forward(&f->m, &f->fs, &bl), -1);
+        assert_non_null(strstr(ds_errmsg(), "parent slot"));
+        assert_int_equal(model_forward_one(&f->m, &f->fs, k3, tk, 1, 0, NULL), 0);
+        assert_false(k3->tree);
+        bad = slot[3];
+        assert_int_equal(model_forward(&f->m, &f->fs, &bl), -1);
+        kv_cache_free(f->be, k3);
+    }
     /* keep anchor -> 1 -> 3 -> 7 -> 8 (slots pre + 0, 1, 3, 7, 8), feed one token */
     const int keep[5] = {0, 1, 3, 7, 8};
     int slots[5], seq[6], nxt = (tree[5] + 1) % V;

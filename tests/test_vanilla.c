@@ -702,6 +702,77 @@ static void test_tree_siblings(void **state) {
 }
 
 
+/* "tree_mode": "dynamic": the draft LM grows the tree a level a forward. Every node's children are the
+ * best tokens of the row the draft LM gives after the node's own path, in rank order (checked against a
+ * chain-mode drafter with one sibling fed that path from scratch: the tree's rows, grown over forwards
+ * with parent_slot, are the chain's); nodes come parents first, confidences descending, children
+ * distinct and TREE_TOPK at either temperature - over rounds that commit accepted paths (the tree's
+ * rows dropped after each proposal, the accepted tokens fed again with the next anchor). */
+static void test_tree_dynamic(void **state) {
+    (void)state;
+    char path[600];
+    target t;
+    lookup_target(&t, path, sizeof path, "tree-dyn.gguf");
+    const char *dyn = "{\"layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 7, \"tree_width\": 2, \"tree_depth\": 4}";
+    const char *sib = "{\"layers\": 1, \"tree_nodes\": 2}";
+    int V = t.m.cfg.vocab_size, prompt[16], checked = 0;
+    for (int i = 0; i < 16; i++) prompt[i] = (7 * i + 3) % V;
+    fleet f;
+    fleet_open(&f, &t, 1, &dyn, (const int *[]){prompt}, (const int[]){15}, 7);
+    request *rq = &f.r[0];
+    draft_block *b = &f.b[0];
+    for (int round = 0; round < 6; round++) {
+        sampling_params sp = {round % 2 ? 1.0f : 0.0f, 0, 1.0f};
+        b->tree = TREE_CHAIN;
+        if (f.d[0].ops->propose(&f.d[0], rq, 7, &sp, b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b->tree, TREE_TOPK);
+        assert_true(b->n >= 3 && b->n <= 7);
+        for (int u = -1; u < b->n; u++) {
+            int kids[8], nk = 0, seq[64], n = rq->toks.n, pth[8], np = 0;
+            for (int i = 0; i < b->n; i++)
+                if (b->parent[i] == u) kids[nk++] = i;
+            if (u >= 0) assert_true(b->parent[u] < u && (b->parent[u] < 0 || b->conf[u] <= b->conf[b->parent[u]]));
+            if (!nk) continue;
+            assert_true(nk <= 2 && (nk < 2 || b->tok[kids[0]] != b->tok[kids[1]]));
+            memcpy(seq, rq->toks.v, sizeof(int) * (size_t)n);
+            for (int x = u; x >= 0; x = b->parent[x]) pth[np++] = b->tok[x];
+            while (np) seq[n++] = pth[--np];
+            fleet g; /* the row after the path, from a chain drafter's draft and its sibling at T = 0 */
+            fleet_open(&g, &t, 1, &sib, (const int *[]){seq}, (const int[]){n - 1}, 2);
+            sampling_params g0 = {0, 0, 1.0f};
+            g.b[0].tree = TREE_CHAIN;
+            if (g.d[0].ops->propose(&g.d[0], &g.r[0], 2, &g0, &g.b[0])) fail_msg("%s", ds_errmsg());
+            assert_int_equal(g.b[0].n, 2);
+            for (int k = 0; k < nk; k++) {
+                if (b->tok[kids[k]] != g.b[0].tok[k])
+                    fail_msg("round %d: node %d's child of rank %d is %d, the row after its path ranks %d there", round, u, k,
+                             b->tok[kids[k]], g.b[0].tok[k]);
+                checked++;
+            }
+            fleet_close(&g, &t);
+        }
+        /* accept the first-child path for round % 3 nodes, then a token outside the tree */
+        int acc = 0, u = -1;
+        for (int k = 0; k < round % 3; k++) {
+            int c = -1;
+            for (int i = 0; i < b->n && c < 0; i++)
+                if (b->parent[i] == u) c = i;
+            if (c < 0) break;
+            assert_int_equal(ivec_push(&rq->toks, b->tok[c]), 0);
+            acc++, u = c;
+        }
+        int next = (rq->toks.v[rq->toks.n - 1] + 5) % V;
+        assert_int_equal(ivec_push(&rq->toks, next), 0);
+        assert_int_equal(f.d[0].ops->observe(&f.d[0], rq, NULL, NULL, b->n + 1, 0), 0);
+        if (f.d[0].ops->commit(&f.d[0], rq, acc, next, NULL)) fail_msg("%s", ds_errmsg());
+    }
+    printf("  vanilla dynamic tree of 7 (width 2, depth 4): %d children checked against the rows of their paths\n", checked);
+    assert_true(checked >= 6 * 4);
+    fleet_close(&f, &t);
+    target_close(&t);
+    remove(path);
+}
+
 /* A tree's sibling is priced by its row probability scaled by the accepted over the summed row
  * probabilities of the siblings verified at a reached parent: rounds whose anchor sibling is verified
  * and never accepted drive its price down; rounds that accept it drive it back up. */
@@ -758,6 +829,7 @@ int main(void) {
         cmocka_unit_test(test_window),
         cmocka_unit_test(test_tree_siblings),
         cmocka_unit_test(test_tree_calibration),
+        cmocka_unit_test(test_tree_dynamic),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
     };

@@ -56,7 +56,7 @@ COMBINE='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}, 
 configs() {
     echo "vanilla-fixed|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|fixed|4|0"
     echo "vanilla-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\"}|greedy|8|0 1"
-    echo "vanilla-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"head_type\": \"q5_0\"}|greedy|8|0"
+    echo "vanilla-q5head-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"head_type\": \"q5_0\"}|greedy|8|0 1"
     # the 0.5B over its head's first 32,768 ids by merge rank, and the draft LM speculating its own
     # chain with up to 6 prompt-lookup tokens a forward (the same drafts, fewer forwards), over that
     # vocabulary and over the whole one, every looked-up token fed (cost 0) or as many as their running
@@ -78,6 +78,12 @@ configs() {
     # ... reading only the prompt's first 4 and last 256 tokens (draft_window): its own prefill of
     # Spec-Bench's ~750-token summaries and RAG contexts is a cost the autoregressive run never pays
     echo "vanilla-best-w256-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6, \"tree_nodes\": 16, \"head_type\": \"q5_0\", \"draft_window\": 256}|greedy|16|0 1"
+    # a tree the 0.5B grows itself (EAGLE-2's expansion: 2 nodes a level fed in one forward, their 2 best
+    # tokens as children, 8 levels, the 16 best nodes priced by greedy), beside the same head as a chain
+    # and with siblings only (no lookup in any of the three: the dynamic tree feeds its own rows)
+    echo "vanilla-q5head-tree16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_nodes\": 16, \"head_type\": \"q5_0\"}|greedy|16|0 1"
+    echo "vanilla-dyn16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_mode\": \"dynamic\", \"tree_nodes\": 16, \"tree_depth\": 8, \"head_type\": \"q5_0\"}|greedy|16|0 1"
+    echo "vanilla-dyn16w3-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_mode\": \"dynamic\", \"tree_nodes\": 16, \"tree_width\": 3, \"tree_depth\": 8, \"head_type\": \"q5_0\"}|greedy|16|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
         echo "$d-greedy|{\"name\": \"$d\"}|greedy|8|0 1"
