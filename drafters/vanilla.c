@@ -513,6 +513,18 @@ static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) 
     out->tree = greedy ? TREE_TOPK : TREE_WOR;
 }
 
+/* candidate i into ord[0..*n), the best (at most cap) by path probability, descending; stable, so among
+ * equal scores the earlier candidate (a parent, a sibling of better rank) stays first */
+static void best_insert(int *ord, int *n, int cap, const dyn_cand *c, int i) {
+    int j = *n < cap ? (*n)++ : cap;
+    if (j == cap) {
+        if (!(c[i].score > c[ord[cap - 1]].score)) return;
+        j = cap - 1;
+    }
+    while (j > 0 && c[i].score > c[ord[j - 1]].score) ord[j] = ord[j - 1], j--;
+    ord[j] = i;
+}
+
 /* "tree_mode": "dynamic": after the catch-up feed left the anchor's row in v->z, the tree grown a level a
  * forward (the header), its `budget` best nodes into out, best first; the draft cache back to the
  * anchor's history after */
@@ -530,13 +542,7 @@ static int propose_dynamic(drafter *d, request *r, int budget, const sampling_pa
     for (int lv = 0; lv < depth; lv++) {
         int ns = 0;
         if (lv > 0) { /* the w best candidates of the newest depth, fed as one forward */
-            for (int i = lv0; i < nc; i++) { /* insertion by score, stable: rank order among equals */
-                int j = ns < w ? ns++ : w;
-                if (j == w && !(c[i].score > c[sel[w - 1]].score)) continue;
-                if (j == w) j = w - 1;
-                while (j > 0 && c[i].score > c[sel[j - 1]].score) sel[j] = sel[j - 1], j--;
-                sel[j] = i;
-            }
+            for (int i = lv0; i < nc; i++) best_insert(sel, &ns, w, c, i);
             if (!ns) break;
             if (out->more && out->conf) { /* greedy's price of one more level: the best path's row probabilities */
                 float pc[64];
@@ -566,13 +572,7 @@ static int propose_dynamic(drafter *d, request *r, int budget, const sampling_pa
     /* the budget best by path probability, stable over creation order (a parent before its children,
      * siblings by rank), so every prefix is a tree and siblings come in the order they are tried */
     int ord[DYN_MAX], n = 0, at[DYN_MAX];
-    for (int i = 0; i < nc; i++) {
-        int j = n < budget ? n++ : budget;
-        if (j == budget && !(c[i].score > c[ord[budget - 1]].score)) continue;
-        if (j == budget) j = budget - 1;
-        while (j > 0 && c[i].score > c[ord[j - 1]].score) ord[j] = ord[j - 1], j--;
-        ord[j] = i;
-    }
+    for (int i = 0; i < nc; i++) best_insert(ord, &n, budget, c, i);
     for (int i = 0; i < n; i++) at[ord[i]] = i;
     for (int i = 0; i < n; i++) {
         const dyn_cand *x = &c[ord[i]];

@@ -768,6 +768,20 @@ static void test_tree_dynamic(void **state) {
     }
     printf("  vanilla dynamic tree of 7 (width 2, depth 4): %d children checked against the rows of their paths\n", checked);
     assert_true(checked >= 6 * 4);
+    /* its keys: one clear error each */
+    static const char *const bad[][2] = {
+        {"{\"layers\": 1, \"tree_nodes\": 4, \"tree_mode\": \"wide\"}", "not one of siblings, dynamic"},
+        {"{\"layers\": 1, \"tree_mode\": \"dynamic\"}", "needs \"tree_nodes\""},
+        {"{\"layers\": 1, \"tree_nodes\": 4, \"tree_mode\": \"dynamic\", \"draft_lookup\": 2}", "draft_lookup"},
+        {"{\"layers\": 1, \"tree_nodes\": 4, \"tree_depth\": 3}", "is for \"tree_mode\""},
+        {"{\"layers\": 1, \"tree_nodes\": 4, \"tree_mode\": \"dynamic\", \"tree_depth\": 0}", "tree_depth"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *c = cJSON_Parse(bad[i][0]);
+        drafter x;
+        assert_int_equal(drafter_open(&x, "vanilla", c, &t), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' does not name '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
+        cJSON_Delete(c);
+    }
     fleet_close(&f, &t);
     target_close(&t);
     remove(path);
