@@ -9,7 +9,16 @@
  *
  * Confidence c_k: the online acceptance rate (accept_stats.h) of the cell (tree, match-length
  * bucket, count-ratio bucket of this step), so the count ratio is a feature the acceptance of
- * earlier drafts calibrates; optional "calibration" temperatures scale logit(c_k). */
+ * earlier drafts calibrates; optional "calibration" temperatures scale logit(c_k).
+ *
+ * Tree modes ("tree_nodes" N > 0): "siblings" (the default) is the chain itself, re-matching and c_k
+ * as above, with beside each draft up to w - 1 ("tree_width" w) of the trie's next most frequent
+ * children of the node the chain took its best from; "best-first" grows SuffixDecoding's tree over
+ * the matched node's continuations by path frequency (suffix_tree_draft). The first cannot verify
+ * fewer of the chain's tokens than the chain does, only add siblings the scheduler prices: the
+ * best-first tree stopped at the trie's depth cap where the chain re-matched, and lost to the chain
+ * on the 1.5B (experiments/specbench/report-qwen.md: 0.986x vs 1.186x). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,16 +33,18 @@
 #define SF_RB 5 /* count ratio: < 1/3, < 2/3, < 1, 1 of several, 1 of one */
 #define SF_CELLS (2 * SF_LB * SF_RB)
 #define SF_MAXG 64
+#define SF_MAXW 4 /* tree_width at most: a draft and 3 siblings */
 
 typedef struct {
     int max_depth, max_nodes, min_match, use_corpus;
-    int tree_nodes;             /* > 0: a best-first tree of this many nodes instead of the chain */
+    int tree_nodes;             /* > 0: a tree of this many nodes instead of the chain */
+    int best_first, tree_width; /* the tree mode: best-first, or the chain with w - 1 siblings a draft */
     float min_prob;
     accept_prior ap;
     suffix_tree corpus;
     accept_counts run;
     int eos_ok;
-    tree_calib cal;             /* tree mode: finished requests' verified nodes */
+    tree_calib cal;             /* tree mode: finished requests' verified nodes (best-first) or siblings */
 } suffix;
 
 typedef struct {
@@ -45,10 +56,15 @@ typedef struct {
     tree_calib cal;             /* tree mode: this request's verified nodes */
     int tn;                     /* the last tree's nodes, their raw confidences */
     float tconf[SF_MAXG];
+    /* siblings mode: the last tree's parents, tokens, a sibling's count ratio (-1: a chain draft), how
+     * many nodes the round verified (observe), and this request's reached siblings */
+    int tpar[SF_MAXG], ttok[SF_MAXG], n_verified;
+    float trow[SF_MAXG];
 } sf_state;
 
 typedef struct {
     int n, tok[SF_MAXG], cell[SF_MAXG];
+    int node[SF_MAXG]; /* the trie node each draft is (its parent holds the siblings) */
     double score;
 } sf_chain;
 
@@ -68,8 +84,15 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_bool(&r, "corpus", &g->use_corpus));
     DS_TRY(jcfg_float(&r, "min_prob", 0, 1, &g->min_prob));
     DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &g->tree_nodes));
+    const char *tm = "siblings";
+    g->tree_width = 2;
+    DS_TRY(jcfg_str(&r, "tree_mode", &tm));
+    DS_TRY(jcfg_int(&r, "tree_width", 2, SF_MAXW, &g->tree_width));
     DS_TRY(accept_prior_read(&r, &g->ap));
     DS_TRY(jcfg_close(&r));
+    DS_CHECK(!strcmp(tm, "siblings") || !strcmp(tm, "best-first"), "drafter: tree_mode '%s' is not one of siblings, "
+             "best-first", tm);
+    g->best_first = !strcmp(tm, "best-first");
     DS_CHECK(g->min_match < g->max_depth, "drafter: min_match %d must be below max_depth %d", g->min_match, g->max_depth);
     DS_CHECK(g->max_nodes >= 64 * (g->max_depth + 1), "drafter: max_nodes %d is too small for max_depth %d", g->max_nodes,
              g->max_depth);
@@ -85,9 +108,12 @@ static int suffix_open(drafter *d, const cJSON *cfg, target *t) {
         d->tree_nodes = g->tree_nodes;
         d->tree_counts = 1;
         size_t l = strlen(d->fingerprint);
-        snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%d", g->tree_nodes);
+        if (g->best_first) snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":tree%d", g->tree_nodes);
+        else snprintf(d->fingerprint + l, sizeof d->fingerprint - l, ":sib%dx%d", g->tree_nodes, g->tree_width);
         l = strlen(d->describe);
-        snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes", g->tree_nodes);
+        if (g->best_first) snprintf(d->describe + l, sizeof d->describe - l, ", a best-first tree of %d nodes", g->tree_nodes);
+        else snprintf(d->describe + l, sizeof d->describe - l, ", the chain with %d sibling%s a draft (%d nodes)",
+                      g->tree_width - 1, g->tree_width > 2 ? "s" : "", g->tree_nodes);
     }
     return 0;
 fail:
@@ -129,6 +155,7 @@ static void chain(suffix *g, sf_state *s, suffix_tree *t, int src, int n_ctx, in
         prob *= ratio;
         int rb = ratio < 1.0 / 3 ? 0 : ratio < 2.0 / 3 ? 1 : ratio < 1 ? 2 : t->cont[node] > 1 ? 3 : 4;
         c->tok[c->n] = t->tok[b];
+        c->node[c->n] = b;
         c->cell[c->n] = (src * SF_LB + lb) * SF_RB + rb;
         s->ext[n_ctx + c->n++] = t->tok[b];
         c->score += prob;
@@ -188,6 +215,61 @@ static void suffix_tree_draft(suffix *g, sf_state *s, const drafter *d, suffix_t
     out->tree = TREE_TOPK;
 }
 
+/* The siblings mode: the chain's drafts out->tok[0..n) (their c_k set by accept_draft) and beside
+ * draft k up to w - 1 children of its trie parent by count (ties: the lower node), none of them the
+ * draft, into one tree of at most budget nodes, best first by path confidence: the drafts' c's times
+ * a sibling's count ratio scaled by tree_calib (never above the draft's or an earlier sibling's, so
+ * parents and the order siblings are tried survive the sort, which is stable over parents first).
+ * A trie node's children are distinct tokens: deterministic top-k children (TREE_TOPK). */
+static void sibling_tree(suffix *g, sf_state *s, const sf_chain *c, const suffix_tree *t, int n, int budget,
+                         draft_block *out) {
+    double scale = tree_calib_scale(&g->cal, &s->cal);
+    struct node {
+        float c, cr, row;
+        int depth, tok; /* a draft (row < 0) or a sibling at depth (0-based) */
+    } nd[SF_MAXG * SF_MAXW], x;
+    int N = 0, spine[SF_MAXG];
+    float P = 1, Pr = 1;
+    for (int k = 0; k < n; k++) {
+        float ck = out->conf ? out->conf[k] : 1, cr = out->conf_raw ? out->conf_raw[k] : ck, last = ck, lastr = cr;
+        nd[N++] = (struct node){P * ck, Pr * cr, -1, k, out->tok[k]};
+        int p = t->parent[c->node[k]], taken[SF_MAXW];
+        for (int j = 0; j + 1 < g->tree_width; j++) {
+            int best = -1;
+            for (int ch = t->child[p]; ch >= 0; ch = t->sib[ch]) {
+                int used = ch == c->node[k];
+                for (int i = 0; i < j && !used; i++) used = taken[i] == ch;
+                if (!used && (best < 0 || t->count[ch] > t->count[best] || (t->count[ch] == t->count[best] && ch < best)))
+                    best = ch;
+            }
+            if (best < 0) break;
+            taken[j] = best;
+            float row = (float)t->count[best] / (float)DS_MAX(t->cont[p], 1);
+            last = fminf(last, (float)DS_MIN(1.0, row * scale)), lastr = fminf(lastr, row);
+            nd[N++] = (struct node){P * last, Pr * lastr, row, k, t->tok[best]};
+        }
+        P *= ck, Pr *= cr;
+    }
+    for (int i = 1; i < N; i++) { /* stable: equal confidences keep parents and drafts first */
+        int j = i;
+        for (x = nd[i]; j > 0 && nd[j - 1].c < x.c; j--) nd[j] = nd[j - 1];
+        nd[j] = x;
+    }
+    N = DS_MIN(N, DS_MIN(budget, SF_MAXG));
+    for (int i = 0; i < N; i++)
+        if (nd[i].row < 0) spine[nd[i].depth] = i;
+    for (int i = 0; i < N; i++) {
+        out->tok[i] = s->ttok[i] = nd[i].tok;
+        out->parent[i] = s->tpar[i] = nd[i].depth ? spine[nd[i].depth - 1] : -1;
+        if (out->conf) out->conf[i] = nd[i].c;
+        if (out->conf_raw) out->conf_raw[i] = nd[i].cr;
+        s->trow[i] = nd[i].row;
+    }
+    out->n = s->tn = N;
+    out->tree = TREE_TOPK;
+    s->n_verified = 0;
+}
+
 static int suffix_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     DS_UNUSED(sp);
     suffix *g = d->impl;
@@ -209,7 +291,7 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
         chain(g, s, &g->corpus, 1, n_ctx, gamma, &cg);
     }
     const sf_chain *c = cg.score > cl.score ? &cg : &cl;
-    if (g->tree_nodes) { /* the tree grows in the trie whose chain scored higher, from its match */
+    if (g->tree_nodes && g->best_first) { /* the tree grows in the trie whose chain scored higher, from its match */
         suffix_tree *t = c == &cg ? &g->corpus : &s->local;
         int len, node = suffix_tree_match(t, r->toks.v + n - n_ctx, n_ctx, &len);
         s->tn = 0;
@@ -228,6 +310,7 @@ static int suffix_propose(drafter *d, request *r, int gamma, const sampling_para
         }
     }
     out->n = s->n = k;
+    if (g->tree_nodes && k > 0) sibling_tree(g, s, c, c == &cg ? &g->corpus : &s->local, k, gamma, out);
     return 0;
 fail:
     return -1;
@@ -237,9 +320,29 @@ static int suffix_commit(drafter *d, request *r, int n_accepted, int next_token,
     DS_UNUSED(hidden), DS_UNUSED(next_token);
     suffix *g = d->impl;
     sf_state *s = r->dstate;
+    if (g->tree_nodes && !g->best_first && s->tn > 0) {
+        /* the verified siblings whose parent was reached (the anchor, or a node on the accepted path)
+         * are judged: their count ratios against whether they were the path's next node; and the
+         * chain's cells only for the drafts the round verified (the scheduler may cut the tree) */
+        int on[SF_MAXG + 1] = {0}, u = -1, nv = DS_MIN(s->n_verified, s->tn), spine = 0;
+        on[0] = 1;
+        for (int j = 0; j < n_accepted; j++) {
+            int c = -1;
+            for (int i = 0; i < nv && c < 0; i++)
+                if (s->tpar[i] == u && s->ttok[i] == r->toks.v[s->n0 + j]) c = i;
+            if (c < 0) break;
+            on[1 + c] = 1, u = c;
+        }
+        for (int i = 0; i < nv; i++) {
+            if (s->trow[i] < 0) spine++;
+            else if (on[1 + s->tpar[i]]) s->cal.conf += s->trow[i], s->cal.acc += on[1 + i];
+        }
+        s->n = DS_MIN(s->n, spine);
+        s->tn = 0;
+    }
     accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, -1);
     s->n = 0;
-    if (g->tree_nodes) s->cal.acc += n_accepted, s->tn = 0;
+    if (g->tree_nodes && g->best_first) s->cal.acc += n_accepted, s->tn = 0;
     return 0;
 }
 
@@ -249,8 +352,9 @@ static int suffix_observe(drafter *d, request *r, const int *in, const float *lo
     DS_UNUSED(in), DS_UNUSED(logits);
     suffix *g = d->impl;
     sf_state *s = r->dstate;
-    if (!prefill && g->tree_nodes)
+    if (!prefill && g->tree_nodes && g->best_first)
         for (int j = 0; j + 1 < n && j < s->tn; j++) s->cal.conf += s->tconf[j];
+    if (!prefill && g->tree_nodes && !g->best_first) s->n_verified = DS_MAX(n - 1, 0);
     return 0;
 }
 
@@ -299,7 +403,9 @@ static void suffix_close(drafter *d) {
 const drafter_ops drafter_suffix = {
     "suffix",
     "suffix trees over the request and the run's outputs (training-free): {\"max_depth\": 24, \"min_prob\": 0.1, "
-    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"tree_nodes\": 0 (N > 0: a best-first tree of N nodes), \"prior\": 0.2, \"shrink\": 8, \"request_weight\": 4, \"calibration\": [...]}",
+    "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"tree_nodes\": 0 (N > 0: a tree of N nodes), \"tree_mode\": "
+    "\"siblings\" (the chain with tree_width - 1 of the trie's next children beside each draft) or \"best-first\", "
+    "\"tree_width\": 2, \"prior\": 0.2, \"shrink\": 8, \"request_weight\": 4, \"calibration\": [...]}",
     suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, NULL, suffix_close,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0}",
     NULL,
@@ -307,4 +413,5 @@ const drafter_ops drafter_suffix = {
     NULL,
     NULL,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0, \"tree_nodes\": 5}",
+    "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0, \"tree_nodes\": 5, \"tree_mode\": \"best-first\"}",
 };

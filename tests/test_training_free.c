@@ -450,7 +450,8 @@ static void test_recycling_tree(void **state) {
 static void test_suffix_tree_mode(void **state) {
     (void)state;
     fake f;
-    fake_open(&f, "suffix", "{\"tree_nodes\": 3, \"max_depth\": 2, \"corpus\": false, \"min_prob\": 0}");
+    fake_open(&f, "suffix", "{\"tree_nodes\": 3, \"max_depth\": 2, \"corpus\": false, \"min_prob\": 0, "
+                            "\"tree_mode\": \"best-first\"}");
     assert_int_equal(f.d.tree_nodes, 3);
     request r;
     int x[] = {5, 7, 5, 8, 5, 7, 5}; /* after 5: 7 twice, 8 once */
@@ -484,6 +485,119 @@ static void test_suffix_tree_mode(void **state) {
     fake_close(&f);
 }
 
+/* node i's path of tokens from the anchor, into path (returns its length) */
+static int node_path(const draft_block *b, int i, int *path) {
+    int n = 0, tmp[64];
+    for (; i >= 0; i = b->parent[i]) tmp[n++] = b->tok[i];
+    for (int j = 0; j < n; j++) path[j] = tmp[n - 1 - j];
+    return n;
+}
+
+/* suffix's siblings mode: the chain mode's drafts as the spine (re-matched past the depth cap, which
+ * the best-first tree cannot do), beside each draft the trie's next most frequent children of its
+ * parent, best first by path confidence; siblings judged only when verified with their parent reached */
+static void test_suffix_sibling_tree(void **state) {
+    (void)state;
+    /* after 5: 7 three times, 8 once; after 5 7: 9 twice, 4 once; depth cap 3 */
+    int x[] = {5, 7, 9, 5, 7, 9, 5, 8, 3, 5, 7, 4, 5};
+    const char *base = "\"max_depth\": 3, \"corpus\": false, \"min_prob\": 0.3, \"prior\": 0.9";
+    char cfg[256];
+    fake ch, f;
+    snprintf(cfg, sizeof cfg, "{%s}", base);
+    fake_open(&ch, "suffix", cfg);
+    snprintf(cfg, sizeof cfg, "{%s, \"tree_nodes\": 12}", base);
+    fake_open(&f, "suffix", cfg);
+    assert_int_equal(f.d.tree_nodes, 12);
+    request rc, r;
+    req_set(&rc, x, 13, 13);
+    req_set(&r, x, 13, 13);
+    assert_int_equal(ch.d.ops->begin(&ch.d, &rc, NULL), 0);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(ch.d.ops->propose(&ch.d, &rc, 6, NULL, &ch.b), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    /* 7 (3 of 4), 9 (2 of 3), 5 past the depth cap by re-matching "7 9"; then 7 or 8 (1 of 2 each)
+     * would take the product of the ratios under min_prob */
+    assert_int_equal(ch.b.n, 3);
+    assert_int_equal(f.b.tree, TREE_TOPK);
+    /* the spine: the chain's 3 drafts, each the child of the one before, with the chain's c's */
+    int spine[3], path[64], par = -1;
+    assert_int_equal(f.b.n, 5); /* and two siblings */
+    for (int k = 0; k < 3; k++) {
+        spine[k] = -1;
+        for (int i = 0; i < f.b.n; i++)
+            if (f.b.parent[i] == par && f.b.tok[i] == ch.b.tok[k]) spine[k] = i;
+        assert_true(spine[k] > par); /* found, after its parent */
+        par = spine[k];
+    }
+    assert_float_equal(f.b.conf[spine[0]], ch.b.conf[0], 1e-6);
+    assert_float_equal(f.b.conf[spine[1]], ch.b.conf[0] * ch.b.conf[1], 1e-6);
+    /* the siblings: 8 beside the first draft (1 of 4 after 5), 4 beside the second (1 of 3 after 5 7);
+     * after 7 9 only 5 was seen: no sibling. Confidences descend, every node after its parent */
+    int sib8 = -1, sib4 = -1;
+    for (int i = 0; i < f.b.n; i++) {
+        if (i) assert_true(f.b.conf[i] <= f.b.conf[i - 1]);
+        assert_true(f.b.parent[i] < i);
+        if (f.b.parent[i] == -1 && f.b.tok[i] == 8) sib8 = i;
+        if (f.b.parent[i] == spine[0] && f.b.tok[i] == 4) sib4 = i;
+        if (f.b.parent[i] == spine[1]) assert_int_equal(f.b.tok[i], 5);
+        for (int j = 0; j < i; j++) /* siblings are distinct tokens */
+            if (f.b.parent[j] == f.b.parent[i]) assert_int_not_equal(f.b.tok[j], f.b.tok[i]);
+    }
+    assert_true(sib8 >= 0 && sib4 >= 0);
+    assert_float_equal(f.b.conf_raw[sib8], fminf(ch.b.conf_raw[0], 0.25f), 1e-6);
+    assert_float_equal(f.b.conf[sib8], fminf(ch.b.conf[0], 0.25f), 1e-6);
+    assert_float_equal(f.b.conf[sib4], ch.b.conf[0] * fminf(ch.b.conf[1], 1.0f / 3), 1e-6);
+    assert_int_equal(node_path(&f.b, sib4, path), 2);
+    /* a round verifying every node, the target taking 8: the first sibling was reached and accepted,
+     * the one beside the second draft not reached (its parent was rejected): the scale becomes
+     * (1 + 1) / (0.25 + 1) on the reached siblings alone */
+    int in[13];
+    for (int i = 0; i < 13; i++) in[i] = 5;
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, f.b.n + 1, 0), 0);
+    assert_int_equal(ivec_push(&r.toks, 8), 0);
+    assert_int_equal(ivec_push(&r.toks, 6), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 6, NULL), 0);
+    /* the same match again ("6 5" unseen): 5 -> 7 (3 of 5 now), 8 (2 of 5) */
+    assert_int_equal(ivec_push(&r.toks, 5), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    sib8 = -1;
+    for (int i = 0; i < f.b.n; i++)
+        if (f.b.parent[i] == -1 && f.b.tok[i] == 8) sib8 = i;
+    assert_true(sib8 > 0 && f.b.tok[0] == 7);
+    assert_float_equal(f.b.conf_raw[sib8], fminf(f.b.conf_raw[0], 0.4f), 1e-6);
+    assert_float_equal(f.b.conf[sib8], fminf(f.b.conf[0], (float)fmin(1.0, 0.4 * 2 / 1.25)), 1e-6);
+    /* a cut tree: only the first draft verified and rejected: no sibling judged, the scale stays */
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 2, 0), 0);
+    assert_int_equal(ivec_push(&r.toks, 10), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 10, NULL), 0);
+    assert_int_equal(ivec_push(&r.toks, 5), 0); /* 5 -> 7, 8 or 10: 8 is 2 of 6 */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    sib8 = -1;
+    for (int i = 0; i < f.b.n; i++)
+        if (f.b.parent[i] == -1 && f.b.tok[i] == 8) sib8 = i;
+    assert_true(sib8 > 0 && f.b.tok[0] == 7);
+    assert_float_equal(f.b.conf[sib8], fminf(f.b.conf[0], (float)fmin(1.0, 2.0 / 6 * 2 / 1.25)), 1e-6);
+    /* the budget cuts the least confident nodes; what is left is a tree */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 3);
+    for (int i = 0; i < 3; i++) assert_true(f.b.parent[i] < i);
+    ch.d.ops->end(&ch.d, &rc);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&rc.toks);
+    ivec_free(&r.toks);
+    fake_close(&ch);
+    fake_close(&f);
+    /* bad tree settings name the key */
+    const char *bad[] = {"{\"tree_nodes\": 4, \"tree_mode\": \"wide\"}", "{\"tree_nodes\": 4, \"tree_width\": 5}"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *cj = cJSON_Parse(bad[i]);
+        drafter d;
+        assert_int_equal(drafter_open(&d, "suffix", cj, &f.t), -1);
+        assert_non_null(strstr(ds_errmsg(), i ? "tree_width" : "tree_mode"));
+        cJSON_Delete(cj);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suffix_tree_counts),
@@ -494,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_recycling_tree),
         cmocka_unit_test(test_recycling_static_tree),
         cmocka_unit_test(test_suffix_tree_mode),
+        cmocka_unit_test(test_suffix_sibling_tree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

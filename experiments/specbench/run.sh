@@ -59,7 +59,9 @@ COMBINE2='{"name": "combine", "members": [{"name": "ngram"}, {"name": "suffix"}]
 configs() {
     echo "ngram|{\"name\": \"ngram\"}|8|$LIMIT|greedy"
     echo "suffix|{\"name\": \"suffix\"}|8|$LIMIT|greedy"
-    echo "suffix-tree16-greedy|{\"name\": \"suffix\", \"tree_nodes\": 16}|16|$LIMIT|greedy"
+    echo "suffix-tree16-greedy|{\"name\": \"suffix\", \"tree_nodes\": 16, \"tree_mode\": \"best-first\"}|16|$LIMIT|greedy"
+    echo "suffix-sib16-greedy|{\"name\": \"suffix\", \"tree_nodes\": 16}|16|$LIMIT|greedy"
+    echo "suffix-sib16w3-greedy|{\"name\": \"suffix\", \"tree_nodes\": 16, \"tree_width\": 3}|16|$LIMIT|greedy"
     echo "recycling|{\"name\": \"recycling\"}|8|$LIMIT|greedy"
     echo "recycling-chain-fixed|{\"name\": \"recycling\"}|8|$LIMIT|fixed"
     echo "recycling-tree8|{\"name\": \"recycling\", \"tree_nodes\": 8}|8|$LIMIT|fixed"
@@ -123,7 +125,7 @@ S=$O/summary.md
             awk -v name="$name" -F'|' '/^\| position k/ { on = 1; next } on && /^\| [0-9]/ { a[$2 + 0] = $3 } on && /^$/ { on = 0 }
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
         done
-        for name in suffix-tree16-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy \
+        for name in suffix-tree16-greedy suffix-sib16-greedy suffix-sib16w3-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy \
             recycling-static80 recycling-static80-greedy sibling-0.5b-tree16-greedy; do
             if [ -f $O/$name-t$T.md ]; then echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; fi
         done
