@@ -493,6 +493,31 @@ static int node_path(const draft_block *b, int i, int *path) {
     return n;
 }
 
+/* a round's committed tokens (the last one the next anchor) into both requests, both drafters
+ * committing and proposing again; the tree's spine must carry the chain's confidences */
+static void both_round(fake *ch, request *rc, fake *f, request *r, const int *com, int n, int n_acc) {
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(ivec_push(&rc->toks, com[i]), 0);
+        assert_int_equal(ivec_push(&r->toks, com[i]), 0);
+        if (i == n - 2) {
+            assert_int_equal(ch->d.ops->commit(&ch->d, rc, n_acc, com[i], NULL), 0);
+            assert_int_equal(f->d.ops->commit(&f->d, r, n_acc, com[i], NULL), 0);
+        }
+    }
+    assert_int_equal(ch->d.ops->propose(&ch->d, rc, 6, NULL, &ch->b), 0);
+    assert_int_equal(f->d.ops->propose(&f->d, r, 12, NULL, &f->b), 0);
+    float a = 1;
+    for (int k = 0, par = -1; k < ch->b.n; k++) {
+        int at = -1;
+        for (int i = 0; i < f->b.n; i++)
+            if (f->b.parent[i] == par && f->b.tok[i] == ch->b.tok[k]) at = i;
+        assert_true(at > par);
+        a *= ch->b.conf[k];
+        assert_float_equal(f->b.conf[at], a, 1e-6);
+        par = at;
+    }
+}
+
 /* suffix's siblings mode: the chain mode's drafts as the spine (re-matched past the depth cap, which
  * the best-first tree cannot do), beside each draft the trie's next most frequent children of its
  * parent, best first by path confidence; siblings judged only when verified with their parent reached */
@@ -550,33 +575,32 @@ static void test_suffix_sibling_tree(void **state) {
     assert_int_equal(node_path(&f.b, sib4, path), 2);
     /* a round verifying every node, the target taking 8: the first sibling was reached and accepted,
      * the one beside the second draft not reached (its parent was rejected): the scale becomes
-     * (1 + 1) / (0.25 + 1) on the reached siblings alone */
+     * (1 + 1) / (0.25 + 1) on the reached siblings alone. The chain drafter sees the same rounds: its
+     * cells judge its drafts against the committed tokens, and the spine's must move alike */
     int in[13];
     for (int i = 0; i < 13; i++) in[i] = 5;
     assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, f.b.n + 1, 0), 0);
-    assert_int_equal(ivec_push(&r.toks, 8), 0);
-    assert_int_equal(ivec_push(&r.toks, 6), 0);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 6, NULL), 0);
-    /* the same match again ("6 5" unseen): 5 -> 7 (3 of 5 now), 8 (2 of 5) */
-    assert_int_equal(ivec_push(&r.toks, 5), 0);
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    int round1[] = {8, 6, 5}, round2[] = {10, 5}, round3[] = {7, 9, 5};
+    both_round(&ch, &rc, &f, &r, round1, 3, 1);
     sib8 = -1;
     for (int i = 0; i < f.b.n; i++)
         if (f.b.parent[i] == -1 && f.b.tok[i] == 8) sib8 = i;
+    /* the same match again ("6 5" unseen): 5 -> 7 (3 of 5 now), 8 (2 of 5) */
     assert_true(sib8 > 0 && f.b.tok[0] == 7);
     assert_float_equal(f.b.conf_raw[sib8], fminf(f.b.conf_raw[0], 0.4f), 1e-6);
     assert_float_equal(f.b.conf[sib8], fminf(f.b.conf[0], (float)fmin(1.0, 0.4 * 2 / 1.25)), 1e-6);
     /* a cut tree: only the first draft verified and rejected: no sibling judged, the scale stays */
     assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 2, 0), 0);
-    assert_int_equal(ivec_push(&r.toks, 10), 0);
-    assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 10, NULL), 0);
-    assert_int_equal(ivec_push(&r.toks, 5), 0); /* 5 -> 7, 8 or 10: 8 is 2 of 6 */
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    both_round(&ch, &rc, &f, &r, round2, 2, 0);
     sib8 = -1;
     for (int i = 0; i < f.b.n; i++)
         if (f.b.parent[i] == -1 && f.b.tok[i] == 8) sib8 = i;
-    assert_true(sib8 > 0 && f.b.tok[0] == 7);
+    assert_true(sib8 > 0 && f.b.tok[0] == 7); /* 5 -> 7, 8 or 10: 8 is 2 of 6 */
     assert_float_equal(f.b.conf[sib8], fminf(f.b.conf[0], (float)fmin(1.0, 2.0 / 6 * 2 / 1.25)), 1e-6);
+    /* cut after the first draft, accepted, the bonus token the second draft's: the draft the round did
+     * not verify is judged by the bonus, as the chain's is */
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, NULL, 2, 0), 0);
+    both_round(&ch, &rc, &f, &r, round3, 3, 1);
     /* the budget cuts the least confident nodes; what is left is a tree */
     assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
     assert_int_equal(f.b.n, 3);
