@@ -321,22 +321,12 @@ static int suffix_commit(drafter *d, request *r, int n_accepted, int next_token,
     suffix *g = d->impl;
     sf_state *s = r->dstate;
     if (g->tree_nodes && !g->best_first && s->tn > 0) {
-        /* the verified siblings whose parent was reached (the anchor, or a node on the accepted path)
-         * are judged: their count ratios against whether they were the path's next node. The chain's
-         * cells are judged below as a chain's are, by the committed tokens up to the first that differs
-         * (a draft past the scheduler's cut by the bonus token: a cell never judged past the cut would
-         * keep greedy cutting there) */
-        int on[SF_MAXG + 1] = {0}, u = -1, nv = DS_MIN(s->n_verified, s->tn);
-        on[0] = 1;
-        for (int j = 0; j < n_accepted; j++) {
-            int c = -1;
-            for (int i = 0; i < nv && c < 0; i++)
-                if (s->tpar[i] == u && s->ttok[i] == r->toks.v[s->n0 + j]) c = i;
-            if (c < 0) break;
-            on[1 + c] = 1, u = c;
-        }
-        for (int i = 0; i < nv; i++)
-            if (s->trow[i] >= 0 && on[1 + s->tpar[i]]) s->cal.conf += s->trow[i], s->cal.acc += on[1 + i];
+        /* the verified siblings whose parent was reached are judged (their count ratios; the chain's
+         * drafts carry row -1). The chain's cells are judged below as a chain's are, by the committed
+         * tokens up to the first that differs (a draft past the scheduler's cut by the bonus token: a
+         * cell never judged past the cut would keep greedy cutting there) */
+        tree_calib_judge(&s->cal, s->tpar, s->ttok, s->trow, DS_MIN(s->n_verified, s->tn), r->toks.v + s->n0,
+                         n_accepted);
         s->tn = 0;
     }
     accept_observe(&s->own, &g->run, &g->ap, s->cell, s->tok, s->n, r->toks.v + s->n0, r->toks.n - s->n0, -1);

@@ -70,3 +70,19 @@ void tree_mark(drafter *d, const char *what, int nodes, int width) {
     l = strlen(d->describe);
     snprintf(d->describe + l, sizeof d->describe - l, ", %s of %d nodes (%d a node)", what, nodes, width);
 }
+
+void tree_calib_judge(tree_calib *c, const int *par, const int *tok, const float *row, int nv, const int *com,
+                      int n_acc) {
+    int on[DRAFT_TREE_MAX + 1] = {0}, u = -1; /* on[1 + i]: node i is on the accepted path */
+    on[0] = 1;
+    nv = DS_MIN(nv, DRAFT_TREE_MAX);
+    for (int j = 0; j < n_acc; j++) {
+        int x = -1;
+        for (int i = 0; i < nv && x < 0; i++)
+            if (par[i] == u && tok[i] == com[j]) x = i;
+        if (x < 0) break;
+        on[1 + x] = 1, u = x;
+    }
+    for (int i = 0; i < nv; i++)
+        if (row[i] >= 0 && on[1 + par[i]]) c->conf += row[i], c->acc += on[1 + i];
+}

@@ -37,6 +37,14 @@ static inline double tree_calib_scale(const tree_calib *run, const tree_calib *r
     return (run->acc + req->acc + 1) / (run->conf + req->conf + 1);
 }
 
+/* A round's judgement for tree_calib: of the verified nodes 0..nv-1 (parents par, -1 the anchor; tokens
+ * tok; raw confidences row, < 0 for a node not judged this way), each whose parent was reached (the
+ * anchor, or a node on the accepted path, which follows the committed tokens com[0..n_acc) through the
+ * tree) adds its row to c->conf and, when it is on the path, 1 to c->acc. Nodes the round did not verify
+ * or whose parent was rejected say nothing about their confidence. */
+void tree_calib_judge(tree_calib *c, const int *par, const int *tok, const float *row, int nv, const int *com,
+                      int n_acc);
+
 /* Up to budget nodes (<= out->cap, <= 64) of K children at most each into out (tok, parent, conf and
  * conf_raw when present, n, tree = TREE_TOPK). */
 int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out);

@@ -676,17 +676,7 @@ static int vanilla_commit(drafter *d, request *r, int n_accepted, int next_token
     /* tree mode: the verified siblings whose parent was reached (the anchor, or a node on the accepted
      * path) are judged: their row probabilities against whether they were the path's next node */
     if (s->proposed && s->tn > 0) {
-        int on[DRAFT_TREE_MAX + 1] = {0}, u = -1; /* on[1 + i]: node i is on the accepted path */
-        on[0] = 1;
-        for (int j = 0; j < n_accepted; j++) {
-            int c = -1;
-            for (int i = 0; i < s->n_verified && c < 0; i++)
-                if (s->tpar[i] == u && s->ttok[i] == r->toks.v[s->base + j]) c = i;
-            if (c < 0) break;
-            on[1 + c] = 1, u = c;
-        }
-        for (int i = 0; i < s->n_verified; i++)
-            if (s->trow[i] >= 0 && on[1 + s->tpar[i]]) s->cal.conf += s->trow[i], s->cal.acc += on[1 + i];
+        tree_calib_judge(&s->cal, s->tpar, s->ttok, s->trow, s->n_verified, r->toks.v + s->base, n_accepted);
         s->tn = 0;
     }
     /* keep the anchor and the cached drafts the round committed (its own accepted ones; under
