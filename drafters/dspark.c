@@ -70,9 +70,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     /* the draft layers and the taps' projection are read whole by every block pass: two layers at the 1.5B's
      * width are ~400 MB in fp32 (a third of a target step), ~110 MB in Q8_0; exact either way, as above */
     DS_TRY(drafter_precision(&r, "layer_precision", &lp));
-    s->tree_width = 4;
-    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
-    DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
+    DS_TRY(tree_read_opts(&r, &s->tree_nodes, &s->tree_width));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture: nothing else may be given */
         DS_TRY(bd_load(&s->m, ck, &t->m));

@@ -276,9 +276,7 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     const char *bp;
     DS_TRY(drafter_precision(&r, "block_precision", &bp));
-    s->tree_width = 4;
-    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
-    DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
+    DS_TRY(tree_read_opts(&r, &s->tree_nodes, &s->tree_width));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(md_load(&s->m, ck, &t->m, 0));

@@ -450,9 +450,7 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
     DS_TRY(jcfg_str(&r, "checkpoint", &ck));
     const char *bp;
     DS_TRY(drafter_precision(&r, "block_precision", &bp));
-    s->tree_width = 4;
-    DS_TRY(jcfg_int(&r, "tree_nodes", 0, 64, &s->tree_nodes));
-    DS_TRY(jcfg_int(&r, "tree_width", 1, TREE_MAX_K, &s->tree_width));
+    DS_TRY(tree_read_opts(&r, &s->tree_nodes, &s->tree_width));
     if (ck) {
         DS_TRY(jcfg_close(&r)); /* a checkpoint carries its architecture */
         DS_TRY(mtp_load(&s->m, ck, &t->m, kind, 0));

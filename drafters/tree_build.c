@@ -86,3 +86,12 @@ void tree_calib_judge(tree_calib *c, const int *par, const int *tok, const float
     for (int i = 0; i < nv; i++)
         if (row[i] >= 0 && on[1 + par[i]]) c->conf += row[i], c->acc += on[1 + i];
 }
+
+int tree_read_opts(jcfg *r, int *nodes, int *width) {
+    *width = 4;
+    DS_TRY(jcfg_int(r, "tree_nodes", 0, 64, nodes));
+    DS_TRY(jcfg_int(r, "tree_width", 1, TREE_MAX_K, width));
+    return 0;
+fail:
+    return -1;
+}

@@ -12,6 +12,7 @@
 #ifndef DS_TREE_BUILD_H
 #define DS_TREE_BUILD_H
 
+#include "../runtime/jcfg.h"
 #include "drafter.h"
 
 #define TREE_MAX_K 16 /* children a node at most */
@@ -44,6 +45,10 @@ static inline double tree_calib_scale(const tree_calib *run, const tree_calib *r
  * or whose parent was rejected say nothing about their confidence. */
 void tree_calib_judge(tree_calib *c, const int *par, const int *tok, const float *row, int nv, const int *com,
                       int n_acc);
+
+/* A best-first tree's config keys (Medusa, MTP / EAGLE-3, DFlash, DSpark): "tree_nodes" (0 = a chain,
+ * up to 64) and "tree_width" (children a node, 1..TREE_MAX_K, default 4) */
+int tree_read_opts(jcfg *r, int *nodes, int *width);
 
 /* Up to budget nodes (<= out->cap, <= 64) of K children at most each into out (tok, parent, conf and
  * conf_raw when present, n, tree = TREE_TOPK). */

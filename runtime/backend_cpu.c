@@ -347,7 +347,7 @@ static int ensure_sbuf(backend *be, size_t len) {
     return 0;
 }
 
-static void act_free(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph); }
+static void act_free(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph), free(a->ph2); }
 
 /* a's buffers for n activations (replacing the old ones) */
 static int act_alloc(qk_act *a, size_t n) {
@@ -357,7 +357,8 @@ static int act_alloc(qk_act *a, size_t n) {
     a->s = ds_aligned_alloc(sizeof(float) * (n / 32 + 1), "int8 activation sums");
     a->ps = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation sums");
     a->ph = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation half sums");
-    return a->q && a->e && a->s && a->ps && a->ph ? 0 : -1;
+    a->ph2 = ds_aligned_alloc(sizeof(int32_t) * (n / 32 + 1), "int8 activation half sums");
+    return a->q && a->e && a->s && a->ps && a->ph && a->ph2 ? 0 : -1;
 }
 
 static int ensure_act(cpu_ctx *c, int T, int cols) {

@@ -131,8 +131,9 @@ static void alloc_act(qk_act *a, int T, int cols) {
     a->s = malloc(sizeof(float) * (size_t)T * cols / 32);
     a->ps = malloc(sizeof(int32_t) * (size_t)T * cols / 32);
     a->ph = malloc(sizeof(int32_t) * (size_t)T * cols / 32);
+    a->ph2 = malloc(sizeof(int32_t) * (size_t)T * cols / 32);
 }
-static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph); }
+static void free_act(qk_act *a) { free(a->q), free(a->e), free(a->s), free(a->ps), free(a->ph), free(a->ph2); }
 
 static float f16u(const uint8_t *p) { return ds_f16_to_f32((ds_f16)(p[0] | p[1] << 8)); }
 
@@ -252,7 +253,7 @@ static void check_matrix(uint32_t type, int rows, int cols, int T, uint64_t seed
         /* batch invariance: each token alone gives the same bits */
         for (int t = 0; t < T; t++) {
             qk_act a1 = {1, cols, nb, a.q + (size_t)t * cols, a.e + (size_t)t * nb, a.s + (size_t)t * nb,
-                         a.ps + (size_t)t * nb, a.ph + (size_t)t * nb};
+                         a.ps + (size_t)t * nb, a.ph + (size_t)t * nb, a.ph2 + (size_t)t * nb};
             k->rows_i8(&m.pp, 0, rows, &a1, one, 1, NULL);
             assert_memory_equal(one, out + (size_t)t * rows, sizeof(float) * (size_t)rows);
         }
@@ -512,8 +513,9 @@ static void test_q5_0_extremes(void **state) {
 }
 
 /* Q6_K codes at the extremes through every token count's kernel (the AVX2 sweep forced on): q - 32 =
- * -32 everywhere against activations of -127, then 31 against +127. The AVX2 sweep sums a Q6_K
- * half's 4 steps in int16, 8 * 32 * 127 = 32512 a lane at most: a ninth product would saturate */
+ * -32 everywhere against activations of -127, then 31 against +127. The AVX2 kernels take the codes
+ * as q = 0 / 63 and sum two steps in int16, 4 * 63 * 127 = 32004 a lane at most (a third step would
+ * saturate), then take the bias 32 (sl ph + sh (ps - ph)) off */
 static void test_q6_k_extremes(void **state) {
     (void)state;
     enum { ROWS = 19, COLS = 512, T = 8 };

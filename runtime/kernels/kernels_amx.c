@@ -265,7 +265,8 @@ static void rows_i8(const qk_mat *w, int r0, int r1, const qk_act *a, float *out
                        a->e + full * nb,
                        a->s + full * nb,
                        a->ps + full * nb,
-                       a->ph ? a->ph + full * nb : NULL};
+                       a->ph ? a->ph + full * nb : NULL,
+                       a->ph2 ? a->ph2 + full * nb : NULL};
         rows_i8_vnni(w, r0, r1, &rest, out + (size_t)full * ld, ld, NULL);
     }
 }

@@ -255,7 +255,9 @@ void qk_half_sums(qk_act *a, int t0, int t1) {
             const int8_t *q = a->q + (size_t)t * a->cols + 32 * b;
             int32_t s = 0;
             for (int j = 0; j < 16; j++) s += q[j];
-            a->ph[(size_t)t * a->nb + b] = s;
+            size_t ti = (size_t)t * a->nb + b;
+            a->ph[ti] = s;
+            if (a->ph2) a->ph2[ti] = (int32_t)((uint32_t)(uint16_t)s | (uint32_t)(a->ps[ti] - s) << 16);
         }
 }
 
