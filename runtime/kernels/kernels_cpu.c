@@ -257,7 +257,7 @@ void qk_half_sums(qk_act *a, int t0, int t1) {
             for (int j = 0; j < 16; j++) s += q[j];
             size_t ti = (size_t)t * a->nb + b;
             a->ph[ti] = s;
-            if (a->ph2) a->ph2[ti] = (int32_t)((uint32_t)(uint16_t)s | (uint32_t)(a->ps[ti] - s) << 16);
+            a->ph2[ti] = (int32_t)((uint32_t)(uint16_t)s | (uint32_t)(a->ps[ti] - s) << 16);
         }
 }
 

@@ -120,7 +120,8 @@ typedef struct {
     int32_t *ps;        /* [T][nb] sum(p), the integer (a Q8_0 kernel with biased codes subtracts 128 of it) */
     int32_t *ph;        /* [T][nb] sum(p) over the block's first 16 (Q6_K's halves; qk_half_sums), or NULL */
     int32_t *ph2;       /* [T][nb] both halves' sums as int16s, ph | (ps - ph) << 16 (each <= 16 * 127 in
-                         * magnitude): the AVX2 Q6_K sweep's one broadcast for its bias (qk_half_sums), or NULL */
+                         * magnitude): the AVX2 Q6_K kernels' one broadcast for their bias; set with ph
+                         * (qk_half_sums), NULL where ph is */
 } qk_act;
 
 /* The first two panels of the rows a thread computes next (NULL where there are none, or unknown):
