@@ -163,6 +163,7 @@ int cmd_bench_target(int argc, char **argv) {
     int npos, rc = args_parse("bench-target", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
 
+    bo.n_threads = threads; /* --threads: the backend's threads (and the roof's and the bandwidth's) */
     target t;
     if (synth) { /* weights only on the backend: no tokenizer, no file */
         const char *tn[] = {"q4_1", "q4_0", "q8_0", "f16", "bf16"};

@@ -134,6 +134,11 @@ static void test_real_model_commands(void **state) {
     assert_int_equal(a.status, 0);
     assert_string_equal(strtok(a.out, "["), strtok(b.out, "["));
     assert_true(strlen(a.out) > 10);
+    /* --threads reaches the backend in bench-target too (it was parsed and dropped: every figure of a
+     * one-thread run came from all cores) */
+    run(&a, "bench-target --threads 1 --roof");
+    assert_int_equal(a.status, 0);
+    if (!strstr(a.out, "(backend cpu, 1 threads)")) fail_msg("bench-target --threads 1 ran on other threads:\n%s", a.out);
     run(&a, "generate --prompt 'Tell me a story.' --temperature 1 --seed 7 --max-new-tokens 16");
     run(&b, "generate --prompt 'Tell me a story.' --temperature 1 --seed 7 --max-new-tokens 16");
     run(&c, "generate --prompt 'Tell me a story.' --temperature 1 --seed 8 --max-new-tokens 16");
