@@ -416,7 +416,7 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
         if (block_pass(d, r, c->gamma)) return -1;
         double t1 = ds_now();
         s->rows_done = 0, s->anchor = request_anchor(r), s->sp = sp;
-        int rc = tree_best_first(dspark_row, d, s->tree_width, DS_MIN(gamma, out->cap), out);
+        int rc = tree_best_first(dspark_row, d, s->tree_width, DS_MIN(gamma, out->cap), c->head != HEAD_NONE, out);
         if (c->head != HEAD_NONE) d->t_seq_loop += ds_now() - t1;
         return rc;
     }
@@ -443,8 +443,12 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
                                             : rng_draw(&r->rng_draft, law, c->vocab);
         if (out->tok[k] < 0) return -1;
         prev = out->tok[k];
+        out->n = k + 1;
+        /* a Markov / RNN head's next draft costs a head step after this token: the scheduler may stop
+         * here (its rule reads c_1..c_{k+1}, never a later draft, so any stop is lossless) */
+        if (c->head != HEAD_NONE && k + 1 < gamma && out->more && out->conf && !out->more(out->more_ctx, k + 1, out->conf))
+            break;
     }
-    out->n = gamma;
     /* DFlash's per-position head calls are independent; only a Markov/RNN head makes it a chain */
     if (c->head != HEAD_NONE) d->t_seq_loop += ds_now() - t1;
     return 0;

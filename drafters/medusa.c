@@ -392,7 +392,7 @@ static int medusa_propose(drafter *d, request *r, int gamma, const sampling_para
     DS_TRY(be->to_host(be, s->U, s->Ud, sizeof(float) * (size_t)g * Vd));
     if (s->tree_nodes) {
         s->rows_done = 0;
-        return tree_best_first(medusa_row, s, s->tree_width, DS_MIN(gamma, out->cap), out);
+        return tree_best_first(medusa_row, s, s->tree_width, DS_MIN(gamma, out->cap), 0, out);
     }
     for (int k = 0; k < g; k++)
         DS_TRY(draft_from_logits(d, r, s->U + (size_t)k * Vd, &s->m.sv, sp, &c->contract, k, out, &s->scr,

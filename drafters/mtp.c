@@ -590,6 +590,14 @@ static int propose_tree(mtp *s, mtp_state *st, int budget, draft_block *out) {
             sel[k] = i;
         }
         if (!ns) break;
+        if (out->more && out->conf) { /* a level costs a module pass: greedy prices it on the best path */
+            float pc[64];
+            int k = 0;
+            for (int u = sel[0]; u >= 0 && k < 64; u = s->cpar[u]) k++;
+            for (int u = sel[0], i = k - 1; u >= 0 && i >= 0; u = s->cpar[u], i--)
+                pc[i] = s->cpar[u] < 0 ? s->cscore[u] : s->cscore[s->cpar[u]] > 0 ? s->cscore[u] / s->cscore[s->cpar[u]] : 0;
+            if (!out->more(out->more_ctx, k, pc)) break;
+        }
         DS_TRY(mtp_acts_reserve_f(&s->acts, c, ns, p + dd));
         mtp_acts_f *a = &s->acts;
         for (int r = 0; r < ns; r++) { /* row r: block rows r*depth.. hold its ancestors (depth 1..dd-1), then its own */

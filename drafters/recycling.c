@@ -256,7 +256,7 @@ static void tree_confs(const recycling *g, rc_state *s, int anchor, draft_block 
 
 static int propose_tree(recycling *g, rc_state *s, const drafter *d, int anchor, int budget, draft_block *out) {
     rc_rows x = {g, s, d, anchor};
-    if (tree_best_first(rc_row, &x, g->k, budget, out)) return -1;
+    if (tree_best_first(rc_row, &x, g->k, budget, 0, out)) return -1;
     tree_confs(g, s, anchor, out, d->fault);
     return 0;
 }

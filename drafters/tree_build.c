@@ -27,14 +27,15 @@ int tree_topk_softmax(const float *z, int n, const int *vid, int K, int *ids, fl
     return m;
 }
 
-int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out) {
+int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, int pace, draft_block *out) {
     struct cand {
         int parent, rank;     /* the parent node (-1: the anchor) and the child's rank in its row */
         float pscore, score;  /* the parent's path probability, and the candidate's own */
     } c[2 * 64 + 2];
     int rid[65][TREE_MAX_K], rn[65]; /* children rows: [0] the anchor's, [1 + i] node i's */
-    float rp[65][TREE_MAX_K];
-    int depth[64], nc = 0, n = 0;
+    float rp[65][TREE_MAX_K], cp[64]; /* cp[i]: node i's probability in its parent's row */
+    int depth[64], nc = 0, n = 0, grow = 1;
+    pace = pace && out->more && out->conf;
     K = DS_MIN(K, TREE_MAX_K);
     budget = DS_MIN(budget, DS_MIN(out->cap, 64));
     out->n = 0;
@@ -54,8 +55,20 @@ int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *
         out->tok[n] = tok, out->parent[n] = x.parent;
         if (out->conf) out->conf[n] = x.score;
         if (out->conf_raw) out->conf_raw[n] = x.score;
+        cp[n] = rp[r][x.rank];
         if (x.rank + 1 < rn[r]) c[nc++] = (struct cand){x.parent, x.rank + 1, x.pscore, x.pscore * rp[r][x.rank + 1]};
-        if ((rn[n + 1] = row(ctx, n, tok, depth[n], K, rid[n + 1], rp[n + 1])) < 0) return -1;
+        /* the last node's children would never be read; and where a row costs a forward (pace), the
+         * scheduler prices the expansion as one more draft on this node's path (its rows' probabilities:
+         * they read only the tree so far, so any stop is lossless) and, once it declines, the remaining
+         * candidates come in as leaves */
+        if (grow && pace && n + 1 < budget) {
+            float pc[64];
+            int k = depth[n];
+            for (int u = n, i = k - 1; u >= 0 && i >= 0; u = out->parent[u], i--) pc[i] = cp[u];
+            grow = out->more(out->more_ctx, k, pc);
+        }
+        rn[n + 1] = 0;
+        if (grow && n + 1 < budget && (rn[n + 1] = row(ctx, n, tok, depth[n], K, rid[n + 1], rp[n + 1])) < 0) return -1;
         if (rn[n + 1] > 0) c[nc++] = (struct cand){n, 0, x.score, x.score * rp[n + 1][0]};
         n++;
     }

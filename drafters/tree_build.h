@@ -51,8 +51,10 @@ void tree_calib_judge(tree_calib *c, const int *par, const int *tok, const float
 int tree_read_opts(jcfg *r, int *nodes, int *width);
 
 /* Up to budget nodes (<= out->cap, <= 64) of K children at most each into out (tok, parent, conf and
- * conf_raw when present, n, tree = TREE_TOPK). */
-int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, draft_block *out);
+ * conf_raw when present, n, tree = TREE_TOPK). pace: a node's row costs the drafter a forward (a head
+ * step after its token), so out->more, when set, is asked before each expansion (k = the node's depth,
+ * its path's row probabilities) and a refusal ends the expansions: the tree is filled from the rows made. */
+int tree_best_first(tree_row_fn row, void *ctx, int K, int budget, int pace, draft_block *out);
 
 /* The K largest entries of softmax(z) over n logits, descending (ties: the lower entry), as target ids
  * (vid[j] for entry j; NULL: j itself) and their full-softmax probabilities; tmp holds n floats.

@@ -332,8 +332,23 @@ static void refuses(tiny_target *tt, const char *name, const char *json, const c
     cJSON_Delete(cfg);
 }
 
+/* a scheduler's draft_more stand-in: says `yes` and counts the asks */
+typedef struct {
+    int yes, asks;
+} pace_stub;
+static int pace_answer(void *ctx, int k, const float *conf) {
+    pace_stub *p = ctx;
+    assert_true(k >= 1);
+    for (int i = 0; i < k; i++) assert_true(conf[i] >= 0 && conf[i] <= 1);
+    p->asks++;
+    return p->yes;
+}
+
+/* paced: the family asks the scheduler before a draft or a tree expansion that costs it a forward
+ * (DSpark-Markov's head step, EAGLE-2's level pass); told yes it drafts what it drafts unasked, told no
+ * its chain stops at one draft and its tree keeps the anchor's children (the rows made) */
 static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg, const char *tree_cfg, int depth_max,
-                        int spine_min) {
+                        int spine_min, int paced) {
     cJSON *ct = cJSON_Parse(tree_cfg), *cc = cJSON_Parse(chain_cfg);
     drafter dt, dc;
     if (drafter_open(&dt, name, ct, &tt->t) || drafter_open(&dc, name, cc, &tt->t)) fail_msg("%s: %s", name, ds_errmsg());
@@ -375,6 +390,26 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
     assert_int_equal(b4.n, 4);
     assert_memory_equal(b4.tok, bt.tok, 4 * sizeof(int));
     assert_memory_equal(b4.parent, bt.parent, 4 * sizeof(int));
+    for (int yes = 1; yes >= 0; yes--) {
+        pace_stub ps = {yes, 0};
+        b4.more = bc.more = pace_answer, b4.more_ctx = bc.more_ctx = &ps;
+        if (dt.ops->propose(&dt, &rt, 10, &greedy, &b4)) fail_msg("%s: %s", name, ds_errmsg());
+        if (paced && !ps.asks) fail_msg("%s: its tree never asked the scheduler", name);
+        if (!paced) assert_int_equal(ps.asks, 0);
+        if (yes || !paced) { /* the same tree */
+            assert_int_equal(b4.n, bt.n);
+            assert_memory_equal(b4.tok, bt.tok, (size_t)bt.n * sizeof(int));
+            assert_memory_equal(b4.parent, bt.parent, (size_t)bt.n * sizeof(int));
+        } else { /* refused at once: the anchor's row alone, in the tree's order */
+            assert_int_equal(b4.n, 3);
+            for (int i = 0; i < b4.n; i++) assert_int_equal(b4.parent[i], -1);
+        }
+        int asks = ps.asks;
+        if (dc.ops->propose(&dc, &rc, depth_max, &greedy, &bc)) fail_msg("%s: %s", name, ds_errmsg());
+        assert_int_equal(bc.n, yes || !paced ? depth_max : 1);
+        if (paced) assert_true(ps.asks > asks);
+        b4.more = bc.more = NULL;
+    }
     dt.ops->end(&dt, &rt), dc.ops->end(&dc, &rc);
     request_free(&rt, &tt->t), request_free(&rc, &tt->t);
     draft_block_free(&bt), draft_block_free(&bc), draft_block_free(&b4);
@@ -432,14 +467,14 @@ static void test_drafter_trees(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     tree_family(tt, "medusa", "{\"heads\": 3, \"init_std\": 2.0}",
-                "{\"heads\": 3, \"init_std\": 2.0, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 2);
+                "{\"heads\": 3, \"init_std\": 2.0, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 2, 0);
 #define BD "\"init_noise\": 5.0, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 4, \"taps\": [0, 1]"
-    tree_family(tt, "dflash", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4, 2);
-    tree_family(tt, "dspark-markov", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4, 2);
+    tree_family(tt, "dflash", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4, 2, 0);
+    tree_family(tt, "dspark-markov", "{" BD "}", "{" BD ", \"tree_nodes\": 10, \"tree_width\": 3}", 4, 2, 1);
     /* EAGLE-2's trees (mtp, eagle3): rows past depth 1 run in a tree-masked pass; the spine is the chain
      * to depth 3 (mtp) and 4 (eagle3): rows reading their ancestors' K/V, not the chain's cache */
-    tree_family(tt, "mtp", "{\"depth\": 3, \"seed\": 5}", "{\"depth\": 3, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 3);
-    tree_family(tt, "eagle3", "{\"depth\": 4, \"seed\": 5}", "{\"depth\": 4, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 4, 4);
+    tree_family(tt, "mtp", "{\"depth\": 3, \"seed\": 5}", "{\"depth\": 3, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 3, 3, 1);
+    tree_family(tt, "eagle3", "{\"depth\": 4, \"seed\": 5}", "{\"depth\": 4, \"seed\": 5, \"tree_nodes\": 10, \"tree_width\": 3}", 4, 4, 1);
     refuses(tt, "dspark-rnn", "{" BD ", \"tree_nodes\": 4}", "RNN");
 #undef BD
     tiny_close(tt);

@@ -19,6 +19,11 @@
 #     ONLY="recycling-chain-fixed recycling-static80" sh experiments/specbench/run.sh
 #                                               # the paper's static tree on the real target, multi-turn only
 #                                               # (~12 min: an 81-row verify costs ~12 target steps)
+#   LIMIT=3 O=out/specbench-heads ONLY="medusa-v4k medusa-v4k-tree16-greedy mtp-v4k mtp-v4k-tree16-greedy eagle3 \
+#     eagle3-tree16-greedy dspark-markov dspark-markov-tree16-greedy dflash dflash-w1-greedy dflash-tree16-greedy" \
+#     sh experiments/specbench/run.sh
+#                                               # the learned heads' chains beside their trees on SmolLM2 (their
+#                                               # checkpoints from experiments/learned-heads; ~2 min a row)
 #
 # Nothing else may run beside it (wall times). Steps:
 # 1. this machine's SPS(B) table (bench-target, ~15 s): what the greedy scheduler prices drafts with
@@ -38,11 +43,12 @@ LIMIT=${LIMIT:-10}
 TEMPS=${TEMPS:-0 1}
 ONLY=${ONLY:-}
 REF=${REF:-experiments/learned-heads/runs/vanilla/last}
+HEADS=${HEADS:-experiments/learned-heads/runs} # the learned heads' checkpoints (SmolLM2's; none on another target)
 MODEL=${MODEL:-smollm2-135m}
 [ -x $B ] || make
 . scripts/specbench_lib.sh
 mkdir -p $O
-if [ "$MODEL" = smollm2-135m ]; then make model > /dev/null; else python3 scripts/fetch_model.py $MODEL; REF=none; fi
+if [ "$MODEL" = smollm2-135m ]; then make model > /dev/null; else python3 scripts/fetch_model.py $MODEL; REF=none; HEADS=none; fi
 [ "$MODEL" = qwen2.5-coder-1.5b ] && python3 scripts/fetch_model.py qwen2.5-coder-0.5b # the sibling rows' draft
 # SmolLM2's table as before; the 1.5B's to 32 tokens (a 16-node tree verifies 17), one context (a minute)
 SPSOPT="--max-B ${SPS_MAX_B:-16}"
@@ -78,6 +84,23 @@ configs() {
     fi
     echo "combine-ngram-suffix|$COMBINE2|8|$LIMIT|greedy"
     if [ -d "$REF" ]; then echo "vanilla-trained|{\"name\": \"vanilla\", \"checkpoint\": \"$REF\"}|4|$(( LIMIT < 3 ? LIMIT : 3 ))|greedy"; fi
+    # the learned heads' chains (4 drafts, as trained) and their top-k trees of 16 nodes, both cut by greedy,
+    # where `sh experiments/learned-heads/run.sh` (or the four trainings it names here) left a checkpoint
+    # (DFlash has no confidences: its chain verified whole under fixed, and as a one-wide "tree" of 4 whose
+    # path probabilities greedy prices)
+    hl=$(( LIMIT < 3 ? LIMIT : 3 ))
+    for k in medusa-v4k mtp-v4k eagle3 dspark-markov dflash; do
+        ck=$HEADS/$k/last
+        [ -d "$ck" ] || continue
+        fam=${k%-v4k}
+        if [ $k = dflash ]; then
+            echo "$k|{\"name\": \"$fam\", \"checkpoint\": \"$ck\"}|4|$hl|fixed"
+            echo "$k-w1-greedy|{\"name\": \"$fam\", \"checkpoint\": \"$ck\", \"tree_nodes\": 4, \"tree_width\": 1}|4|$hl|greedy"
+        else
+            echo "$k|{\"name\": \"$fam\", \"checkpoint\": \"$ck\"}|4|$hl|greedy"
+        fi
+        echo "$k-tree16-greedy|{\"name\": \"$fam\", \"checkpoint\": \"$ck\", \"tree_nodes\": 16}|16|$hl|greedy"
+    done
 }
 [ -d "$REF" ] || [ "$REF" = none ] || echo "run.sh: no trained reference at $REF (sh experiments/learned-heads/run.sh trains it); its row is skipped"
 for T in $TEMPS; do
@@ -126,7 +149,8 @@ S=$O/summary.md
                 END { r = "| " name; for (k = 1; k <= 8; k++) { v = a[k]; gsub(/ /, "", v); r = r " | " (v == "" ? "-" : v) } print r " |" }' $O/$name-t$T.md
         done
         for name in suffix-tree16-greedy suffix-sib16-greedy suffix-sib16w3-greedy recycling-tree8 recycling-tree16 recycling-tree16-greedy recycling-tree32-greedy \
-            recycling-static80 recycling-static80-greedy sibling-0.5b-tree16-greedy; do
+            recycling-static80 recycling-static80-greedy sibling-0.5b-tree16-greedy medusa-v4k-tree16-greedy \
+            mtp-v4k-tree16-greedy eagle3-tree16-greedy dspark-markov-tree16-greedy dflash-w1-greedy dflash-tree16-greedy; do
             if [ -f $O/$name-t$T.md ]; then echo; echo "$name: $(grep -m1 "Draft trees:" $O/$name-t$T.md)"; fi
         done
         for name in combine combine-ngram-suffix; do
