@@ -36,7 +36,7 @@ CFLAGS := -std=c11 -D_GNU_SOURCE -g $(OPT) -march=x86-64-v2 -mtune=generic -fope
 LDFLAGS := $(OPT) -fopenmp
 LDLIBS := $(PKG_LIBS) -lm
 
-# CUDA: runtime/backend_cuda.c and its kernels are built when nvcc is found (CUDA=0 skips them, and
+# CUDA: runtime/backends/backend_cuda.c and its kernels are built when nvcc is found (CUDA=0 skips them, and
 # the sanitizer build does: ASan's shadow memory and the CUDA driver's mappings do not mix). The
 # CUDA runtime is linked statically and cuBLAS opened at run time, so the binary runs on machines
 # with neither a GPU nor the CUDA libraries; only `--backend cuda` needs them.
@@ -61,7 +61,7 @@ NVCCFLAGS := -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=co
 CUDA_FLAG := $(BUILD)/cuda-flag
 $(shell mkdir -p $(BUILD); [ "$$(cat $(CUDA_FLAG) 2>/dev/null)" = "$(CUDA)" ] || echo $(CUDA) > $(CUDA_FLAG))
 
-LIB_SRC := $(wildcard runtime/*.c runtime/base/*.c runtime/formats/*.c runtime/kernels/*.c verify/*.c drafters/*.c schedulers/*.c calib/*.c datasets/*.c engine/*.c)
+LIB_SRC := $(wildcard runtime/*.c runtime/base/*.c runtime/formats/*.c runtime/model/*.c runtime/text/*.c runtime/backends/*.c runtime/train/*.c runtime/kernels/*.c verify/*.c drafters/*.c schedulers/*.c calib/*.c datasets/*.c engine/*.c)
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -74,7 +74,7 @@ all: $(BIN)
 
 deps: $(BUILD)/config.mk
 
-$(BUILD)/%.o: %.c $(BUILD)/config.mk $(CUDA_FLAG) $(wildcard runtime/*.inc runtime/kernels/*.inc drafters/*.inc)
+$(BUILD)/%.o: %.c $(BUILD)/config.mk $(CUDA_FLAG) $(wildcard runtime/train/*.inc runtime/kernels/*.inc drafters/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

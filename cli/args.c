@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/backend.h"
-#include "../runtime/models.h"
+#include "../runtime/backends/backend.h"
+#include "../runtime/model/models.h"
 #include "../drafters/drafter.h"
 #include "../schedulers/scheduler.h"
 

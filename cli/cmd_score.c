@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/kernels/kernels_cpu.h"
 #include "../runtime/target.h"
 #include "args.h"

@@ -13,7 +13,7 @@
 #include "../engine/serve.h"
 #include "../runtime/base/common.h"
 #include "../runtime/base/cpu_features.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "args.h"
 #include "commands.h"
 #include "config.h"

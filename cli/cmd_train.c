@@ -11,7 +11,7 @@
 #include "../drafters/train_family.h"
 #include "../engine/train.h"
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "args.h"
 #include "commands.h"
 #include "train_config.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../verify/verify.h"
 
 void run_config_defaults(run_config *c) {

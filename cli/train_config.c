@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../drafters/drafter.h"
 #include <stdlib.h>
 

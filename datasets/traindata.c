@@ -12,7 +12,7 @@
 
 #include "../engine/decode.h"
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/formats/quant.h"
 #include "datasets.h"
 

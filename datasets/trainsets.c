@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "datasets.h"
 
 /* ShareGPT ids MANIFEST.md says to drop (AlpacaEval overlap) */

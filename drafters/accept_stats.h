@@ -12,7 +12,7 @@
 #ifndef DS_ACCEPT_STATS_H
 #define DS_ACCEPT_STATS_H
 
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "drafter.h"
 
 #define AS_POS 16 /* positions with their own counts (later ones share the last) */

@@ -12,10 +12,10 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/formats/quant.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/formats/safetensors.h"
 #include "../runtime/sampling.h"
-#include "../runtime/train_ops.h"
+#include "../runtime/train/train_ops.h"
 #include "contract.h"
 #include "train_family.h"
 

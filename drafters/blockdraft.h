@@ -17,7 +17,7 @@
 #include <cJSON.h>
 
 #include "../datasets/traindata.h"
-#include "../runtime/model.h"
+#include "../runtime/model/model.h"
 #include "contract.h"
 #include "subvocab.h"
 #include "trainable.h"

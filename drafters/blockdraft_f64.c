@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/train_ops.h"
+#include "../runtime/train/train_ops.h"
 #include "blockdraft.h"
 
 #define REAL double

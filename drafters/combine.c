@@ -48,7 +48,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/forward.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "drafter.h"
 
 #define CB_MAX 8   /* members */

@@ -9,8 +9,8 @@
 
 #include <cJSON.h>
 
-#include "../runtime/jcfg.h"
-#include "../runtime/model.h"
+#include "../runtime/base/jcfg.h"
+#include "../runtime/model/model.h"
 #include "../runtime/target.h"
 #include "subvocab.h"
 

@@ -16,7 +16,7 @@
 #include <cJSON.h>
 
 #include "../engine/request.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/target.h"
 #include "../verify/logits.h"
 #include "contract.h"

@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/formats/quant.h"
-#include "../runtime/train_ops.h"
+#include "../runtime/train/train_ops.h"
 #include "blockdraft.h"
 #include "drafter.h"
 #include "tree_build.h"

@@ -20,7 +20,7 @@
 #include <cJSON.h>
 #include <stddef.h>
 
-#include "../runtime/model.h"
+#include "../runtime/model/model.h"
 #include "contract.h"
 #include "subvocab.h"
 #include "trainable.h"

@@ -12,8 +12,8 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/formats/safetensors.h"
-#include "../runtime/jcfg.h"
-#include "../runtime/train_ops.h"
+#include "../runtime/base/jcfg.h"
+#include "../runtime/train/train_ops.h"
 #include "drafter.h"
 #include "train_family.h"
 #include "tree_build.h"

@@ -31,7 +31,7 @@
 #include <cJSON.h>
 #include <stddef.h>
 
-#include "../runtime/model.h"
+#include "../runtime/model/model.h"
 #include "drafter.h"
 #include "contract.h"
 #include "subvocab.h"

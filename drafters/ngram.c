@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "accept_stats.h"
 #include "drafter.h"
 

@@ -8,9 +8,9 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/formats/safetensors.h"
-#include "../runtime/jcfg.h"
-#include "../runtime/model.h"
-#include "../runtime/tokenizer.h"
+#include "../runtime/base/jcfg.h"
+#include "../runtime/model/model.h"
+#include "../runtime/text/tokenizer.h"
 
 void subvocab_hash(const int *ids, int n, char out[20]) {
     uint64_t h = 0xcbf29ce484222325ull;

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "accept_stats.h"
 #include "drafter.h"
 #include "suffix_tree.h"

@@ -12,7 +12,7 @@
 #ifndef DS_TREE_BUILD_H
 #define DS_TREE_BUILD_H
 
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "drafter.h"
 
 #define TREE_MAX_K 16 /* children a node at most */

@@ -60,7 +60,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../verify/verify.h"
 #include "drafter.h"
 #include "tree_build.h"

@@ -9,8 +9,8 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/formats/safetensors.h"
-#include "../runtime/jcfg.h"
-#include "../runtime/train_ops.h"
+#include "../runtime/base/jcfg.h"
+#include "../runtime/train/train_ops.h"
 #include "train_family.h"
 
 static const char *const PER_LAYER[VLM_PER_LAYER] = {"attn_norm", "attn.wq",    "attn.wk",  "attn.wv",

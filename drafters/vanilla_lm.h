@@ -24,7 +24,7 @@
 #ifndef DS_VANILLA_LM_H
 #define DS_VANILLA_LM_H
 
-#include "../runtime/model.h"
+#include "../runtime/model/model.h"
 #include "mtp.h"
 #include "subvocab.h"
 #include "trainable.h"

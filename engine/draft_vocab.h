@@ -5,7 +5,7 @@
 #define DS_DRAFT_VOCAB_H
 
 #include "../datasets/traindata.h"
-#include "../runtime/tokenizer.h"
+#include "../runtime/text/tokenizer.h"
 
 typedef struct {
     int pinned;              /* special, end-of-generation and single-byte tokens, always in */

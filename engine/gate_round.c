@@ -83,7 +83,7 @@ static int rw_reset(rworld *w, request *r, uint64_t seed) {
     return w->d.ops->rewind(&w->d, r);
 }
 
-static void attach(request *r, draw_enum *e) { r->rng_draft.en = r->vr.accept.en = r->vr.resample.en = e; }
+static void attach(request *r, draw_enum *e) { r->rng_draft.en = r->vr.accept.en = r->vr.resample.en = &e->hooks; }
 
 static int cmp_seq(const int *a, const int *b, int N) {
     for (int i = 0; i < N; i++)
@@ -351,7 +351,7 @@ static int rw_exact(rworld *w, exact_out *o) {
         draw_enum_begin(&en);
         if (rw_reset(w, r, 0)) goto done;
         attach(r, &en);
-        w->s.rng.en = &en; /* a randomised scheduler's draws are branches too (rw_reset reseeded it) */
+        w->s.rng.en = &en.hooks; /* a randomised scheduler's draws are branches too (rw_reset reseeded it) */
         decode_stats st = {0};
         if (decode_rounds(w->t, rs, 1, &w->cfg, &st)) goto done;
         attach(r, NULL);

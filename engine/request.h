@@ -6,8 +6,8 @@
 #ifndef DS_REQUEST_H
 #define DS_REQUEST_H
 
-#include "../runtime/backend.h"
-#include "../runtime/tokenizer.h"
+#include "../runtime/backends/backend.h"
+#include "../runtime/text/tokenizer.h"
 #include "../verify/verify.h"
 
 typedef struct request {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/formats/safetensors.h"
 #include "../runtime/sampling.h"
 

@@ -7,8 +7,8 @@
 #ifndef DS_FORWARD_H
 #define DS_FORWARD_H
 
-#include "backend.h"
-#include "model.h"
+#include "backends/backend.h"
+#include "model/model.h"
 
 typedef struct {
     int n_seq;

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "../verify/enumerate.h"
 #include "kernels/kernels_cpu.h"
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -66,24 +65,24 @@ int sample_probs(const float *probs, int n, double u) { SAMPLE_BODY(probs, n, u)
 int sample_probs_d(const double *probs, int n, double u) { SAMPLE_BODY(probs, n, u) }
 
 int rng_draw(rng_t *r, const float *probs, int n) {
-    if (r->en) return draw_enum_pick_f(r->en, probs, n);
+    if (r->en) return r->en->pick_f(r->en, probs, n);
     return sample_probs(probs, n, rng_uniform(r));
 }
 
 int rng_draw_ids(rng_t *r, const float *probs, const int *ids, int n) {
-    if (r->en) return draw_enum_pick_ids_f(r->en, probs, ids, n);
+    if (r->en) return r->en->pick_ids_f(r->en, probs, ids, n);
     return ids[sample_probs(probs, n, rng_uniform(r))];
 }
 
 int rng_draw_d(rng_t *r, const double *probs, int n) {
-    if (r->en) return draw_enum_pick_d(r->en, probs, n);
+    if (r->en) return r->en->pick_d(r->en, probs, n);
     return sample_probs_d(probs, n, rng_uniform(r));
 }
 
 int rng_accept(rng_t *r, double log_thr, double *u) {
     if (r->en) {
         *u = NAN;
-        return draw_enum_pick_accept(r->en, log_thr);
+        return r->en->pick_accept(r->en, log_thr);
     }
     *u = rng_uniform_pos(r);
     return log(*u) < log_thr;

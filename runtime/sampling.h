@@ -7,15 +7,23 @@
 
 #include <stdint.h>
 
-struct draw_enum; /* verify/enumerate.h */
+/* A path enumerator's hooks: under one, a draw consumes no random bits and follows the branch the
+ * enumerator picks (verify/enumerate.c implements them; this layer only calls them). */
+typedef struct rng_branches rng_branches;
+struct rng_branches {
+    int (*pick_f)(rng_branches *b, const float *probs, int n);
+    int (*pick_d)(rng_branches *b, const double *probs, int n);
+    int (*pick_ids_f)(rng_branches *b, const float *probs, const int *ids, int n);
+    int (*pick_accept)(rng_branches *b, double log_thr);
+};
 
-/* A random stream. `en` is NULL in production; the losslessness gate sets it to a path enumerator,
- * and then the draw functions below consume no random bits: each follows one branch, and the
+/* A random stream. `en` is NULL in production; the losslessness gate sets it to a path enumerator's
+ * hooks, and then the draw functions below consume no random bits: each follows one branch, and the
  * enumerator walks every branch with its exact probability (so the gate enumerates the production
  * code itself, not a model of it). */
 typedef struct {
     uint64_t s[4];
-    struct draw_enum *en;
+    rng_branches *en;
 } rng_t;
 
 void rng_seed(rng_t *r, uint64_t seed); /* also detaches any enumerator */

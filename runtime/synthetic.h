@@ -2,8 +2,8 @@
 #ifndef DS_SYNTHETIC_H
 #define DS_SYNTHETIC_H
 
-#include "backend.h"
-#include "model.h"
+#include "backends/backend.h"
+#include "model/model.h"
 
 /* the known shapes, comma-separated */
 const char *synthetic_names(void);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "models.h"
+#include "model/models.h"
 
 const char *target_default_path(void) {
     static char buf[4200];

@@ -3,10 +3,10 @@
 #ifndef DS_TARGET_H
 #define DS_TARGET_H
 
-#include "backend.h"
+#include "backends/backend.h"
 #include "forward.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 typedef struct target {
     model m;

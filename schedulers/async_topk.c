@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "scheduler.h"
 
 #define ASYNC_RING 16 /* delay < ASYNC_RING */

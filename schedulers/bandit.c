@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "../runtime/sampling.h"
 #include "scheduler.h"
 

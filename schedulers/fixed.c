@@ -1,6 +1,6 @@
 /* fixed — verify every proposed draft, or a configured number of them ("length"). */
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "scheduler.h"
 
 static int fixed_open(scheduler *s, const cJSON *cfg) {

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "scheduler.h"
 
 static int cand_cmp(const void *x, const void *y) {

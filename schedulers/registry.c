@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "scheduler.h"
 
 extern const scheduler_ops sched_fixed, sched_threshold, sched_greedy, sched_retrospective, sched_async_topk,

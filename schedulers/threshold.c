@@ -1,7 +1,7 @@
 /* threshold — verify while the survival a_k = c_1 ... c_k stays >= t (static threshold of the
  * confidence-head literature). Non-anticipating: a_k depends on x_1..x_{k-1} only. */
 #include "../runtime/base/common.h"
-#include "../runtime/jcfg.h"
+#include "../runtime/base/jcfg.h"
 #include "scheduler.h"
 
 static int threshold_open(scheduler *s, const cJSON *cfg) {

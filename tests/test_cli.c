@@ -3,8 +3,8 @@
  * generation is reproducible from its seed. The binary is $DSPARK_BIN (set by `make test`). */
 #include "testutil.h"
 
-#include "../runtime/backend.h"
-#include "../runtime/models.h"
+#include "../runtime/backends/backend.h"
+#include "../runtime/model/models.h"
 #include "../drafters/drafter.h"
 #include "../schedulers/scheduler.h"
 

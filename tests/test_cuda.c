@@ -13,10 +13,10 @@
 
 #include <float.h>
 
-#include "../runtime/backend.h"
+#include "../runtime/backends/backend.h"
 #include "../runtime/forward.h"
-#include "../runtime/model.h"
-#include "../runtime/tokenizer.h"
+#include "../runtime/model/model.h"
+#include "../runtime/text/tokenizer.h"
 #ifdef DS_CUDA
 #include "../runtime/kernels/kernels_cuda.h"
 #endif

@@ -6,9 +6,9 @@
 
 #include "../runtime/base/cpu_features.h"
 
-#include "../runtime/backend.h"
+#include "../runtime/backends/backend.h"
 #include "../runtime/forward.h"
-#include "../runtime/model.h"
+#include "../runtime/model/model.h"
 #include <math.h>
 #include "../verify/logits.h"
 #include "../runtime/formats/gguf.h"
@@ -279,7 +279,7 @@ static void test_int8_same_on_every_path(void **state) {
     const uint64_t pinned = 0xe3898f634a010c08ull; /* DS_CONTRACT_VERSION 1 */
     if (h != pinned)
         fail_msg("the int8 contract's logits changed (digest 0x%016llx, pinned 0x%016llx for contract c%d): if that is "
-                 "meant, bump DS_CONTRACT_VERSION in runtime/backend.h and pin the new digest here",
+                 "meant, bump DS_CONTRACT_VERSION in runtime/backends/backend.h and pin the new digest here",
                  (unsigned long long)h, (unsigned long long)pinned, DS_CONTRACT_VERSION);
     free(ref);
     /* the real pair's types through the whole forward */

@@ -6,7 +6,7 @@
 
 #include "testutil.h"
 
-#include "../runtime/train_ops.h"
+#include "../runtime/train/train_ops.h"
 
 static double g_worst = 0;
 static char g_worst_name[64];

@@ -6,7 +6,7 @@
  * against a temporary cache. */
 #include "testutil.h"
 
-#include "../runtime/models.h"
+#include "../runtime/model/models.h"
 
 #include <sys/wait.h>
 

@@ -4,9 +4,9 @@
  * logits as the same weights written as GGUF (which checks both RoPE layouts against each other). */
 #include "testutil.h"
 
-#include "../runtime/backend.h"
+#include "../runtime/backends/backend.h"
 #include "../runtime/forward.h"
-#include "../runtime/model.h"
+#include "../runtime/model/model.h"
 #include "../runtime/formats/safetensors.h"
 
 static void test_roundtrip_dtypes(void **state) {

@@ -6,8 +6,8 @@
 
 #include <cJSON.h>
 
-#include "../runtime/model.h"
-#include "../runtime/tokenizer.h"
+#include "../runtime/model/model.h"
+#include "../runtime/text/tokenizer.h"
 
 static cJSON *load_json(const char *path) {
     char *txt;

@@ -9,7 +9,7 @@
 #include "../engine/decode.h"
 #include "../engine/train.h"
 #include "../schedulers/scheduler.h"
-#include "../runtime/train_ops.h"
+#include "../runtime/train/train_ops.h"
 #include "train_fixture.h"
 
 static cJSON *arch(const char *extra) {

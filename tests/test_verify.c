@@ -202,7 +202,7 @@ static double block_case(int l, uint64_t seed, verify_fault fault, chain_rule ru
             verify_rng vr;
             rng_seed(&vr.accept, 1);
             rng_seed(&vr.resample, 2);
-            vr.accept.en = vr.resample.en = &en;
+            vr.accept.en = vr.resample.en = &en.hooks;
             draw_enum_begin(&en);
             verify_result res;
             int em[9];

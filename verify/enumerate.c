@@ -6,8 +6,14 @@
 
 #include "../runtime/base/common.h"
 
+static int pick_f(rng_branches *b, const float *probs, int n);
+static int pick_d(rng_branches *b, const double *probs, int n);
+static int pick_ids_f(rng_branches *b, const float *probs, const int *ids, int n);
+static int pick_accept(rng_branches *b, double log_thr);
+
 int draw_enum_init(draw_enum *e) {
     memset(e, 0, sizeof *e);
+    e->hooks = (rng_branches){pick_f, pick_d, pick_ids_f, pick_accept};
     e->cap = 16;
     e->f = ds_malloc(sizeof *e->f * (size_t)e->cap, "enumeration frames");
     return e->f ? 0 : -1;
@@ -102,13 +108,25 @@ static int pick(draw_enum *e, int kind, int n, const int *idx, const long double
     for (int i = 0; i < m && i <= DRAW_ENUM_MAX_OPT; i++) w[i] /= total;    \
     return pick(e, 0, n, idx, w, m);
 
+/* the hooks rng_t.en points at: hooks is draw_enum's first member, so the enumerator is at its address */
 #define SELF(i) (i)
 #define MAPPED(i) ids[i]
-int draw_enum_pick_f(draw_enum *e, const float *probs, int n) { PICK_BODY(probs, n, SELF) }
-int draw_enum_pick_d(draw_enum *e, const double *probs, int n) { PICK_BODY(probs, n, SELF) }
-int draw_enum_pick_ids_f(draw_enum *e, const float *probs, const int *ids, int n) { PICK_BODY(probs, n, MAPPED) }
+static int pick_f(rng_branches *b, const float *probs, int n) {
+    draw_enum *e = (draw_enum *)b;
+    PICK_BODY(probs, n, SELF)
+}
+static int pick_d(rng_branches *b, const double *probs, int n) {
+    draw_enum *e = (draw_enum *)b;
+    PICK_BODY(probs, n, SELF)
+}
+/* a draw over n entries whose branches are named ids[i] (a draft vocabulary's token ids) */
+static int pick_ids_f(rng_branches *b, const float *probs, const int *ids, int n) {
+    draw_enum *e = (draw_enum *)b;
+    PICK_BODY(probs, n, MAPPED)
+}
 
-int draw_enum_pick_accept(draw_enum *e, double log_thr) {
+static int pick_accept(rng_branches *b, double log_thr) {
+    draw_enum *e = (draw_enum *)b;
     long double a = log_thr >= 0 ? 1.0L : expl((long double)log_thr); /* P(log u < t) = e^t for t < 0 */
     int idx[2], m = 0;                                                  /* index 0 reject, 1 accept */
     long double w[2];

@@ -16,6 +16,8 @@
 #ifndef DS_ENUMERATE_H
 #define DS_ENUMERATE_H
 
+#include "../runtime/sampling.h"
+
 #define DRAW_ENUM_MAX_OPT 256 /* branches of one draw (the gate's vocabularies are small) */
 
 typedef struct {
@@ -27,6 +29,7 @@ typedef struct {
 } draw_frame;
 
 typedef struct draw_enum {
+    rng_branches hooks;            /* what a stream's rng_t.en points at (set by draw_enum_init) */
     draw_frame *f;
     int n, cap, depth;
     long double weight;            /* probability of the current path so far */
@@ -39,12 +42,5 @@ void draw_enum_free(draw_enum *e);
 void draw_enum_begin(draw_enum *e);      /* before each run */
 int draw_enum_end(draw_enum *e);         /* after each run: -1 if the run did not replay its path */
 int draw_enum_next(draw_enum *e);        /* 1: another path to run; 0: done */
-
-/* the draw hooks (runtime/sampling.c) */
-int draw_enum_pick_f(draw_enum *e, const float *probs, int n);
-int draw_enum_pick_d(draw_enum *e, const double *probs, int n);
-/* a draw over n entries whose branches are named ids[i] (a draft vocabulary's token ids) */
-int draw_enum_pick_ids_f(draw_enum *e, const float *probs, const int *ids, int n);
-int draw_enum_pick_accept(draw_enum *e, double log_thr);
 
 #endif

@@ -237,7 +237,7 @@ static void leaf(ectx *e, frame *f, long double wd) {
     verify_rng vr;
     rng_seed(&vr.accept, 1);
     rng_seed(&vr.resample, 2);
-    vr.accept.en = vr.resample.en = &e->en;
+    vr.accept.en = vr.resample.en = &e->en.hooks;
     /* all branches first: emit() recurses into later rounds, which use the same enumerator */
     struct { int em[MAX_GAMMA + 1], n, acc, bonus, tok; long double pr; } out[(MAX_GAMMA + 1) * MAX_V];
     int n_out = 0;
@@ -316,7 +316,7 @@ int enum_spec(const gate_world *w, scheduler *s, const sps_table *sps, int gamma
         ds_error("enumeration: gamma %d / N %d / V %d out of range", gamma, N, w->V);
         return -1;
     }
-    ectx e = {w, s, sps, gamma, N, w->V, NULL, out, fault, rule, {0}, 0};
+    ectx e = {w, s, sps, gamma, N, w->V, NULL, out, fault, rule, {{0}}, 0};
     if (draw_enum_init(&e.en)) return -1;
     size_t slots = 0;
     for (int l = 0; l < N; l++) slots += ipow(w->V, l);
@@ -566,7 +566,7 @@ static int exact_batch_case(gate_report *rep, const char *sched, int control) {
     if (draw_enum_init(&en)) return -1;
     rng_seed(&vr.accept, 1);
     rng_seed(&vr.resample, 2);
-    vr.accept.en = vr.resample.en = &en;
+    vr.accept.en = vr.resample.en = &en.hooks;
     float p0[MAX_V], p1[MAX_V];
     w[0]->target(w[0], NO_PREFIX, 0, p0);
     w[1]->target(w[1], NO_PREFIX, 0, p1);

@@ -41,7 +41,7 @@ static int tree_replay(const int *par, tree_kind kind, int greedy, verify_fault 
     rng_t dr;
     verify_rng vr;
     rng_seed(&dr, 1), rng_seed(&vr.accept, 2), rng_seed(&vr.resample, 3);
-    dr.en = vr.accept.en = vr.resample.en = e;
+    dr.en = vr.accept.en = vr.resample.en = &e->hooks;
     int tok[TN], ctx[TN][TN + 1], nctx[TN], path[TN];
     float p[(TN + 1) * TV_V], q[TN * TV_V];
     ctx_law(NULL, 0, 1, greedy, p);

@@ -7,7 +7,7 @@
 
 #include "../../runtime/formats/gguf.h"
 #include "../../runtime/formats/quant.h"
-#include "../../runtime/tokenizer.h"
+#include "../../runtime/text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file g;

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../runtime/model.h"
+#include "../../runtime/model/model.h"
 #include "../../runtime/formats/safetensors.h"
 
 static void put(const char *dir, const char *name, const uint8_t *p, size_t n) {

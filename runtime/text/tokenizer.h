@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "formats/gguf.h"
+#include "../formats/gguf.h"
 
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
 enum { PRE_GPT2 = 0, PRE_SMOLLM = 1, PRE_QWEN2 = 2 };

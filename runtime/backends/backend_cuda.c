@@ -28,10 +28,10 @@
 #include <string.h>
 
 #include "backend.h"
-#include "base/common.h"
-#include "formats/quant.h"
-#include "kernels/kernels_cpu.h"
-#include "kernels/kernels_cuda.h"
+#include "../base/common.h"
+#include "../formats/quant.h"
+#include "../kernels/kernels_cpu.h"
+#include "../kernels/kernels_cuda.h"
 
 _Static_assert((int)KC_I8_Q8_0 == (int)QK_Q8_0 && (int)KC_I8_Q4_1 == (int)QK_Q4_1 && (int)KC_I8_Q4_K == (int)QK_Q4_K &&
                    (int)KC_I8_Q6_K == (int)QK_Q6_K,

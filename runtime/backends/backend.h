@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "../model/model.h"
 
 /* Per-request KV cache: K and V for every layer at positions 0..len-1. Rollback is crop: set len.
  * Two layouts, the backend's choice (be->kv_head_major): [cap][kv_dim] (a position's heads side by

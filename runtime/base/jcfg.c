@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/common.h"
+#include "common.h"
 
 int jcfg_check_unique(const cJSON *obj, const char *path) {
     for (const cJSON *a = obj ? obj->child : NULL; a; a = a->next)

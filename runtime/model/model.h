@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-#include "formats/gguf.h"
-#include "formats/quant.h"
-#include "formats/safetensors.h"
+#include "../formats/gguf.h"
+#include "../formats/quant.h"
+#include "../formats/safetensors.h"
 
 /* qwen2 = the Llama block + F32 biases on the Q, K and V projections, NEOX RoPE, untied head */
 typedef enum { ARCH_LLAMA = 0, ARCH_QWEN3 = 1, ARCH_QWEN2 = 2 } model_arch;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/common.h"
+#include "../base/common.h"
 
 /* the embedded default first; the wheels each comes from are in scripts/fetch_model.py */
 static const model_name MODELS[] = {

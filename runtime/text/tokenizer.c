@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "base/common.h"
+#include "../base/common.h"
 #include "unicode_tables.h"
 
 int ivec_push(ivec *a, int x) {

@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "backend.h"
-#include "base/common.h"
-#include "kernels/kernels_cpu.h"
-#include "formats/quant.h"
+#include "../base/common.h"
+#include "../kernels/kernels_cpu.h"
+#include "../formats/quant.h"
 
 void openblas_set_num_threads(int); /* OpenBLAS extension; our threads split the GEMM instead */
 

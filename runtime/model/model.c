@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/common.h"
-#include "formats/quant.h"
-#include "jcfg.h"
+#include "../base/common.h"
+#include "../formats/quant.h"
+#include "../base/jcfg.h"
 
 const char *model_arch_name(model_arch a) { return a == ARCH_QWEN3 ? "qwen3" : a == ARCH_QWEN2 ? "qwen2" : "llama"; }
 

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "base/common.h"
+#include "../base/common.h"
 
 typedef struct {
     const char *name;
