@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../engine/decode.h"
 #include "../runtime/base/common.h"
 #include "../runtime/base/jcfg.h"
 #include "../runtime/formats/quant.h"
+#include "../runtime/sampling.h"
 #include "datasets.h"
 
 enum { F_TOK, F_TAPS, F_ID, F_LP, F_FINAL, N_FILES };

@@ -15,7 +15,7 @@
 
 #include <cJSON.h>
 
-#include "../engine/request.h"
+#include "request.h"
 #include "../runtime/base/jcfg.h"
 #include "../runtime/target.h"
 #include "../verify/logits.h"

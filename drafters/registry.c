@@ -7,7 +7,7 @@
 
 #include "../runtime/base/common.h"
 #include "../runtime/kernels/kernels_cpu.h"
-#include "../engine/draft_vocab.h"
+#include "draft_vocab.h"
 #include "drafter.h"
 #include "train_family.h"
 

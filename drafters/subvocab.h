@@ -1,6 +1,6 @@
 /* subvocab.h — a drafter's draft vocabulary (FR-Spec style), one definition for every family with a
  * head over the target's vocabulary (DFlash, DSpark, Medusa, MTP): the Vd target ids its head
- * covers, chosen from the training cache (engine/draft_vocab.h). The draft's q is 0 outside them,
+ * covers, chosen from the training cache (draft_vocab.h). The draft's q is 0 outside them,
  * so verification stays exact; the drafter simply cannot propose the other tokens. A checkpoint
  * stores the ids as the tensor "vocab.ids" (fp32, exact below 2^24) and their hash in its config.
  * Vd == V with vid == NULL is the whole vocabulary: every function then does the plain thing. */

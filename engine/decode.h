@@ -12,7 +12,7 @@
 
 #include "../drafters/drafter.h"
 #include "../schedulers/scheduler.h"
-#include "request.h"
+#include "../drafters/request.h"
 #include "trace.h"
 
 typedef struct {
