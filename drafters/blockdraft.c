@@ -50,8 +50,12 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
     if (!j) return 0;
     jcfg r;
     int af = c->anchor_first, hk = (int)c->head;
-    if (jcfg_open(&r, j, what)) return -1;
-    jcfg_skip(&r, "kind"); /* read by bd_load */
+    const char *jk = c->kind;
+    if (jcfg_open(&r, j, what) || jcfg_str(&r, "kind", &jk)) return -1;
+    if (strcmp(jk, c->kind)) {
+        ds_error("%s: a checkpoint of kind '%s', not %s", what, jk, c->kind);
+        return -1;
+    }
     if (jcfg_int(&r, "dim", 8, 65536, &c->dim) || jcfg_int(&r, "layers", 1, 64, &c->n_layers) ||
         jcfg_int(&r, "heads", 1, 256, &c->n_heads) || jcfg_int(&r, "kv_heads", 1, 256, &c->n_kv_heads) ||
         jcfg_int(&r, "head_dim", 2, 1024, &c->head_dim) || jcfg_int(&r, "hidden_dim", 1, 1 << 18, &c->hidden_dim) ||
@@ -79,6 +83,9 @@ int bd_config_from_json(bd_config *c, const cJSON *j, const char *what) {
     }
     return 0;
 }
+
+/* what a config (a drafter object or a checkpoint's config.json) must agree on with the target */
+static int config_check(bd_config *c, const model *target, const char *what);
 
 int bd_config_init(bd_config *c, const model *target, const char *kind, const cJSON *j) {
     memset(c, 0, sizeof *c);
@@ -118,32 +125,37 @@ int bd_config_init(bd_config *c, const model *target, const char *kind, const cJ
         return -1;
     }
     if (bd_config_from_json(c, j, "drafter")) return -1;
+    return config_check(c, target, "drafter");
+}
+
+/* what a config (a drafter object or a checkpoint's config.json) must agree on with the target */
+static int config_check(bd_config *c, const model *target, const char *what) {
+    const model_config *t = &target->cfg;
     for (int i = 0; i < c->n_tap; i++)
-        if (c->tap[i] >= t->n_layers) {
-            ds_error("drafter: 'taps': layer %d does not exist (the target has layers 0..%d)", c->tap[i], t->n_layers - 1);
+        if (c->tap[i] < -1 || c->tap[i] >= t->n_layers) { /* -1: the embedding's output */
+            ds_error("%s: 'taps': layer %d does not exist (the target has layers -1..%d)", what, c->tap[i], t->n_layers - 1);
             return -1;
         }
     if (c->n_init && c->n_init != c->n_layers) {
-        ds_error("drafter: 'init_layers' names %d target layers but the drafter has %d layers (one each)", c->n_init,
+        ds_error("%s: 'init_layers' names %d target layers but the drafter has %d layers (one each)", what, c->n_init,
                  c->n_layers);
         return -1;
     }
     for (int i = 0; i < c->n_init; i++)
         if (c->init_layer[i] >= t->n_layers) {
-            ds_error("drafter: 'init_layers': layer %d does not exist (the target has layers 0..%d)", c->init_layer[i],
+            ds_error("%s: 'init_layers': layer %d does not exist (the target has layers 0..%d)", what, c->init_layer[i],
                      t->n_layers - 1);
             return -1;
         }
     if (c->lambda <= 0) c->lambda = (float)c->gamma; /* the paper's choice; DeepSpec's code uses 4 */
-    for (int i = 0; i < c->n_tap; i++)
-        if (c->tap[i] < -1 || c->tap[i] >= t->n_layers) {
-            ds_error("tap layer %d outside -1..%d", c->tap[i], t->n_layers - 1);
-            return -1;
-        }
-    if (contract_check_target(&c->contract, target, c->vocab, "drafter")) return -1;
+    if (contract_check_target(&c->contract, target, c->vocab, what)) return -1;
     if (c->dim != t->dim || c->vocab != t->vocab_size) {
-        ds_error("a block drafter shares the target's embedding: dim %d / vocab %d must equal the target's %d / %d",
-                 c->dim, c->vocab, t->dim, t->vocab_size);
+        ds_error("%s: a block drafter shares the target's embedding: dim %d / vocab %d must equal the target's %d / %d",
+                 what, c->dim, c->vocab, t->dim, t->vocab_size);
+        return -1;
+    }
+    if (c->mask_token >= c->vocab) { /* an embedding row */
+        ds_error("%s: 'mask_token' %d is not a token id (vocab %d)", what, c->mask_token, c->vocab);
         return -1;
     }
     return 0;
@@ -428,7 +440,7 @@ int bd_load(bd_model *m, const char *dir, const model *target) {
     bd_config c;
     DS_TRY(bd_config_init(&c, target, kind->valuestring, NULL));
     DS_TRY(bd_config_from_json(&c, j, p));
-    DS_TRY(contract_check_target(&c.contract, target, c.vocab, p));
+    DS_TRY(config_check(&c, target, p)); /* a checkpoint's geometry, as a drafter object's is */
     DS_TRY(alloc_model(m, &c, target));
     DS_TRY(bd_read_params(m, dir));
     snprintf(p, sizeof p, "%s/model.safetensors", dir);

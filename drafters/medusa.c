@@ -28,8 +28,10 @@ int md_config_init(md_config *c, const model *target, const cJSON *j) {
     contract_init(&c->contract, target);
     if (!j) return 0;
     jcfg r;
+    const char *jk = "medusa";
     DS_TRY(jcfg_open(&r, j, "medusa"));
-    jcfg_skip(&r, "kind");
+    DS_TRY(jcfg_str(&r, "kind", &jk));
+    DS_CHECK(!strcmp(jk, "medusa"), "medusa: a checkpoint of kind '%s'", jk);
     DS_TRY(jcfg_int(&r, "heads", 1, MD_MAX_HEADS, &c->heads));
     DS_TRY(jcfg_float(&r, "w_ce", 0, 100, &c->w_ce));
     DS_TRY(jcfg_float(&r, "w_l1", 0, 100, &c->w_l1));

@@ -168,6 +168,12 @@ static void test_checkpoint(void **state) {
     assert_true(m2.cfg.contract.calib[1] == 0.7f);
     assert_memory_equal(m.params, m2.params, sizeof(float) * m.n_params);
     md_model_free(&m2);
+    /* a drafter object (train or run config) of another kind is refused, not read as medusa's */
+    cJSON *jk = cJSON_Parse("{\"kind\": \"mtp\", \"heads\": 2}");
+    md_config ck;
+    assert_int_equal(md_config_init(&ck, &tt->t.m, jk), -1);
+    if (!strstr(ds_errmsg(), "of kind 'mtp'")) fail_msg("got '%s'", ds_errmsg());
+    cJSON_Delete(jk);
     /* through the registry: the checkpoint opens as a drafter with its heads as max_gamma */
     drafter d;
     checkpoint_serves(&tt->t, "medusa", dir, "\"heads\": 3", "heads", &d);

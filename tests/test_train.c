@@ -321,7 +321,10 @@ static void test_init_from_target_layers(void **state) {
     const char *bad[][2] = {{", \"init_layers\": [0]", "names 1 target layers but the drafter has 2"},
                             {", \"init_layers\": [0, 9]", "layer 9 does not exist"},
                             {", \"init_layers\": [0, -1]", "'init_layers'[1] must be a layer id"},
-                            {", \"init_layers\": 3", "'init_layers' must be an array"}};
+                            {", \"init_layers\": 3", "'init_layers' must be an array"},
+                            /* a drafter object's kind is its family's or absent, never read and dropped */
+                            {", \"kind\": \"dspark-markov\"", "of kind 'dspark-markov', not dflash"},
+                            {", \"kind\": 3", "'kind' must be a string"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         j = arch(bad[i][0]);
         assert_int_equal(bd_config_init(&c, t, "dflash", j), -1);
@@ -362,6 +365,7 @@ static void test_checkpoint_roundtrip(void **state) {
     char *txt;
     size_t n;
     assert_int_equal(ds_read_file(p, &txt, &n), 0);
+    char *orig = strdup(txt);
     char *fp = strstr(txt, tt->t.m.fingerprint);
     assert_non_null(fp);
     fp[0] = fp[0] == '0' ? '1' : '0';
@@ -370,6 +374,22 @@ static void test_checkpoint_roundtrip(void **state) {
     bd_model m3;
     assert_int_equal(bd_load(&m3, dir, &tt->t.m), -1);
     assert_non_null(strstr(ds_errmsg(), "trained against target"));
+    /* a checkpoint's geometry is held to the target as a drafter object's is (a vocab of 3 read the
+     * embedding out of bounds before; taps and the mask token index the target too) */
+    const char *geo[][3] = {{"vocab", "3", "must equal the target's"},
+                            {"taps", "[0, 9]", "layer 9 does not exist"},
+                            {"mask_token", "60", "'mask_token' 60 is not a token id"}};
+    for (size_t i = 0; i < sizeof geo / sizeof *geo; i++) {
+        cJSON *cj = cJSON_Parse(orig);
+        assert_non_null(cj);
+        cJSON_ReplaceItemInObject(cj, geo[i][0], cJSON_Parse(geo[i][1]));
+        char *out = cJSON_Print(cj);
+        write_file(p, out, strlen(out));
+        free(out), cJSON_Delete(cj);
+        assert_int_equal(bd_load(&m3, dir, &tt->t.m), -1);
+        if (!strstr(ds_errmsg(), geo[i][2])) fail_msg("%s %s: got '%s'", geo[i][0], geo[i][1], ds_errmsg());
+    }
+    free(orig);
     bd_model_free(&m);
     bd_model_free(&m2);
     rm_dir(dir);
