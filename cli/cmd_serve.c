@@ -54,12 +54,15 @@ static int read_points(const cJSON *v, const char *key, int integer, serve_cfg *
     } else {
         goto bad;
     }
+    /* a rate's arrivals live on a simulated clock in seconds: outside 1e-6..1e6 requests a second the
+     * gaps swamp a round's milliseconds in a double (1e-300 gave 0-second latencies, 6e9 tok/s) */
     for (int i = 0; i < c->n_points; i++)
-        if (!(c->x[i] > 0) || (integer && (c->x[i] != floor(c->x[i]) || c->x[i] > 256))) goto bad;
+        if (integer ? !(c->x[i] >= 1 && c->x[i] <= 256 && c->x[i] == floor(c->x[i])) : !(c->x[i] >= 1e-6 && c->x[i] <= 1e6))
+            goto bad;
     return 0;
 bad:
-    ds_error("serve.%s: a positive %s or an array of 1..%d of them%s", key, integer ? "integer" : "number", MAX_POINTS,
-             integer ? " (at most 256)" : "");
+    ds_error("serve.%s: %s or an array of 1..%d of them", key,
+             integer ? "a positive integer (at most 256)" : "a number of requests a second in 1e-06..1e+06", MAX_POINTS);
     return -1;
 }
 

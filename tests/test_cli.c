@@ -458,6 +458,8 @@ static void test_serve(void **state) {
         {"{\"dataset\": \"builtin\"}", "no \"serve\" object"},
         {"{\"dataset\": \"builtin\", \"serve\": {\"arrival\": \"poisson\"}}", "serve.arrival: 'poisson' is not an arrival process"},
         {"{\"dataset\": \"builtin\", \"serve\": {\"concurrency\": [1, 0]}}", "serve.concurrency: a positive integer"},
+        /* arrivals so rare that a double's clock cannot hold a round (0 s latencies before) */
+        {"{\"dataset\": \"builtin\", \"serve\": {\"arrival\": \"open\", \"rate\": [2, 1e-300]}}", "serve.rate: a number of requests a second in 1e-06"},
         {"{\"dataset\": \"builtin\", \"serve\": {\"concurency\": 2}}", "unknown key 'concurency'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
