@@ -83,7 +83,7 @@ static int rw_reset(rworld *w, request *r, uint64_t seed) {
     return w->d.ops->rewind(&w->d, r);
 }
 
-static void attach(request *r, draw_enum *e) { r->rng_draft.en = r->vr.accept.en = r->vr.resample.en = &e->hooks; }
+static void attach(request *r, draw_enum *e) { r->rng_draft.en = r->vr.accept.en = r->vr.resample.en = e ? &e->hooks : NULL; }
 
 static int cmp_seq(const int *a, const int *b, int N) {
     for (int i = 0; i < N; i++)
