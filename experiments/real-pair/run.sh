@@ -8,7 +8,7 @@
 #   CODE=6 SB=2 sh experiments/real-pair/run.sh     # more prompts (about twice that)
 #   ONLY="vanilla-greedy ngram-greedy" TEMPS=0 sh experiments/real-pair/run.sh   # a subset
 #   LLAMA=0 sh experiments/real-pair/run.sh         # without the llama.cpp side
-#   GROUPS=sb sh experiments/real-pair/run.sh       # Spec-Bench only (GROUPS=code: HumanEval + MBPP only)
+#   SETS=sb sh experiments/real-pair/run.sh         # Spec-Bench only (SETS=code: HumanEval + MBPP only)
 #   ISA=avx512-vnni sh experiments/real-pair/run.sh # a kernel path other than the best this CPU runs
 #
 # Needs the two models (`make model MODEL=qwen2.5-coder-1.5b`, `MODEL=qwen2.5-coder-0.5b`: fetched
@@ -38,6 +38,12 @@ ONLY=${ONLY:-}
 LLAMA=${LLAMA:-1}
 T=${THREADS:-2}
 ISA=${ISA:-auto} # the CPU kernel path (ISA=avx512-vnni: without the AMX tiles on a machine that has them)
+# SETS=sb: Spec-Bench only. Not GROUPS (its name until 2026-12-02): bash keeps GROUPS for the user's
+# group ids and drops `GROUPS=sb sh run.sh` without a word, so every set ran
+GROUPS_=${SETS:-code sb}
+for g in $GROUPS_; do
+    case $g in code | sb) ;; *) echo "run.sh: SETS: '$g' is not one of: code sb" >&2; exit 2 ;; esac
+done
 TGT=qwen2.5-coder-1.5b
 DFT=qwen2.5-coder-0.5b
 [ -x $B ] || make
@@ -94,7 +100,6 @@ configs() {
     # accepted length beats the 0.5B's estimate (long copies), the 0.5B's otherwise
     echo "combine-0.5b-suffix-greedy|{\"name\": \"combine\", \"members\": [{\"name\": \"vanilla\", \"model\": \"$DFT\", \"draft_lookup\": 6}, {\"name\": \"suffix\"}]}|greedy|8|0 1"
 }
-GROUPS_=${GROUPS:-code sb} # GROUPS=sb: Spec-Bench only
 sets() {
     case $1 in
     code) echo '["humaneval", "mbpp"]|'$CODE ;;
