@@ -40,8 +40,8 @@ T=${THREADS:-2}
 ISA=${ISA:-auto} # the CPU kernel path (ISA=avx512-vnni: without the AMX tiles on a machine that has them)
 # SETS=sb: Spec-Bench only. Not GROUPS (its name until 2026-12-02): bash keeps GROUPS for the user's
 # group ids and drops `GROUPS=sb sh run.sh` without a word, so every set ran
-GROUPS_=${SETS:-code sb}
-for g in $GROUPS_; do
+SETS_=${SETS:-code sb}
+for g in $SETS_; do
     case $g in code | sb) ;; *) echo "run.sh: SETS: '$g' is not one of: code sb" >&2; exit 2 ;; esac
 done
 TGT=qwen2.5-coder-1.5b
@@ -110,7 +110,7 @@ for Tm in $TEMPS; do
     configs | while IFS='|' read name dj sched gamma temps; do
         case " $temps " in *" $Tm "*) ;; *) continue ;; esac
         case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
-        for g in $GROUPS_; do
+        for g in $SETS_; do
             tag=$name-t$Tm-$g
             [ -f $O/$tag.done ] && { echo "run.sh: $tag done (skipped)"; continue; }
             ds=$(sets $g | cut -d'|' -f1)
@@ -128,7 +128,7 @@ JSON
     done
     # llama.cpp on this temperature's prompts (the same for every configuration), right after ours
     if [ "$LLAMA" = 1 ]; then
-        for g in $GROUPS_; do
+        for g in $SETS_; do
             [ -f $O/prompts-t$Tm-$g.jsonl ] || continue
             echo "run.sh: llama.cpp t$Tm-$g ($(date +%H:%M:%S))"
             python3 experiments/real-pair/llama_side.py "$BIN" "$TGT_PATH" "$DFT_PATH" "$T" "$Tm" \
