@@ -40,6 +40,9 @@ T=${THREADS:-2}
 ISA=${ISA:-auto} # the CPU kernel path (ISA=avx512-vnni: without the AMX tiles on a machine that has them)
 # SETS=sb: Spec-Bench only. Not GROUPS (its name until 2026-12-02): bash keeps GROUPS for the user's
 # group ids and drops `GROUPS=sb sh run.sh` without a word, so every set ran
+case "${GROUPS:-}" in code | sb | "code sb" | "sb code") # the old name, passed from a shell that keeps it (dash)
+    echo "run.sh: GROUPS is now SETS (SETS=${GROUPS}): bash drops GROUPS from a command's environment" >&2; exit 2 ;;
+esac
 SETS_=${SETS:-code sb}
 for g in $SETS_; do
     case $g in code | sb) ;; *) echo "run.sh: SETS: '$g' is not one of: code sb" >&2; exit 2 ;; esac
