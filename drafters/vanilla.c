@@ -42,11 +42,14 @@
  * request and its own ancestors' rows, a tree grown over forwards) and each gives the w best tokens of
  * its row as children, up to depth D (or while `more` - greedy's draft pricing - would extend the best
  * path); the N best nodes by path probability are verified, parents first. The children are a
- * function of the context (TREE_TOPK at any temperature: the verifier draws from p and descends), so
+ * function of the context (TREE_TOPK: the verifier descends while its token is a child), so at T = 0
  * the tree is exact however it is cut. The draft LM costs a forward a level for up to w rows (the
  * 0.5B: cost(4)/cost(1) ~1), its tree rows are dropped after the proposal and the accepted tokens fed
  * with the next anchor. A node's confidence is its path probability with each row probability scaled
- * as the siblings' are (tree_calib over every verified node whose parent was reached).
+ * as the siblings' are (tree_calib over every verified node whose parent was reached). At T > 0 the
+ * children are drawn from q without replacement instead (TREE_WOR), and a node exists when its path
+ * probability reaches a threshold the node room sets, with no cut between branches (propose_sampled
+ * says why EAGLE-2's keep-the-best expansion is exact only for deterministic children).
  *
  * "draft_window": W > 0 lets the draft LM read only the prompt's first "draft_sink" S tokens (default 4)
  * and its last W (StreamingLLM's cache, as MagicDec and TriForce give their drafts on long prompts): its
@@ -109,6 +112,7 @@ typedef struct {
     int n_sib;
     tree_calib cal;  /* tree mode: finished requests' reached siblings (their row probabilities, accepted) */
     dyn_cand *dyn;   /* dynamic mode: the candidates of a proposal [DYN_MAX] */
+    float *drow;     /* dynamic mode at T > 0: the law of the row children are drawn from [V] */
     lp_scratch scr;
 } vanilla;
 
@@ -301,8 +305,9 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
     d->has_conf = 1;
     int D = v->m->cfg.dim, V = t->m.cfg.vocab_size, Vd = v->svp->Vd;
     DS_TRY(fwd_state_init(&v->fs, t->be));
-    /* the head's rows a step: the last draft's and the looked-up tokens', or a dynamic tree's level */
-    int rows = DS_MAX(1 + v->lookup, v->dynamic ? v->tree_width : 1);
+    /* the head's rows a step: the last draft's and the looked-up tokens', or a dynamic tree's level (at
+     * T > 0 a sampled shape's internal nodes of one depth: up to tree_nodes) */
+    int rows = DS_MAX(1 + v->lookup, v->dynamic ? DS_MAX(v->tree_width, v->tree_nodes) : 1);
     DS_TRYP(v->Xd = v->be->alloc(v->be, sizeof(float) * (size_t)rows * D));
     DS_TRYP(v->Zd = v->be->alloc(v->be, sizeof(float) * (size_t)rows * Vd));
     DS_TRYP(v->z = ds_malloc(sizeof(float) * (size_t)rows * Vd, "draft logits"));
@@ -328,8 +333,9 @@ static int vanilla_open(drafter *d, const cJSON *cfg, target *t) {
         if (v->dynamic)
             snprintf(d->fingerprint + strlen(d->fingerprint), sizeof d->fingerprint - strlen(d->fingerprint), "d%d",
                      v->tree_depth);
-        d->tree_sampled = !v->dynamic;
+        d->tree_sampled = 1; /* siblings, and the dynamic mode's shape, drawn without replacement at T > 0 */
         if (v->dynamic) DS_TRYP(v->dyn = ds_malloc(sizeof(dyn_cand) * DYN_MAX, "draft tree"));
+        if (v->dynamic) DS_TRYP(v->drow = ds_malloc(sizeof(float) * (size_t)V, "draft tree"));
         d->tree_counts = 1;
     }
     return 0;
@@ -594,6 +600,128 @@ fail:
     return -1;
 }
 
+/* the largest theta such that a tree whose nodes each have a path probability >= theta (the product of
+ * their ranks' row probabilities: a depth's nodes sum to <= 1, so <= 1 / theta of them) and at most w
+ * children, down to depth D, has at most cap nodes */
+static double sampled_theta(int w, int D, int cap) {
+    for (int m = 64; m >= 1; m--) { /* at most m nodes a depth */
+        long n = 0, lv = 1;
+        for (int d = 1; d <= D; d++) lv = DS_MIN(lv * w, (long)m), n += lv;
+        if (n <= cap) return 1.0 / m;
+    }
+    return 1.0;
+}
+
+/* "tree_mode": "dynamic" at T > 0: children drawn from their parent's row without replacement (TREE_WOR:
+ * each with the law it was drawn from, the earlier siblings removed). EAGLE-2's expansion keeps the
+ * tree_width best nodes of a depth to grow and the N best nodes overall; with drawn children that makes
+ * a node's place depend on its own token (its subtree takes another branch's budget, and that branch's
+ * nodes then rank above or below it), which the verifier's rule for sampled children does not allow
+ * (a fixed shape filled by draws, Sequoia's, is exact but cannot follow the rows: Spec-Bench tau 1.72
+ * against the chain's 2.15 on the 1.5B, report.md). Here nothing is cut by competition: a node exists
+ * when its path probability (its ancestors' and its own rank's row probabilities: functions of the rows
+ * above it, never of its token) is at least theta, sampled_theta's bound for the draft block's room, and
+ * its parent's row still has support after the earlier siblings; so a node's existence and its score
+ * depend only on the tokens above it and on earlier siblings. A depth's nodes go to the draft LM in
+ * one forward (each attending to the request and its own ancestors), after `more` (greedy's price of a
+ * forward) accepts the depth's best path. Confidences are the calibrated path probabilities (as
+ * propose_dynamic's), sorted stable: parents first, siblings in the order they were drawn. */
+static int propose_sampled(drafter *d, request *r, int budget, const sampling_params *sp, draft_block *out) {
+    vanilla *v = d->impl;
+    vstate *s = r->dstate;
+    const draft_contract *ck = v->lm_open ? &v->lm.cfg.c.contract : NULL;
+    int V = out->V, Vd = v->svp->Vd, w = v->tree_width, base = s->kv->len, sub = v->svp->vid != NULL;
+    int cap = DS_MIN(DS_MIN(DS_MIN(budget, v->tree_nodes), out->cap), DRAFT_TREE_MAX), D = DS_MIN(v->tree_depth, cap);
+    D = DS_MIN(D, v->m->cfg.max_seq - base); /* the fed depths' rows fit the draft cache */
+    double theta = sampled_theta(w, D, cap), scale = tree_calib_scale(&v->cal, &s->cal);
+    int par[DRAFT_TREE_MAX], dep[DRAFT_TREE_MAX], slot[DRAFT_TREE_MAX], tk[DRAFT_TREE_MAX], ps[DRAFT_TREE_MAX],
+        fed[DRAFT_TREE_MAX], ids[TREE_MAX_K], n = 0;
+    float raw[DRAFT_TREE_MAX], sc[DRAFT_TREE_MAX], rowp[DRAFT_TREE_MAX], p[TREE_MAX_K];
+    for (int dl = 0; dl < D; dl++) { /* the nodes at depth dl draw their children (depth dl + 1) */
+        int nf = 0, best = -1;
+        if (dl > 0) {
+            for (int i = 0; i < n; i++)
+                if (dep[i] == dl) {
+                    if (best < 0 || sc[i] > sc[best]) best = i;
+                    fed[nf] = i, tk[nf] = out->tok[i], ps[nf] = par[i] < 0 ? -1 : slot[par[i]];
+                    slot[i] = s->kv->len + nf++;
+                }
+            if (!nf) break;
+            if (out->more && out->conf) { /* greedy's price of this depth's forward: its best path */
+                float pc[64];
+                for (int u = best, i = dl - 1; u >= 0 && i >= 0; u = par[u], i--) pc[i] = DS_MIN(1.0f, sc[u] / (par[u] < 0 ? 1 : sc[par[u]]));
+                if (!out->more(out->more_ctx, dl, pc)) break;
+            }
+            v->n_fwd++;
+            DS_TRY(step_tree(v, s, tk, nf, nf, ps));
+        }
+        for (int j = 0; j < (dl ? nf : 1); j++) {
+            int u = dl ? fed[j] : -1, nrem = 0, remt[TREE_MAX_K];
+            float remv[TREE_MAX_K], pr = u < 0 ? 1 : raw[u], ps_ = u < 0 ? 1 : sc[u];
+            const float *z = v->z + (size_t)j * Vd;
+            int m = tree_topk_softmax(z, Vd, v->svp->vid, w, ids, p, v->qalt);
+            if (!m || !(pr * p[0] >= theta)) continue; /* no child of u reaches theta */
+            DS_TRY(logits_process(z, sub ? Vd : V, sp, sub ? v->qalt : v->drow, &v->scr));
+            if (sub) subvocab_scatter(v->svp, v->qalt, v->drow);
+            for (int k = 0; k < m && n < cap && pr * p[k] >= theta; k++) { /* rank k: drawn from the row, earlier ranks removed */
+                if (!(row_sum(v->drow, V) > 0)) break; /* the row's support is used up */
+                float *qc = out->q + (size_t)n * V;
+                memcpy(qc, v->drow, sizeof(float) * (size_t)V);
+                int x = rng_draw(&r->rng_draft, qc, V);
+                DS_CHECK(x >= 0, "vanilla: no child to draw at depth %d", dl + 1);
+                if (d->fault == FAULT_TREE_WOR_PARENT_Q) /* the control: the parent's whole row as the law */
+                    for (int e = 0; e < nrem; e++) qc[remt[e]] = remv[e];
+                float pc = (float)DS_MIN(1.0, scale * draft_conf_calibrated(p[k], ck, dl));
+                out->tok[n] = x, par[n] = u, dep[n] = dl + 1, raw[n] = pr * p[k], sc[n] = ps_ * pc, rowp[n] = p[k];
+                n++;
+                remt[nrem] = x, remv[nrem++] = v->drow[x];
+                v->drow[x] = 0;
+            }
+        }
+    }
+    kv_cache_crop(s->kv, base); /* the tree's rows go: the next proposal feeds the accepted tokens */
+    /* best first by calibrated path probability, stable over creation order (parents before children,
+     * siblings by rank): a child's is never above its parent's, nor a later rank's above an earlier's */
+    int ord[DRAFT_TREE_MAX], at[DRAFT_TREE_MAX];
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        while (j > 0 && sc[i] > sc[ord[j - 1]]) ord[j] = ord[j - 1], j--;
+        ord[j] = i;
+    }
+    for (int i = 0; i < n; i++) at[ord[i]] = i;
+    /* the q rows into their places (place i takes node ord[i]'s), one permutation cycle at a time */
+    int done[DRAFT_TREE_MAX] = {0};
+    for (int c0 = 0; c0 < n; c0++) {
+        if (done[c0] || ord[c0] == c0) continue;
+        memcpy(v->drow, out->q + (size_t)c0 * V, sizeof(float) * (size_t)V);
+        for (int i = c0;;) {
+            int src = ord[i];
+            done[i] = 1;
+            memcpy(out->q + (size_t)i * V, src == c0 ? v->drow : out->q + (size_t)src * V, sizeof(float) * (size_t)V);
+            if (src == c0) break;
+            i = src;
+        }
+    }
+    int tok[DRAFT_TREE_MAX];
+    memcpy(tok, out->tok, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        int o = ord[i];
+        out->tok[i] = tok[o], out->parent[i] = par[o] < 0 ? -1 : at[par[o]];
+        if (out->conf) out->conf[i] = sc[o];
+        if (out->conf_raw) out->conf_raw[i] = raw[o];
+        s->tpar[i] = out->parent[i], s->ttok[i] = out->tok[i], s->trow[i] = rowp[o];
+    }
+    v->n_drafts += n;
+    s->tn = n, s->n_verified = 0;
+    out->n = n;
+    out->tree = TREE_WOR;
+    return 0;
+fail:
+    kv_cache_crop(s->kv, base);
+    out->n = 0;
+    return -1;
+}
+
 static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
@@ -631,7 +759,8 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
     s->proposed = 1;
     s->n_cached = 0;
     s->tn = 0;
-    if (v->dynamic) return propose_dynamic(d, r, nodes, sp, out);
+    if (v->dynamic)
+        return sampling_is_greedy(sp) ? propose_dynamic(d, r, nodes, sp, out) : propose_sampled(d, r, nodes, sp, out);
     for (int k = 0; k < gamma; k++) {
         DS_TRY(draft_from_logits(d, r, v->z + (size_t)zi * Vd, v->svp, sp, c ? &c->contract : NULL, k, out, &v->scr,
                                  v->qalt));
@@ -741,7 +870,7 @@ static void vanilla_close(drafter *d) {
     backend *be = v->be;
     fwd_state_free(&v->fs);
     if (be) be->release(be, v->Xd), be->release(be, v->Zd);
-    free(v->hid), free(v->z), free(v->qalt), free(v->hist), free(v->sib_tok), free(v->sib_conf), free(v->sib_q), free(v->dyn);
+    free(v->hid), free(v->z), free(v->qalt), free(v->hist), free(v->sib_tok), free(v->sib_conf), free(v->sib_q), free(v->dyn), free(v->drow);
     lp_scratch_free(&v->scr);
     /* the backend keys its copies by the data's address: forget them before the data is freed */
     if (be && v->svp && v->svp->rows) be->forget_mats(be, (const qmat *[]){&v->svp->head}, 1);
@@ -771,7 +900,8 @@ const drafter_ops drafter_vanilla = {
     "\"tree_width\" w - 1 siblings beside each draft, the row's next best tokens at T = 0, drawn without "
     "replacement at T > 0, verified exactly, or with \"tree_mode\": \"dynamic\" a tree the draft LM grows itself (EAGLE-2): "
     "\"tree_depth\" D levels, each feeding the w best nodes of the newest depth in one forward, their w best tokens as "
-    "children, the N best nodes verified; \"draft_window\": W > 0, the draft LM reads only the prompt's "
+    "children, the N best nodes verified (at T > 0: children drawn without replacement, every node whose path "
+    "probability reaches the threshold the N nodes' room allows); \"draft_window\": W > 0, the draft LM reads only the prompt's "
     "first \"draft_sink\" (default 4) and last W tokens) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
     vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
@@ -789,9 +919,9 @@ const drafter_ops drafter_vanilla = {
      * (its first token and last 2 of the tiny world's 6), so the gate's replays and rewinds run over
      * a cache whose rows stand for later tokens */
     .gate_config_tree = "{\"n_layers\": 1, \"draft_lookup\": 2, \"tree_nodes\": 4, \"draft_window\": 2, \"draft_sink\": 1}",
-    /* its dynamic tree: the draft LM expands 2 nodes a level, 3 levels, 5 nodes verified, over a
-     * window of the prompt as above */
-    .gate_config_tree2 = "{\"n_layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 5, \"tree_depth\": 3, "
+    /* its dynamic tree: the draft LM expands 2 nodes a level, 3 levels, 12 nodes verified (at T > 0
+     * drawn children, each node's path probability at least 1/6), over a window of the prompt as above */
+    .gate_config_tree2 = "{\"n_layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 12, \"tree_depth\": 3, "
                          "\"draft_window\": 2, \"draft_sink\": 1}",
     .report = vanilla_report,
     .observe = vanilla_observe,

@@ -604,6 +604,9 @@ static const control_case CONTROLS[] = {
     {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_SIBLING_ROW, 1},
     {"recycling", "fixed", S_TOPK, K_EXACT, FAULT_TREE_KV_KEPT, 1}, /* a rejected branch's rows kept */
     {"recycling", "fixed", S_TOPP, K_EXACT, FAULT_TREE_KV_KEPT, 1},
+    {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_TREE_WOR_PARENT_Q, 2}, /* a drawn child's law with its siblings */
+    {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_TREE_WOR_PARENT_Q, 2},
+    {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_TREE_WOR_PARENT_Q, 2},
     {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_BLOCK_TOKENWISE, 0, 1}, /* block verification, token-wise tests */
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_BLOCK_TOKENWISE, 0, 1},
 };

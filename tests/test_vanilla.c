@@ -702,31 +702,33 @@ static void test_tree_siblings(void **state) {
 }
 
 
-/* "tree_mode": "dynamic": the draft LM grows the tree a level a forward. Every node's children are the
- * best tokens of the row the draft LM gives after the node's own path, in rank order (checked against a
- * chain-mode drafter with one sibling fed that path from scratch: the tree's rows, grown over forwards
- * with parent_slot, are the chain's); nodes come parents first, confidences descending, children
- * distinct and TREE_TOPK at either temperature - over rounds that commit accepted paths (the tree's
- * rows dropped after each proposal, the accepted tokens fed again with the next anchor). */
+/* "tree_mode": "dynamic": the draft LM grows the tree a level a forward. At T = 0 every node's children
+ * are the best tokens of the row the draft LM gives after the node's own path, in rank order (checked
+ * against a chain-mode drafter with one sibling fed that path from scratch: the tree's rows, grown over
+ * forwards with parent_slot, are the chain's), TREE_TOPK; at T = 1 they are drawn without replacement
+ * (TREE_WOR), each child's law that row's with its earlier siblings removed; nodes come parents first,
+ * confidences descending, children distinct - over rounds that commit accepted paths (the tree's rows
+ * dropped after each proposal, the accepted tokens fed again with the next anchor). */
 static void test_tree_dynamic(void **state) {
     (void)state;
     char path[600];
     target t;
     lookup_target(&t, path, sizeof path, "tree-dyn.gguf");
-    const char *dyn = "{\"layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 7, \"tree_width\": 2, \"tree_depth\": 4}";
+    /* 14 nodes of width 2 over 4 depths: at T > 0 a node needs a path probability of 1/4 (sampled_theta) */
+    const char *dyn = "{\"layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 14, \"tree_width\": 2, \"tree_depth\": 4}";
     const char *sib = "{\"layers\": 1, \"tree_nodes\": 2}";
     int V = t.m.cfg.vocab_size, prompt[16], checked = 0;
     for (int i = 0; i < 16; i++) prompt[i] = (7 * i + 3) % V;
     fleet f;
-    fleet_open(&f, &t, 1, &dyn, (const int *[]){prompt}, (const int[]){15}, 7);
+    fleet_open(&f, &t, 1, &dyn, (const int *[]){prompt}, (const int[]){15}, 14);
     request *rq = &f.r[0];
     draft_block *b = &f.b[0];
     for (int round = 0; round < 6; round++) {
         sampling_params sp = {round % 2 ? 1.0f : 0.0f, 0, 1.0f};
         b->tree = TREE_CHAIN;
-        if (f.d[0].ops->propose(&f.d[0], rq, 7, &sp, b)) fail_msg("%s", ds_errmsg());
-        assert_int_equal(b->tree, TREE_TOPK);
-        assert_true(b->n >= 3 && b->n <= 7);
+        if (f.d[0].ops->propose(&f.d[0], rq, 14, &sp, b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b->tree, round % 2 ? TREE_WOR : TREE_TOPK);
+        assert_true(b->n >= (round % 2 ? 1 : 3) && b->n <= 14);
         for (int u = -1; u < b->n; u++) {
             int kids[8], nk = 0, seq[64], n = rq->toks.n, pth[8], np = 0;
             for (int i = 0; i < b->n; i++)
@@ -741,10 +743,27 @@ static void test_tree_dynamic(void **state) {
             fleet_open(&g, &t, 1, &sib, (const int *[]){seq}, (const int[]){n - 1}, 2);
             sampling_params g0 = {0, 0, 1.0f};
             g.b[0].tree = TREE_CHAIN;
-            if (g.d[0].ops->propose(&g.d[0], &g.r[0], 2, &g0, &g.b[0])) fail_msg("%s", ds_errmsg());
-            assert_int_equal(g.b[0].n, 2);
+            if (g.d[0].ops->propose(&g.d[0], &g.r[0], 2, round % 2 ? &sp : &g0, &g.b[0])) fail_msg("%s", ds_errmsg());
+            assert_true(g.b[0].n >= 1);
             for (int k = 0; k < nk; k++) {
-                if (b->tok[kids[k]] != g.b[0].tok[k])
+                if (round % 2) { /* drawn without replacement: the row's law after the path, earlier siblings removed */
+                    const float *q = b->q + (size_t)kids[k] * V, *law = g.b[0].q;
+                    double sq = 0, sl = 0;
+                    assert_true(q[b->tok[kids[k]]] > 0);
+                    for (int j = 0; j < k; j++) assert_true(q[b->tok[kids[j]]] == 0.0f);
+                    for (int x = 0; x < V; x++) {
+                        int gone = 0;
+                        for (int j = 0; j < k; j++) gone |= b->tok[kids[j]] == x;
+                        sq += q[x], sl += gone ? 0 : law[x];
+                    }
+                    for (int x = 0; x < V; x++) {
+                        int gone = 0;
+                        for (int j = 0; j < k; j++) gone |= b->tok[kids[j]] == x;
+                        if (fabs(q[x] / sq - (gone ? 0 : law[x] / sl)) > 1e-5)
+                            fail_msg("round %d: node %d's child of rank %d: its law at %d is %g, the row's %g", round, u, k, x,
+                                     q[x] / sq, gone ? 0 : law[x] / sl);
+                    }
+                } else if (b->tok[kids[k]] != g.b[0].tok[k])
                     fail_msg("round %d: node %d's child of rank %d is %d, the row after its path ranks %d there", round, u, k,
                              b->tok[kids[k]], g.b[0].tok[k]);
                 checked++;
@@ -766,7 +785,8 @@ static void test_tree_dynamic(void **state) {
         assert_int_equal(f.d[0].ops->observe(&f.d[0], rq, NULL, NULL, b->n + 1, 0), 0);
         if (f.d[0].ops->commit(&f.d[0], rq, acc, next, NULL)) fail_msg("%s", ds_errmsg());
     }
-    printf("  vanilla dynamic tree of 7 (width 2, depth 4): %d children checked against the rows of their paths\n", checked);
+    printf("  vanilla dynamic tree of 14 (width 2, depth 4): %d children checked against the rows of their paths (T = 0: "
+           "ranks, T = 1: laws)\n", checked);
     assert_true(checked >= 6 * 4);
     /* its keys: one clear error each */
     static const char *const bad[][2] = {

@@ -55,6 +55,8 @@ typedef enum {
     FAULT_TREE_DUP_UNMERGED,     /* top-k children verified one by one (accept c_j with p(c_j) over the mass not
                                   * yet rejected) with a duplicated child tested again: its rejected mass counted
                                   * twice (rule 3; the gate's drafting duplicates a child under this fault) */
+    FAULT_TREE_WOR_PARENT_Q,     /* children drawn without replacement (vanilla's sampled shape) reported with
+                                  * their parent's whole row as their law, the earlier siblings not removed */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];

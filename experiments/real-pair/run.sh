@@ -92,6 +92,9 @@ configs() {
     # and with siblings only (no lookup in any of the three: the dynamic tree feeds its own rows)
     echo "vanilla-q5head-tree16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_nodes\": 16, \"head_type\": \"q5_0\"}|greedy|16|0 1"
     echo "vanilla-dyn16-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_mode\": \"dynamic\", \"tree_nodes\": 16, \"tree_depth\": 8, \"head_type\": \"q5_0\"}|greedy|16|0 1"
+    # the same grown at T = 1 with children drawn without replacement: every node whose path probability
+    # reaches 1/8 (64 nodes' room), so a tree that follows the rows yet keeps each node's place free of its token
+    echo "vanilla-dyn64-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_mode\": \"dynamic\", \"tree_nodes\": 64, \"tree_depth\": 8, \"head_type\": \"q5_0\"}|greedy|64|1"
     echo "vanilla-dyn16w3-greedy|{\"name\": \"vanilla\", \"model\": \"$DFT\", \"tree_mode\": \"dynamic\", \"tree_nodes\": 16, \"tree_width\": 3, \"tree_depth\": 8, \"head_type\": \"q5_0\"}|greedy|16|0 1"
     for d in ngram suffix recycling; do
         echo "$d-fixed|{\"name\": \"$d\"}|fixed|8|0"
