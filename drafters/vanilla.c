@@ -636,7 +636,7 @@ static int propose_sampled(drafter *d, request *r, int budget, const sampling_pa
     double theta = sampled_theta(w, D, cap), scale = tree_calib_scale(&v->cal, &s->cal);
     int par[DRAFT_TREE_MAX], dep[DRAFT_TREE_MAX], slot[DRAFT_TREE_MAX], tk[DRAFT_TREE_MAX], ps[DRAFT_TREE_MAX],
         fed[DRAFT_TREE_MAX], ids[TREE_MAX_K], n = 0;
-    float raw[DRAFT_TREE_MAX], sc[DRAFT_TREE_MAX], rowp[DRAFT_TREE_MAX], p[TREE_MAX_K];
+    float raw[DRAFT_TREE_MAX], sc[DRAFT_TREE_MAX], own[DRAFT_TREE_MAX], rowp[DRAFT_TREE_MAX], p[TREE_MAX_K];
     for (int dl = 0; dl < D; dl++) { /* the nodes at depth dl draw their children (depth dl + 1) */
         int nf = 0, best = -1;
         if (dl > 0) {
@@ -649,7 +649,7 @@ static int propose_sampled(drafter *d, request *r, int budget, const sampling_pa
             if (!nf) break;
             if (out->more && out->conf) { /* greedy's price of this depth's forward: its best path */
                 float pc[64];
-                for (int u = best, i = dl - 1; u >= 0 && i >= 0; u = par[u], i--) pc[i] = DS_MIN(1.0f, sc[u] / (par[u] < 0 ? 1 : sc[par[u]]));
+                for (int u = best, i = dl - 1; u >= 0 && i >= 0; u = par[u], i--) pc[i] = own[u];
                 if (!out->more(out->more_ctx, dl, pc)) break;
             }
             v->n_fwd++;
@@ -672,7 +672,7 @@ static int propose_sampled(drafter *d, request *r, int budget, const sampling_pa
                 if (d->fault == FAULT_TREE_WOR_PARENT_Q) /* the control: the parent's whole row as the law */
                     for (int e = 0; e < nrem; e++) qc[remt[e]] = remv[e];
                 float pc = (float)DS_MIN(1.0, scale * draft_conf_calibrated(p[k], ck, dl));
-                out->tok[n] = x, par[n] = u, dep[n] = dl + 1, raw[n] = pr * p[k], sc[n] = ps_ * pc, rowp[n] = p[k];
+                out->tok[n] = x, par[n] = u, dep[n] = dl + 1, raw[n] = pr * p[k], sc[n] = ps_ * pc, own[n] = pc, rowp[n] = p[k];
                 n++;
                 remt[nrem] = x, remv[nrem++] = v->drow[x];
                 v->drow[x] = 0;
