@@ -626,6 +626,24 @@ static double sampled_theta(int w, int D, int cap) {
  * one forward (each attending to the request and its own ancestors), after `more` (greedy's price of a
  * forward) accepts the depth's best path. Confidences are the calibrated path probabilities (as
  * propose_dynamic's), sorted stable: parents first, siblings in the order they were drawn. */
+/* the controls' readings of a drawn token x: its share of what is left of the processed row
+ * (FAULT_TREE_CONF_TOKEN's score), and its probability in the raw draft row z (FAULT_TREE_KEEP_TOKEN's) */
+static float own_share(const float *row, int x, int V) {
+    float t = row_sum(row, V);
+    return t > 0 ? row[x] / t : 0;
+}
+
+static double token_prob(const float *z, int Vd, const int *vid, int x) {
+    int e = x;
+    if (vid)
+        for (e = 0; e < Vd && vid[e] != x; e++) {}
+    if (e >= Vd) return 0;
+    double mx = -INFINITY, sm = 0;
+    for (int i = 0; i < Vd; i++) mx = z[i] > mx ? z[i] : mx;
+    for (int i = 0; i < Vd; i++) sm += exp((double)z[i] - mx);
+    return exp((double)z[e] - mx) / sm;
+}
+
 static int propose_sampled(drafter *d, request *r, int budget, const sampling_params *sp, draft_block *out) {
     vanilla *v = d->impl;
     vstate *s = r->dstate;
@@ -669,9 +687,13 @@ static int propose_sampled(drafter *d, request *r, int budget, const sampling_pa
                 memcpy(qc, v->drow, sizeof(float) * (size_t)V);
                 int x = rng_draw(&r->rng_draft, qc, V);
                 DS_CHECK(x >= 0, "vanilla: no child to draw at depth %d", dl + 1);
+                /* the control: a drawn sibling kept only when its own token's path probability reaches theta */
+                if (d->fault == FAULT_TREE_KEEP_TOKEN && k > 0 && pr * token_prob(z, Vd, v->svp->vid, x) < theta) break;
                 if (d->fault == FAULT_TREE_WOR_PARENT_Q) /* the control: the parent's whole row as the law */
                     for (int e = 0; e < nrem; e++) qc[remt[e]] = remv[e];
-                float pc = (float)DS_MIN(1.0, scale * draft_conf_calibrated(p[k], ck, dl));
+                /* the control: a node scored by its drawn token's own probability (its place reads its token) */
+                float pk = d->fault == FAULT_TREE_CONF_TOKEN ? own_share(v->drow, x, V) : p[k];
+                float pc = (float)DS_MIN(1.0, scale * draft_conf_calibrated(pk, ck, dl));
                 out->tok[n] = x, par[n] = u, dep[n] = dl + 1, raw[n] = pr * p[k], sc[n] = ps_ * pc, own[n] = pc, rowp[n] = p[k];
                 n++;
                 remt[nrem] = x, remv[nrem++] = v->drow[x];

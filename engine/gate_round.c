@@ -607,6 +607,10 @@ static const control_case CONTROLS[] = {
     {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_TREE_WOR_PARENT_Q, 2}, /* a drawn child's law with its siblings */
     {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_TREE_WOR_PARENT_Q, 2},
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_TREE_WOR_PARENT_Q, 2},
+    {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_TREE_CONF_TOKEN, 2}, /* a drawn node's place reads its token */
+    {"vanilla", "greedy", S_TOPK, K_SAMPLE, FAULT_TREE_CONF_TOKEN, 2},
+    {"vanilla", "greedy", S_TOPP, K_EXACT, FAULT_TREE_KEEP_TOKEN, 2}, /* a drawn sibling's existence reads its token */
+    {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_TREE_KEEP_TOKEN, 2},
     {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_BLOCK_TOKENWISE, 0, 1}, /* block verification, token-wise tests */
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_BLOCK_TOKENWISE, 0, 1},
 };

@@ -16,7 +16,7 @@ const char *const VERIFY_FAULT_NAMES[FAULT_COUNT] = {
     "none", "unnormalised-residual", "reused-uniform", "accept-bias-1%", "bonus-row", "shifted-q", "draft-no-top-p",
     "draft-wrong-q", "combine-peeks", "draft-stop-peeks", "tree-ratio",
     "tree-resample-p", "block-tokenwise", "tree-sibling-row", "tree-kv-kept",
-    "tree-trunc-residual", "tree-dup-unmerged", "tree-wor-parent-q",
+    "tree-trunc-residual", "tree-dup-unmerged", "tree-wor-parent-q", "tree-conf-token", "tree-keep-token",
 };
 
 const char *const CHAIN_RULE_NAMES[2] = {"token", "block"};

@@ -57,6 +57,10 @@ typedef enum {
                                   * twice (rule 3; the gate's drafting duplicates a child under this fault) */
     FAULT_TREE_WOR_PARENT_Q,     /* children drawn without replacement (vanilla's sampled shape) reported with
                                   * their parent's whole row as their law, the earlier siblings not removed */
+    FAULT_TREE_CONF_TOKEN,       /* vanilla's sampled dynamic tree scores a node by its drawn token's own draft
+                                  * probability instead of its rank's: its place and greedy's cut read its token */
+    FAULT_TREE_KEEP_TOKEN,       /* vanilla's sampled dynamic tree keeps a drawn sibling only when its own token's
+                                  * path probability reaches the threshold: its existence reads its token */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
