@@ -644,6 +644,62 @@ static void test_nonfinite_weights(void **state) {
  * still read the first's packed copy from where it lives now, not from the old table (under
  * AddressSanitizer a stale pointer is a use after free; without it the old bytes often still match,
  * so every output is also checked against a matmul of each matrix alone). */
+/* whole pages inside [p, p + n) present in this process's page tables (/proc/self/pagemap bit 63); -1
+ * when the file cannot be read */
+static long present_pages(const void *p, size_t n) {
+    FILE *f = fopen("/proc/self/pagemap", "rb");
+    if (!f) return -1;
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    long count = 0;
+    for (uintptr_t a = ((uintptr_t)p + pg - 1) / pg; a < ((uintptr_t)p + n) / pg; a++) {
+        uint64_t e;
+        if (fseek(f, (long)(a * 8), SEEK_SET) || fread(&e, 8, 1, f) != 1) {
+            fclose(f);
+            return -1;
+        }
+        count += (long)(e >> 63);
+    }
+    fclose(f);
+    return count;
+}
+
+/* prepare packs every layer matrix and the head, then hands the file's pages behind them back: none of
+ * their whole pages stays in the process after it (all were touched before), reading them again gives
+ * the same bytes, and the forward's logits equal a model's whose pages were never released */
+static void test_packed_pages_released(void **state) {
+    (void)state;
+    fixture *f = open_tiny_c(&SPEC_QWEN2_K, 12, "release.gguf", 0), *g = open_tiny_c(&SPEC_QWEN2_K, 12, "release2.gguf", 0);
+    const model *m = &f->m;
+    const qmat *w = &m->layers[1].w_up;
+    size_t n = (size_t)w->rows * w->row_bytes;
+    assert_true(n > 8 * (size_t)sysconf(_SC_PAGESIZE));
+    uint8_t *copy = malloc(n);
+    memcpy(copy, w->data, n); /* every page of it touched */
+    long before = present_pages(w->data, n);
+    if (before < 0) skip(); /* no pagemap in this sandbox: nothing to observe */
+    assert_true(before >= (long)(n / (size_t)sysconf(_SC_PAGESIZE)) - 1); /* all of them */
+    assert_int_equal(f->be->prepare(f->be, m), 0);
+    assert_int_equal(present_pages(w->data, n), 0);
+    assert_int_equal(present_pages(m->layers[0].wq.data, (size_t)m->layers[0].wq.rows * m->layers[0].wq.row_bytes), 0);
+    assert_int_equal(present_pages(m->output.data, (size_t)m->output.rows * m->output.row_bytes), 0);
+    assert_memory_equal(w->data, copy, n); /* faulted back in from the file */
+    assert_true(present_pages(w->data, n) >= before);
+    int V = m->cfg.vocab_size, t[9];
+    tokens(t, 9, V, 4);
+    float *l1 = malloc(sizeof(float) * 9 * (size_t)V), *l2 = malloc(sizeof(float) * 9 * (size_t)V);
+    kv_cache *k1 = kv_cache_new(f->be, &m->cfg, 16), *k2 = kv_cache_new(g->be, &g->m.cfg, 16);
+    assert_int_equal(model_forward_one(&f->m, &f->fs, k1, t, 9, 1, l1), 0);
+    assert_int_equal(model_forward_one(&g->m, &g->fs, k2, t, 9, 1, l2), 0);
+    assert_memory_equal(l1, l2, sizeof(float) * 9 * (size_t)V);
+    kv_cache_free(f->be, k1);
+    kv_cache_free(g->be, k2);
+    free(l1);
+    free(l2);
+    free(copy);
+    close_tiny(f);
+    close_tiny(g);
+}
+
 static void test_matmul_table_growth(void **state) {
     (void)state;
     backend *be = backend_new(&(backend_opts){.name = "cpu", .n_threads = 2});
@@ -693,6 +749,7 @@ int main(void) {
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_model_errors),
         cmocka_unit_test(test_matmul_table_growth),
+        cmocka_unit_test(test_packed_pages_released),
     };
     return cmocka_run_group_tests_name("forward", tests, NULL, NULL);
 }

@@ -249,7 +249,16 @@ static int model_mats(const model *m, const qmat **out);
 static int cpu_prepare(backend *be, const model *m) {
     const qmat **ws = ds_malloc(sizeof *ws * (size_t)(1 + 7 * m->cfg.n_layers), "weight list");
     if (!ws) return -1;
-    int rc = cpu_prepare_mats(be, ws, model_mats(m, ws));
+    int n = model_mats(m, ws), rc = 0;
+    /* the file's pages behind a packed matrix are never read by the kernels again: each goes back as
+     * soon as its copy is made, so the process holds the weights about once, during the packing too
+     * (the 1.5B's 1 GB had been resident twice); a later reader of the raw rows (the embedding table
+     * when the head is tied, a reference forward) faults in only what it touches */
+    for (int i = 0; !rc && i < n; i++) {
+        rc = cpu_prepare_mats(be, &ws[i], 1);
+        if (!rc && packed_find(be->ctx, ws[i]))
+            (void)model_release_mapped(m, ws[i]->data, (size_t)ws[i]->rows * ws[i]->row_bytes);
+    }
     free(ws);
     return rc;
 }

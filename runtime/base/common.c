@@ -123,6 +123,16 @@ void ds_unmap(const uint8_t *map, size_t size) {
     if (map) munmap((void *)map, size);
 }
 
+size_t ds_release_mapped(const uint8_t *map, size_t size, const void *p, size_t n) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, m0 = (uintptr_t)map;
+    if (!map || !p || a < m0 || n > size || a - m0 > size - n) return 0; /* not inside this mapping */
+    uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + n) / pg * pg; /* whole pages only */
+    if (hi <= lo) return 0;
+    /* a read-only private file mapping: dropped pages read back from the file on their next touch,
+     * so only residency changes; a refusal (never expected) leaves them resident, which is no error */
+    return madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0 ? hi - lo : 0;
+}
+
 int ds_mkdirs(const char *dir, const char *what) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {

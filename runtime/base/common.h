@@ -69,6 +69,10 @@ double ds_now(void);
  * <what>"); -1 with a message naming the path. Release with ds_unmap. */
 int ds_map_file(const char *path, size_t min_size, const char *what, const uint8_t **map, size_t *size);
 void ds_unmap(const uint8_t *map, size_t size);
+/* The whole pages of [p, p + n) inside the mapping [map, map + size) leave this process's resident set
+ * (madvise DONTNEED): for a mapping from ds_map_file only, whose pages come back from the file when read
+ * again. Returns the bytes released (0 when the range is not inside the mapping). */
+size_t ds_release_mapped(const uint8_t *map, size_t size, const void *p, size_t n);
 
 /* Whole-file read into a NUL-terminated heap buffer; -1 with a message naming the path. */
 /* Write n bytes to path.<pid>.tmp, then rename over path: path is always the old or the new file,

@@ -465,6 +465,14 @@ static int qmat_finite(const qmat *w, float *row, const char *path, const char *
     return 0;
 }
 
+/* qmat_finite, then the file's pages it read go back (the scan reads every weight once; leaving them
+ * resident held the whole file in the process before a backend made its own copies) */
+static int mat_finite(const model *m, const qmat *w, float *row, const char *p, const char *name, int l) {
+    if (qmat_finite(w, row, p, name, l)) return -1;
+    (void)model_release_mapped(m, w->data, (size_t)w->rows * w->row_bytes);
+    return 0;
+}
+
 int model_check_finite(const model *m) {
     const model_config *c = &m->cfg;
     int width = DS_MAX(DS_MAX(c->dim, c->hidden_dim), c->n_heads * c->head_dim);
@@ -472,8 +480,8 @@ int model_check_finite(const model *m) {
     if (!row) return -1;
     int rc = -1;
     const char *p = m->path ? m->path : "model";
-    if (qmat_finite(&m->tok_embd, row, p, "token_embd", -1) || vec_finite(m->out_norm, c->dim, p, "output_norm", -1) ||
-        (!c->tied && qmat_finite(&m->output, row, p, "output", -1)))
+    if (mat_finite(m, &m->tok_embd, row, p, "token_embd", -1) || vec_finite(m->out_norm, c->dim, p, "output_norm", -1) ||
+        (!c->tied && mat_finite(m, &m->output, row, p, "output", -1)))
         goto done;
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
@@ -486,7 +494,7 @@ int model_check_finite(const model *m) {
             vec_finite(L->bv, c->n_kv_heads * c->head_dim, p, "attn_v.bias", l))
             goto done;
         for (int i = 0; i < 7; i++)
-            if (qmat_finite(ws[i], row, p, names[i], l)) goto done;
+            if (mat_finite(m, ws[i], row, p, names[i], l)) goto done;
     }
     rc = 0;
 done:
@@ -527,6 +535,11 @@ static int model_load_any(model *m, const char *path) {
         return model_load_safetensors(m, dir);
     }
     return model_load_gguf(m, path);
+}
+
+size_t model_release_mapped(const model *m, const void *p, size_t n) {
+    if (m->format == 0) return m->gguf.mapped ? ds_release_mapped(m->gguf.image, m->gguf.size, p, n) : 0;
+    return m->st.mapped ? ds_release_mapped(m->st.image, m->st.size, p, n) : 0;
 }
 
 void model_free(model *m) {

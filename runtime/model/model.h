@@ -64,6 +64,10 @@ int model_load_safetensors(model *m, const char *dir);
  * runs it; the format-specific loaders do not) */
 int model_check_finite(const model *m);
 void model_free(model *m);
+/* A backend that holds its own copy of the bytes [p, p + n) of m's file hands their pages back (they stay
+ * readable: the file's read-only mapping faults them in again when touched). Bytes released; 0 for a
+ * model parsed from a buffer, or a range outside its file. */
+size_t model_release_mapped(const model *m, const void *p, size_t n);
 const char *model_arch_name(model_arch a);
 uint64_t model_n_params(const model *m);
 
