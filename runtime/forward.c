@@ -8,6 +8,7 @@
 int fwd_state_init(fwd_state *st, backend *be) {
     memset(st, 0, sizeof *st);
     st->be = be;
+    st->pass_T = FWD_PASS_T;
     return 0;
 }
 
@@ -252,11 +253,73 @@ fail:
     return -1;
 }
 
-int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
+static int forward_pass(const model *m, fwd_state *st, const fwd_batch *b) {
     fwd_call fc = {m, st, b};
     backend *be = st->be;
     /* the whole forward holds the backend's threads where it can (one fork instead of ~150) */
     return be->session ? be->session(be, forward_body, &fc) : forward_body(&fc);
+}
+
+/* a long chain batch in passes of at most st->pass_T consecutive tokens of the flattened batch (fwd_state):
+ * the whole batch is checked first, so a bad token or an overlong request fails before any cache moves */
+static int forward_passes(const model *m, fwd_state *st, const fwd_batch *b, int T) {
+    const model_config *c = &m->cfg;
+    for (int s = 0; s < b->n_seq; s++) {
+        DS_CHECK(b->n_new[s] >= 0, "forward: request %d adds %d tokens", s, b->n_new[s]);
+        DS_CHECK(b->all_logits || !b->logits || b->n_new[s] > 0, "forward: request %d adds no token but wants logits", s);
+        long need = (long)b->kv[s]->len + b->n_new[s];
+        DS_CHECK(need <= c->max_seq, "context length exceeded: request %d would hold %ld tokens, the model's limit is %d",
+                 s, need, c->max_seq);
+    }
+    for (int t = 0; t < T; t++)
+        DS_CHECK(b->tokens[t] >= 0 && b->tokens[t] < c->vocab_size, "forward: token id %d outside the vocabulary (0..%d)",
+                 b->tokens[t], c->vocab_size - 1);
+    size_t V = (size_t)c->vocab_size;
+    int n_sub = 0, *sn = ds_malloc(sizeof(int) * (size_t)b->n_seq, "forward passes"), *ss = NULL;
+    kv_cache **skv = NULL;
+    float *lg = NULL; /* a pass's last-token logits (one row per request in it), when not all_logits */
+    int rc = -1;
+    if (!sn || !(ss = ds_malloc(sizeof(int) * (size_t)b->n_seq, "forward passes")) ||
+        !(skv = ds_malloc(sizeof(kv_cache *) * (size_t)b->n_seq, "forward passes")))
+        goto done;
+    if (b->logits && !b->all_logits && !(lg = ds_malloc(sizeof(float) * V * (size_t)b->n_seq, "forward passes")))
+        goto done;
+    for (int t0 = 0; t0 < T; t0 += st->pass_T) {
+        int t1 = DS_MIN(T, t0 + st->pass_T);
+        n_sub = 0;
+        for (int s = 0, off = 0; s < b->n_seq; off += b->n_new[s], s++) { /* request s holds [off, off + n_new) */
+            int a = DS_MAX(off, t0), e = DS_MIN(off + b->n_new[s], t1);
+            if (e > a) ss[n_sub] = s, sn[n_sub] = e - a, skv[n_sub++] = b->kv[s];
+        }
+        fwd_batch p = {.n_seq = n_sub, .kv = skv, .n_new = sn, .tokens = b->tokens + t0, .all_logits = b->all_logits};
+        if (b->logits) p.logits = b->all_logits ? b->logits + (size_t)t0 * V : lg;
+        if (forward_pass(m, st, &p)) goto done;
+        if (lg) /* a request whose last token was in this pass: its row */
+            for (int i = 0, off = 0, s = 0; i < n_sub; i++) {
+                for (; s < ss[i]; s++) off += b->n_new[s];
+                if (off + b->n_new[s] <= t1) memcpy(b->logits + (size_t)s * V, lg + (size_t)i * V, sizeof(float) * V);
+            }
+    }
+    rc = 0;
+done:
+    free(sn);
+    free(ss);
+    free(skv);
+    free(lg);
+    return rc;
+fail:
+    return -1;
+}
+
+int model_forward(const model *m, fwd_state *st, const fwd_batch *b) {
+    long T = 0;
+    for (int s = 0; s < b->n_seq; s++) T += b->n_new[s] > 0 ? b->n_new[s] : 0;
+    /* the exact contract's batches of gemm_min_T rows and more go through BLAS GEMM, whose rounding
+     * depends on the batch's size: its batches stay whole, so its results do not move */
+    if (st->pass_T > 0 && T > st->pass_T && T <= (1 << 24) && !st->be->exact && !b->parent && !b->parent_slot &&
+        !b->n_capture && !b->final_hidden)
+        return forward_passes(m, st, b, (int)T);
+    return forward_pass(m, st, b);
 }
 
 int model_forward_one(const model *m, fwd_state *st, kv_cache *kv, const int *tokens, int n, int all_logits,
