@@ -134,6 +134,28 @@ fail:
     return -1;
 }
 
+/* the whole batch's checks, before any cache moves: counts, logits, context length, token ids; *T = sum n_new */
+static int check_batch(const model_config *c, const fwd_batch *b, int *T) {
+    long t = 0;
+    DS_CHECK(b->n_seq > 0, "forward: empty batch");
+    for (int s = 0; s < b->n_seq; s++) {
+        DS_CHECK(b->n_new[s] >= 0, "forward: request %d adds %d tokens", s, b->n_new[s]);
+        DS_CHECK(b->all_logits || !b->logits || b->n_new[s] > 0, "forward: request %d adds no token but wants logits", s);
+        long need = (long)b->kv[s]->len + b->n_new[s];
+        DS_CHECK(need <= c->max_seq, "context length exceeded: request %d would hold %ld tokens, the model's limit is %d",
+                 s, need, c->max_seq);
+        t += b->n_new[s]; /* each n_new <= max_seq <= 2^24, so no overflow before the check */
+        DS_CHECK(t <= (1 << 24), "forward: batch of more than 2^24 tokens");
+    }
+    for (long i = 0; i < t; i++)
+        DS_CHECK(b->tokens[i] >= 0 && b->tokens[i] < c->vocab_size, "forward: token id %d outside the vocabulary (0..%d)",
+                 b->tokens[i], c->vocab_size - 1);
+    *T = (int)t;
+    return 0;
+fail:
+    return -1;
+}
+
 static int forward_body(void *arg) {
     const fwd_call *fc = arg;
     const model *m = fc->m;
@@ -141,23 +163,14 @@ static int forward_body(void *arg) {
     const fwd_batch *b = fc->b;
     const model_config *c = &m->cfg;
     backend *be = st->be;
-    int T = 0;
-    DS_CHECK(b->n_seq > 0, "forward: empty batch");
+    int T;
+    DS_TRY(check_batch(c, b, &T));
     for (int s = 0; s < b->n_seq; s++) {
-        DS_CHECK(b->n_new[s] >= 0, "forward: request %d adds %d tokens", s, b->n_new[s]);
-        DS_CHECK(b->all_logits || !b->logits || b->n_new[s] > 0, "forward: request %d adds no token but wants logits", s);
         kv_cache *kv = b->kv[s];
         long need = (long)kv->len + b->n_new[s];
-        DS_CHECK(need <= c->max_seq, "context length exceeded: request %d would hold %ld tokens, the model's limit is %d",
-                 s, need, c->max_seq);
         DS_TRY(kv_cache_reserve(be, kv, (int)DS_MIN((long)c->max_seq, DS_MAX(need, 2L * kv->cap))));
-        T += b->n_new[s]; /* each n_new <= max_seq <= 2^24, so no overflow before the check */
-        DS_CHECK(T <= (1 << 24), "forward: batch of more than 2^24 tokens");
     }
     if (T == 0) return 0;
-    for (int t = 0; t < T; t++)
-        DS_CHECK(b->tokens[t] >= 0 && b->tokens[t] < c->vocab_size, "forward: token id %d outside the vocabulary (0..%d)",
-                 b->tokens[t], c->vocab_size - 1);
     for (int i = 0; i < b->n_capture; i++)
         DS_CHECK(b->capture_layers[i] >= -1 && b->capture_layers[i] < c->n_layers,
                  "forward: capture layer %d outside -1..%d", b->capture_layers[i], c->n_layers - 1);
@@ -264,16 +277,7 @@ static int forward_pass(const model *m, fwd_state *st, const fwd_batch *b) {
  * the whole batch is checked first, so a bad token or an overlong request fails before any cache moves */
 static int forward_passes(const model *m, fwd_state *st, const fwd_batch *b, int T) {
     const model_config *c = &m->cfg;
-    for (int s = 0; s < b->n_seq; s++) {
-        DS_CHECK(b->n_new[s] >= 0, "forward: request %d adds %d tokens", s, b->n_new[s]);
-        DS_CHECK(b->all_logits || !b->logits || b->n_new[s] > 0, "forward: request %d adds no token but wants logits", s);
-        long need = (long)b->kv[s]->len + b->n_new[s];
-        DS_CHECK(need <= c->max_seq, "context length exceeded: request %d would hold %ld tokens, the model's limit is %d",
-                 s, need, c->max_seq);
-    }
-    for (int t = 0; t < T; t++)
-        DS_CHECK(b->tokens[t] >= 0 && b->tokens[t] < c->vocab_size, "forward: token id %d outside the vocabulary (0..%d)",
-                 b->tokens[t], c->vocab_size - 1);
+    DS_TRY(check_batch(c, b, &T));
     size_t V = (size_t)c->vocab_size;
     int n_sub = 0, *sn = ds_malloc(sizeof(int) * (size_t)b->n_seq, "forward passes"), *ss = NULL;
     kv_cache **skv = NULL;
