@@ -11,6 +11,9 @@
 #   make fuzz       libFuzzer targets for every parser of user input (clang), FUZZ_SECONDS=600 each
 
 .DEFAULT_GOAL := all
+# Builds use every core unless -j is given on the command line (which wins): a serial build was half
+# of CI's `make test` stage and a third of its SAN stage on a two-core Zen 1 (210 s and 363 s of 2,863).
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 SAN ?= 0
 CC ?= gcc
 BUILD := build
