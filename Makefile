@@ -119,24 +119,18 @@ run: $(BIN) model
 
 tests: $(TESTS) $(BIN)
 
-# Each suite runs from the repo root; the real-model suites find the model in the cache. The gate's
-# suite (test_verify: its worlds run on one thread, half the suite's time, ~8 min under ASan) runs
-# beside the others, its output held until they end; OpenMP threads sleep at barriers instead of
-# spinning (OMP_WAIT_POLICY=passive), so the two do not slow each other down for nothing.
-TEST_BESIDE := $(BUILD)/tests/test_verify
+# Each suite runs from the repo root; the real-model suites find the model in the cache. The suites
+# run one a core and one thread each (tests/run_suites.sh; OMP_NUM_THREADS=1 sets the CPU backend's
+# default), slowest first so the lanes end together: two-thread suites side by side thrash at their
+# barriers, and the gate's suite alone beside the rest left a lane idle (under ASan on a two-core Zen 1,
+# ~14 min a lane). Each suite's output is held until it ends.
+TEST_SLOWEST := $(addprefix $(BUILD)/tests/,test_verify test_engine test_cli test_reference)
+TEST_ORDER := $(TEST_SLOWEST) $(filter-out $(TEST_SLOWEST),$(TESTS))
+TEST_LANES ?= $(shell nproc 2>/dev/null || echo 1)
 test: tests model
-	@fail=0; env="DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 OMP_WAIT_POLICY=passive"; \
-	log=$(BUILD)/tests/beside.log; s0=$$(date +%s); \
-	( env $$env $(TEST_BESIDE) > $$log 2>&1; echo $$? > $$log.rc ) & pid=$$!; \
-	for t in $(filter-out $(TEST_BESIDE),$(TESTS)); do \
-	  echo "== $$t"; s=$$(date +%s); \
-	  env $$env $$t || fail=1; \
-	  echo "== $$t: $$(( $$(date +%s) - s )) s"; \
-	done; \
-	wait $$pid; echo "== $(TEST_BESIDE) (beside the others)"; cat $$log; \
-	[ "$$(cat $$log.rc)" = 0 ] || fail=1; \
-	echo "== $(TEST_BESIDE): done $$(( $$(date +%s) - s0 )) s after the start"; \
-	if [ $$fail -ne 0 ]; then echo "TESTS FAILED"; exit 1; else echo "ALL TESTS PASSED"; fi
+	@env DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 \
+	  OPENBLAS_NUM_THREADS=1 bash tests/run_suites.sh $(TEST_LANES) $(TEST_ORDER) && echo "ALL TESTS PASSED" || \
+	  { echo "TESTS FAILED"; exit 1; }
 
 bench: $(BIN) model
 	@mkdir -p bench

@@ -145,7 +145,7 @@ int cmd_bench_target(int argc, char **argv) {
     backend_opts bo = {0};
     opt_def opts[] = {
         {"model", OPT_STR, &model_path, "NAME|PATH", "target model: a name (below) or a file (default: smollm2-135m)", 0, 0, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = OMP_NUM_THREADS or all cores", 0, 256, 0},
         {"reps", OPT_INT, &reps, "N", "repetitions per measurement, median reported (default 5)", 1, 1000, 0},
         {"context", OPT_INT, &ctx, "N", "context length before decode and SPS(B) steps (default 128)", 1, 1 << 20, 0},
         {"context2", OPT_INT, &ctx2, "N", "a second context for the SPS(B) points, to fit what attention adds per "

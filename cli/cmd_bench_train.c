@@ -40,7 +40,7 @@ int cmd_bench_train(int argc, char **argv) {
         {"cache", OPT_STR, &cache_flag, "DIR", "data cache (default: the config's); the reference needs its final states", 0, 0, 0},
         {"steps", OPT_INT, &steps, "N", "timed steps per path per round (default 4)", 1, 64, 0},
         {"rounds", OPT_INT, &rounds, "N", "alternating rounds (default 3)", 1, 16, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = OMP_NUM_THREADS or all cores", 0, 256, 0},
         {"profile", OPT_FLAG, &profile, NULL, "print where a step's time goes, per path", 0, 0, 0},
         {"no-reference", OPT_FLAG, &no_ref, NULL, "time only the configured path", 0, 0, 0},
         {"tmp", OPT_STR, &out_dir, "DIR", "scratch folder for the runs' checkpoints (default /tmp)", 0, 0, 0},

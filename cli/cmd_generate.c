@@ -27,7 +27,7 @@ int cmd_generate(int argc, char **argv) {
         {"top-k", OPT_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)", 0, 1 << 22, 0},
         {"seed", OPT_U64, &seed, "N", "random seed (default 42)", 0, 0, 0},
         {"max-new-tokens", OPT_INT, &max_new, "N", "stop after N generated tokens (default 256)", 1, 1 << 20, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores (default 0)", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = OMP_NUM_THREADS or all cores (default 0)", 0, 256, 0},
         {"show-prompt", OPT_FLAG, &show_prompt, NULL, "print the rendered prompt to stderr first", 0, 0, 0},
         OPT_BACKEND(bo),
         OPT_END};

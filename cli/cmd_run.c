@@ -57,7 +57,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"top-k", OPT_INT, &top_k, "K", "0 = off", 0, 1 << 22, 0},
         {"seed", OPT_U64, &seed, "N", "random seed (default 1)", 0, 0, &seen_seed},
         {"max-new-tokens", OPT_INT, &max_new, "N", "output budget per request (default 128)", 1, 1 << 20, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = OMP_NUM_THREADS or all cores", 0, 256, 0},
         {"backend", OPT_STR, &backend, "NAME", "compute backend (default cpu)", 0, 0, 0},
         {"exact", OPT_FLAG, &exact, NULL, "fp32 activations in every matmul (the reference contract; default int8)", 0, 0, 0},
         {"isa", OPT_STR, &isa, "PATH", "CPU kernel path: auto (default), scalar, avx2, avx512-vnni, avx512-amx", 0, 0, 0},

@@ -113,7 +113,7 @@ int cmd_score(int argc, char **argv) {
         {"model", OPT_STR, &model_path, "NAME|PATH", "target model: a name (below) or a file (default: smollm2-135m)", 0, 0, 0},
         {"in", OPT_STR, &file, "FILE.jsonl", "sequences: {\"prompt\": TEXT} or {\"ids\": [...]}, optionally \"greedy\": N", 0, 0, 0},
         {"top", OPT_INT, &k, "K", "logits kept per position (default 8)", 1, 64, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all cores (default 0)", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = OMP_NUM_THREADS or all cores (default 0)", 0, 256, 0},
         OPT_BACKEND(bo),
         OPT_END};
     const char *pos[1];

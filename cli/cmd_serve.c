@@ -288,7 +288,7 @@ int cmd_serve(int argc, char **argv) {
         {"out", OPT_STR, &out, "DIR", "where serve.md, serve.json and the plots go (default out/serve)", 0, 0, 0},
         {"limit", OPT_INT, &limit, "N", "prompts per dataset (overrides the config)", 0, 1000000, 0},
         {"requests", OPT_INT, &requests, "N", "requests per point (overrides serve.requests)", 1, 1 << 20, 0},
-        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = all", 0, 256, 0},
+        {"threads", OPT_INT, &threads, "N", "CPU threads, 0 = OMP_NUM_THREADS or all cores", 0, 256, 0},
         {"sps", OPT_STR, &sps_path, "FILE.json", "SPS(B) table of this machine (overrides the config's; "
                                                  "`bench-target --out FILE.json` measures one)", 0, 0, 0},
         OPT_END};

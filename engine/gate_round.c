@@ -819,8 +819,10 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         const drafter_ops *dops = drafter_find(c->drafter);
         if (!dops) goto done;
         /* fixed seeds and sample sizes: a control's power does not depend on --draws or on how many
-         * lossless cases ran before it (reused-uniform: p < 1e-20 at these sizes) */
-        long n = c->kind == K_SAMPLE ? 40000 : 40000 * 5 / 2;
+         * lossless cases ran before it (reused-uniform: p < 1e-20 at these sizes); only the sanitizer
+         * run of the unit tests asks for fewer (rep->control_draws) */
+        long nc = rep->control_draws > 0 ? rep->control_draws : 40000;
+        long n = c->kind == K_SAMPLE ? nc : nc * 5 / 2;
         if (run_one(rep, &pd, dops, c->sched, c->setting, c->kind, c->fault, 1, n, 900 + (uint64_t)i, c->tree, c->block))
             goto done;
     }

@@ -80,6 +80,7 @@ typedef struct {
     double alpha;        /* family-wise level for the lossless statistical tests */
     int exact;           /* production-round targets on the fp32 (1) or int8 (0) matmul contract */
     const char *backend; /* production-round targets' backend (NULL: cpu) */
+    long control_draws;  /* production-round controls' sample size (0: 40000, the gate's own) */
 } gate_report;
 
 /* Run everything; returns 0 when every lossless case passes and every control is flagged, 1 when

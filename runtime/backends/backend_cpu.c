@@ -1069,7 +1069,8 @@ backend *backend_cpu_new(const backend_opts *o) {
     if (!o) o = &def;
     cpu_isa isa;
     if (cpu_isa_parse(o->isa, &isa)) return NULL;
-    int n_threads = o->n_threads <= 0 ? omp_get_num_procs() : o->n_threads;
+    /* the default is OpenMP's: OMP_NUM_THREADS where set (make test runs suites one a core), else every core */
+    int n_threads = o->n_threads <= 0 ? omp_get_max_threads() : o->n_threads;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
     backend *be = ds_calloc(1, sizeof *be, "backend");
     cpu_ctx *c = ds_calloc(1, sizeof *c, "backend context");
