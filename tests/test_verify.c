@@ -297,10 +297,9 @@ static void test_gate_quick(void **state) {
 /* The gate on the production round (quick matrix): decode_rounds and every registered drafter's
  * propose on a tiny target; every lossless case passes, every scheduler verifies, and every mutant
  * (shifted q rows, a drafter sampling without top-p, a 1 % accept bias, the bonus row, a reused
- * uniform) is flagged by at least two checks. */
-/* Under AddressSanitizer (CI's second pass, ~8x slower) the sampled cases and controls draw a quarter
- * as much: the same code paths and exact cases; every mutant is still flagged twice at these sizes
- * (seeds are fixed), and the plain build runs the full sizes. */
+ * uniform) is flagged by at least two checks. Under AddressSanitizer (CI's second pass, ~8x slower) the
+ * sampled cases and controls draw a quarter as much: the same code paths and exact cases, every mutant
+ * still flagged twice at these sizes (seeds are fixed); the plain build runs the full sizes. */
 #if defined(__SANITIZE_ADDRESS__)
 #define ROUND_DRAWS 2000
 #define CONTROL_DRAWS 10000
