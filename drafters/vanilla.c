@@ -689,6 +689,7 @@ static int propose_sampled(drafter *d, request *r, int budget, const sampling_pa
                 DS_CHECK(x >= 0, "vanilla: no child to draw at depth %d", dl + 1);
                 /* the control: a drawn sibling kept only when its own token's path probability reaches theta */
                 if (d->fault == FAULT_TREE_KEEP_TOKEN && k > 0 && pr * token_prob(z, Vd, v->svp->vid, x) < theta) break;
+                if (d->fault == FAULT_TREE_KEEP_SHARE && k > 0 && pr * own_share(v->drow, x, V) < theta) break;
                 if (d->fault == FAULT_TREE_WOR_PARENT_Q) /* the control: the parent's whole row as the law */
                     for (int e = 0; e < nrem; e++) qc[remt[e]] = remv[e];
                 /* the control: a node scored by its drawn token's own probability (its place reads its token) */

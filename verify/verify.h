@@ -61,6 +61,8 @@ typedef enum {
                                   * probability instead of its rank's: its place and greedy's cut read its token */
     FAULT_TREE_KEEP_TOKEN,       /* vanilla's sampled dynamic tree keeps a drawn sibling only when its own token's
                                   * path probability reaches the threshold: its existence reads its token */
+    FAULT_TREE_KEEP_SHARE,       /* ... keeps it only when its token's share of what its earlier siblings left of the
+                                  * processed row, times its parent's path probability, reaches the threshold */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
