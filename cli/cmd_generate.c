@@ -15,7 +15,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = target_default_path(), *prompt = DEFAULT_PROMPT, *system = NULL;
     int raw = 0, top_k = 40, max_new = 256, threads = 0, show_prompt = 0;
     backend_opts bo = {0};
-    float temperature = 0.7f, top_p = 0.9f;
+    float temperature = 0.7f, top_p = 0.9f, min_p = 0;
     uint64_t seed = 42;
     opt_def opts[] = {
         {"model", OPT_STR, &model_path, "NAME|PATH", "a name (below), GGUF file or safetensors directory (default: smollm2-135m)", 0, 0, 0},
@@ -24,6 +24,7 @@ int cmd_generate(int argc, char **argv) {
         {"raw", OPT_FLAG, &raw, NULL, "send the prompt as plain text, no chat template", 0, 0, 0},
         {"temperature", OPT_FLOAT, &temperature, "T", "sampling temperature, 0 = greedy (default 0.7)", 0, 100, 0},
         {"top-p", OPT_FLOAT, &top_p, "P", "nucleus mass in (0,1], 1 = off (default 0.9)", 0, 1, 0},
+        {"min-p", OPT_FLOAT, &min_p, "P", "drop tokens below P times the most likely one's probability, 0 = off (default 0)", 0, 1, 0},
         {"top-k", OPT_INT, &top_k, "K", "keep the K most likely tokens, 0 = off (default 40)", 0, 1 << 22, 0},
         {"seed", OPT_U64, &seed, "N", "random seed (default 42)", 0, 0, 0},
         {"max-new-tokens", OPT_INT, &max_new, "N", "stop after N generated tokens (default 256)", 1, 1 << 20, 0},
@@ -35,7 +36,7 @@ int cmd_generate(int argc, char **argv) {
     int npos;
     int rc = args_parse("generate", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
-    sampling_params sp = {temperature, top_k, top_p};
+    sampling_params sp = {temperature, top_k, top_p, min_p};
     if (sampling_params_check(&sp)) return -1;
 
     target t;

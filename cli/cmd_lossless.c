@@ -38,7 +38,7 @@ fail:
 int cmd_lossless(int argc, char **argv) {
     int quick = 0, draws = 0, real = 0, two = 0, no_real = 0, real_tokens = 3, layers = 20, gamma = 3, top_k = 0;
     int exact = 0, exact_too = 0;
-    float temperature = 1.0f, top_p = 1.0f;
+    float temperature = 1.0f, top_p = 1.0f, min_p = 0;
     const char *out = NULL, *model = NULL, *only = NULL, *part = NULL, *be_name = NULL;
     opt_def opts[] = {
         {"draws", OPT_INT, &draws, "N", "draws per case (default 100000, the fp32 half of --both-contracts half as many; with --two-sample 4100 per arm)", 100, 1e9, 0},
@@ -60,13 +60,14 @@ int cmd_lossless(int argc, char **argv) {
         {"gamma", OPT_INT, &gamma, "N", "--two-sample: drafts per round (default 3)", 1, 64, 0},
         {"temperature", OPT_FLOAT, &temperature, "T", "--two-sample: sampling temperature (default 1)", 0.01, 100, 0},
         {"top-p", OPT_FLOAT, &top_p, "P", "--two-sample: nucleus mass (default 1)", 1e-6, 1, 0},
+        {"min-p", OPT_FLOAT, &min_p, "P", "--two-sample: min-p, 0 = off", 0, 1, 0},
         {"top-k", OPT_INT, &top_k, "K", "--two-sample: top-k, 0 = off", 0, 1 << 22, 0},
         OPT_END};
     const char *pos[1];
     int npos, rc = args_parse("lossless", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
     if (two) {
-        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p}, 1, exact, be_name};
+        real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p, min_p}, 1, exact, be_name};
         int r = lossless_real(&ro);
         if (r > 0) ds_error("losslessness gate (--two-sample) failed: speculative and autoregressive samples differ");
         return r ? -1 : 0;

@@ -100,6 +100,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, const ch
         fprintf(o, "drafter `%s`, scheduler `%s`, gamma %g, temperature %g, top-p %g, top-k %g, max new tokens %g, seed %.0f  \n",
                 drs ? drs : "null", scs ? scs : "?", cfg_num(cfg, "gamma"), cfg_num(cfg, "temperature"),
                 cfg_num(cfg, "top_p"), cfg_num(cfg, "top_k"), cfg_num(cfg, "max_new_tokens"), cfg_num(cfg, "seed"));
+        if (cfg_num(cfg, "min_p") > 0) fprintf(o, "min-p %g  \n", cfg_num(cfg, "min_p"));
         free(drs);
         free(scs);
     }

@@ -34,7 +34,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
                *verifier = NULL;
     int gamma = 0, tree_nodes = 0, limit = -1, top_k = -1, max_new = 0, threads = -1, draft_layers = 0, draft_vocab = 0, skip_bad = 0, no_baseline = 0,
         concurrency = 0, exact = 0, compare_verifiers = 0;
-    float temperature = -1, top_p = -1;
+    float temperature = -1, top_p = -1, min_p = -1;
     uint64_t seed = 0;
     int seen_seed = 0;
     opt_def opts[] = {
@@ -54,6 +54,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
         {"data-root", OPT_STR, &data_root, "DIR", "where the shared datasets live (default ../shared/datasets)", 0, 0, 0},
         {"temperature", OPT_FLOAT, &temperature, "T", "0 = greedy (default 0)", 0, 100, 0},
         {"top-p", OPT_FLOAT, &top_p, "P", "nucleus mass, 1 = off", 1e-6, 1, 0},
+        {"min-p", OPT_FLOAT, &min_p, "P", "drop tokens below P times the most likely one's probability, 0 = off", 0, 1, 0},
         {"top-k", OPT_INT, &top_k, "K", "0 = off", 0, 1 << 22, 0},
         {"seed", OPT_U64, &seed, "N", "random seed (default 1)", 0, 0, &seen_seed},
         {"max-new-tokens", OPT_INT, &max_new, "N", "output budget per request (default 128)", 1, 1 << 20, 0},
@@ -101,6 +102,7 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (data_root) cJSON_AddStringToObject(j, "data_root", data_root);
     if (temperature >= 0) cJSON_AddNumberToObject(j, "temperature", temperature);
     if (top_p >= 0) cJSON_AddNumberToObject(j, "top_p", top_p);
+    if (min_p >= 0) cJSON_AddNumberToObject(j, "min_p", min_p);
     if (top_k >= 0) cJSON_AddNumberToObject(j, "top_k", top_k);
     if (seen_seed) cJSON_AddNumberToObject(j, "seed", (double)seed);
     if (max_new) cJSON_AddNumberToObject(j, "max_new_tokens", max_new);

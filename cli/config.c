@@ -125,11 +125,11 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
             return -1;
         }
     }
-    double temp = c->sp.temperature, top_p = c->sp.top_p;
+    double temp = c->sp.temperature, top_p = c->sp.top_p, min_p = c->sp.min_p;
     if (jcfg_int(&r, "gamma", 1, 64, &c->gamma) || jcfg_int(&r, "limit", 0, 1000000, &c->limit) ||
         jcfg_bool(&r, "skip_bad_lines", &c->skip_bad) || jcfg_strcpy(&r, "data_root", c->data_root, sizeof c->data_root) ||
         jcfg_double(&r, "temperature", 0, 100, &temp) || jcfg_double(&r, "top_p", 1e-6, 1, &top_p) ||
-        jcfg_int(&r, "top_k", 0, 1 << 22, &c->sp.top_k) || jcfg_u64(&r, "seed", &c->seed) ||
+        jcfg_double(&r, "min_p", 0, 1, &min_p) || jcfg_int(&r, "top_k", 0, 1 << 22, &c->sp.top_k) || jcfg_u64(&r, "seed", &c->seed) ||
         jcfg_int(&r, "max_new_tokens", 1, 1 << 20, &c->max_new) || jcfg_int(&r, "threads", 0, 256, &c->threads) ||
         jcfg_strcpy(&r, "backend", c->backend, sizeof c->backend) || jcfg_bool(&r, "exact", &c->exact) ||
         jcfg_strcpy(&r, "isa", c->isa, sizeof c->isa) ||
@@ -146,6 +146,7 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
     }
     c->sp.temperature = (float)temp;
     c->sp.top_p = (float)top_p;
+    c->sp.min_p = (float)min_p;
     jcfg_skip(&r, "comment"); /* free text for people reading the config */
     jcfg_skip(&r, "description");
     return jcfg_close(&r);
@@ -183,6 +184,7 @@ cJSON *run_config_json(const run_config *c) {
     cJSON_AddStringToObject(j, "data_root", c->data_root);
     cJSON_AddNumberToObject(j, "temperature", c->sp.temperature);
     cJSON_AddNumberToObject(j, "top_p", c->sp.top_p);
+    cJSON_AddNumberToObject(j, "min_p", c->sp.min_p);
     cJSON_AddNumberToObject(j, "top_k", c->sp.top_k);
     cJSON_AddNumberToObject(j, "seed", (double)c->seed);
     cJSON_AddNumberToObject(j, "max_new_tokens", c->max_new);

@@ -122,9 +122,9 @@ int lossless_real(const real_opts *o) {
     int n_tests = 2 * (N_TOK + 1);
     double alpha = 0.01 / n_tests, zA = normal_quantile(1 - alpha / 2), zB = normal_quantile(0.9);
     double delta = (zA + zB) * sqrt(2 * 0.25 / o->draws);
-    printf("lossless --two-sample: %s, vanilla self-draft of %d layers, gamma %d, T=%g top-p %g top-k %d; N = %d draws per arm "
+    printf("lossless --two-sample: %s, vanilla self-draft of %d layers, gamma %d, T=%g top-p %g top-k %d min-p %g; N = %d draws per arm "
            "and prompt\n",
-           t.m.path, o->draft_layers, o->gamma, (double)o->sp.temperature, (double)o->sp.top_p, o->sp.top_k, o->draws);
+           t.m.path, o->draft_layers, o->gamma, (double)o->sp.temperature, (double)o->sp.top_p, o->sp.top_k, (double)o->sp.min_p, o->draws);
     printf("power: a two-proportion test at alpha = 0.01/%d detects a shift of %.3f in the probability of any fixed "
            "event (p near 1/2) with power 0.9; total variation 0.05 needs N >= %.0f\n\n",
            n_tests, delta, ceil(pow(zA + zB, 2) * 0.5 / (0.05 * 0.05)));

@@ -54,6 +54,7 @@ int train_config_parse(const cJSON *cfg, const char *config_path, train_config *
            jcfg_int(&dj, "limit", 0, 1000000000, &d.limit) || jcfg_bool(&dj, "given", &d.given) ||
            jcfg_bool(&dj, "skip_bad_lines", &d.skip_bad) || jcfg_bool(&dj, "rebuild", &d.rebuild) ||
            jcfg_float(&dj, "temperature", 0, 100, &d.sp.temperature) || jcfg_float(&dj, "top_p", 1e-6, 1, &d.sp.top_p) ||
+           jcfg_float(&dj, "min_p", 0, 1, &d.sp.min_p) ||
            jcfg_int(&dj, "top_k", 0, 1 << 22, &d.sp.top_k) || jcfg_int(&dj, "max_new_tokens", 1, 1 << 16, &d.max_new) ||
            jcfg_int(&dj, "max_prompt", 2, 1 << 16, &d.max_prompt) || jcfg_u64(&dj, "seed", &d.seed) ||
            jcfg_int(&dj, "target_top_k", 1, 4096, &d.top_k) || jcfg_bool(&dj, "store_final", &d.store_final) ||

@@ -290,6 +290,7 @@ static cJSON *provenance(const target *t, const traindata_opts *o, const prompt_
     cJSON_AddBoolToObject(j, "given", o->given);
     cJSON_AddNumberToObject(j, "temperature", o->sp.temperature);
     cJSON_AddNumberToObject(j, "top_p", o->sp.top_p);
+    if (o->sp.min_p > 0) cJSON_AddNumberToObject(j, "min_p", o->sp.min_p); /* absent: caches built before it stay valid */
     cJSON_AddNumberToObject(j, "top_k", o->sp.top_k);
     cJSON_AddNumberToObject(j, "max_new_tokens", o->max_new);
     cJSON_AddNumberToObject(j, "max_prompt", o->max_prompt);

@@ -100,9 +100,10 @@ int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv
     DS_TRY(logits_process(z, n, sp, sub ? tmp : qk, scr));
     if (sub) subvocab_scatter(sv, tmp, qk);
     const float *law = sub ? tmp : qk;
-    if (d->fault == FAULT_DRAFT_NO_TOP_P) { /* the control: sample one law, report another */
+    if (d->fault == FAULT_DRAFT_NO_TOP_P || d->fault == FAULT_DRAFT_NO_MIN_P) { /* the controls: sample one law, report another */
         sampling_params nop = *sp;
-        nop.top_p = 1.0f;
+        if (d->fault == FAULT_DRAFT_NO_TOP_P) nop.top_p = 1.0f;
+        else nop.min_p = 0;
         DS_TRY(logits_process(z, n, &nop, tmp, scr));
         law = tmp;
     }

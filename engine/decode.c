@@ -317,8 +317,10 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
         draft_block *blk = &c->blocks[a];
         int l = c->len[a], base = q->tkv->len - c->n_new[a]; /* cache length before this round */
         float *p = c->p;
+        sampling_params vsp = cfg->sp;
+        if (cfg->fault == FAULT_VERIFY_NO_MIN_P) vsp.min_p = 0; /* the control: min-p dropped for verified tokens */
         for (int k = 0; k <= l; k++)
-            if (logits_process(c->logits + (size_t)(row + k) * V, V, &cfg->sp, p + (size_t)k * V, &c->scr)) {
+            if (logits_process(c->logits + (size_t)(row + k) * V, V, &vsp, p + (size_t)k * V, &c->scr)) {
                 ds_error_prefix("request %d, output position %d: the target's row", q->id, request_n_out(q) + k);
                 goto fail;
             }

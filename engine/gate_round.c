@@ -25,11 +25,11 @@
 
 /* the sampling settings of the cases; top-k keeps the enumeration small, so every setting can run
  * in CI; "full" (every token possible) is the slow one */
-enum { S_TOPK, S_TOPP, S_GREEDY, S_FULL, S_REAL, S_COUNT };
+enum { S_TOPK, S_TOPP, S_GREEDY, S_FULL, S_REAL, S_MINP, S_COUNT };
 static const sampling_params SETTINGS[S_COUNT] = {
-    {1.0f, 4, 1.0f}, {0.8f, 5, 0.85f}, {0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {1.0f, 3, 1.0f}};
+    {1.0f, 4, 1.0f}, {0.8f, 5, 0.85f}, {0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {1.0f, 3, 1.0f}, {1.2f, 0, 1.0f, 0.25f}};
 static const char *const SETTING_NAMES[S_COUNT] = {"T=1 top-k=4", "T=0.8 top-k=5 top-p=0.85", "T=0 (greedy)", "T=1",
-                                                   "T=1 top-k=3"};
+                                                   "T=1 top-k=3", "T=1.2 min-p=0.25"};
 
 /* The target's law of the N tokens after the prefill token, over its support: sequences in
  * lexicographic order (so a sequence is found by binary search). */
@@ -618,6 +618,10 @@ static const control_case CONTROLS[] = {
     {"vanilla", "greedy", S_TOPK, K_EXACT, FAULT_TREE_KEEP_SHARE, 2},
     {"vanilla", "fixed", S_TOPK, K_EXACT, FAULT_BLOCK_TOKENWISE, 0, 1}, /* block verification, token-wise tests */
     {"vanilla", "fixed", S_TOPK, K_SAMPLE, FAULT_BLOCK_TOKENWISE, 0, 1},
+    {"dspark-markov", "fixed", S_MINP, K_EXACT, FAULT_DRAFT_NO_MIN_P}, /* a draft sampled without min-p */
+    {"vanilla", "fixed", S_MINP, K_EXACT, FAULT_DRAFT_NO_MIN_P},
+    {"vanilla", "fixed", S_MINP, K_EXACT, FAULT_VERIFY_NO_MIN_P}, /* the target's verified rows without it */
+    {"dspark-markov", "greedy", S_MINP, K_EXACT, FAULT_VERIFY_NO_MIN_P},
 };
 #define N_CONTROLS (int)(sizeof CONTROLS / sizeof *CONTROLS)
 
@@ -780,6 +784,10 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
                 if (so->gate_sparse && !only && !representative(dops) && (st == S_TOPP || quick)) continue;
                 if (run_one(rep, &pd, dops, so->name, st, K_EXACT, FAULT_NONE, 0, 0, seed++, 0, 0)) goto done;
             }
+            /* min-p (the row's tokens below a share of its largest dropped) on the draft's rows and the
+             * target's alike; its own seeds, so the cases above keep their worlds */
+            if (is_fixed && run_one(rep, &pd, dops, so->name, S_MINP, K_EXACT, FAULT_NONE, 0, 0, 7700 + (uint64_t)di, 0, 0))
+                goto done;
             /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
              * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
             int sample = quick ? is_fixed : !has_det || is_fixed || !strcmp(so->name, "greedy");

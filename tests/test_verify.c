@@ -12,8 +12,8 @@
 
 /* logits_process against an independent float64 one written from the definitions: p ∝ exp(z / T)
  * over the k largest (ties to the lower id), then the smallest prefix of the descending order whose
- * mass reaches top_p, renormalised. Same support, and each probability within 2e-6 relative (the
- * float exp and the float result). */
+ * mass reaches top_p, then the tokens whose exp(z / T - max) reaches min_p, renormalised. Same
+ * support, and each probability within 2e-6 relative (the float exp and the float result). */
 static const double *g_sort_p;
 static int cmp_desc(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
@@ -37,6 +37,7 @@ static void ref_process(const float *z, int V, const sampling_params *sp, double
             cut = j + 1;
             break;
         }
+    while (sp->min_p > 0 && cut > 1 && exp(p[ord[cut - 1]] - mx) < sp->min_p) cut--; /* min-p: a suffix goes */
     double kept = 0;
     for (int j = 0; j < cut; j++) kept += exp(p[ord[j]] - mx);
     double *q = malloc(sizeof(double) * (size_t)V);
@@ -52,7 +53,10 @@ static void test_logits_process_reference(void **state) {
     rng_t r;
     rng_seed(&r, 17);
     int Vs[] = {5, 1000, 49157};
-    sampling_params sps[] = {{1.0f, 0, 1.0f}, {0.6f, 0, 1.0f}, {1.3f, 40, 1.0f}, {0.8f, 0, 0.9f}, {1.0f, 50, 0.8f}};
+    sampling_params sps[] = {{1.0f, 0, 1.0f},        {0.6f, 0, 1.0f},         {1.3f, 40, 1.0f},
+                             {0.8f, 0, 0.9f},        {1.0f, 50, 0.8f},        {1.0f, 0, 1.0f, 0.05f},
+                             {1.5f, 0, 0.95f, 0.2f}, {0.7f, 30, 1.0f, 0.01f}, {1.0f, 0, 1.0f, 1.0f}};
+    const int n_sps = (int)(sizeof sps / sizeof *sps);
     for (int vi = 0; vi < 3; vi++) {
         int V = Vs[vi];
         float *z = malloc(sizeof(float) * (size_t)V), *p = malloc(sizeof(float) * (size_t)V);
@@ -62,7 +66,7 @@ static void test_logits_process_reference(void **state) {
         for (int i = 0; i < V; i++) z[i] = (float)(rng_uniform(&r) * 16 - 8);
         z[V / 2] = -INFINITY; /* a masked token */
         lp_scratch scr = {0};
-        for (int si = 0; si < 5; si++) {
+        for (int si = 0; si < n_sps; si++) {
             assert_int_equal(logits_process(z, V, &sps[si], p, &scr), 0);
             ref_process(z, V, &sps[si], want, ord);
             double worst = 0, total = 0;
@@ -73,6 +77,13 @@ static void test_logits_process_reference(void **state) {
             }
             if (worst > 2e-6) fail_msg("V %d case %d: relative error %g", V, si, worst);
             assert_true(fabs(total - 1) < 1e-5);
+        }
+        /* a min-p outside [0, 1] is refused with its name */
+        const float bad[] = {-0.1f, 1.5f, NAN};
+        for (int b = 0; b < 3; b++) {
+            sampling_params sp = {1.0f, 0, 1.0f, bad[b]};
+            assert_int_equal(logits_process(z, V, &sp, p, &scr), -1);
+            assert_non_null(strstr(ds_errmsg(), "min-p"));
         }
         lp_scratch_free(&scr);
         free(z), free(p), free(want), free(ord);

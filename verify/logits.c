@@ -23,6 +23,10 @@ int sampling_params_check(const sampling_params *sp) {
         ds_error("top-p %g must be in (0, 1] (1 = off)", (double)sp->top_p);
         return -1;
     }
+    if (!(sp->min_p >= 0 && sp->min_p <= 1)) {
+        ds_error("min-p %g must be in [0, 1] (0 = off)", (double)sp->min_p);
+        return -1;
+    }
     return 0;
 }
 
@@ -153,6 +157,19 @@ int logits_process(const float *logits, int V, const sampling_params *sp, float 
         for (int j = 0; j < keep; j++) tmp[j] = probs[id[j]];
         memset(probs, 0, sizeof(float) * (size_t)V);
         for (int j = 0; j < keep; j++) probs[id[j]] = (float)(tmp[j] / kept);
+    }
+    if (sp->min_p > 0) {
+        /* min-p: the kept tokens' probabilities are their exp(z - max) over one sum, so the test against
+         * min_p times the largest reads the logits' gaps alone (the most likely token always stays) */
+        float mx = 0;
+        for (int i = 0; i < V; i++) mx = probs[i] > mx ? probs[i] : mx;
+        float cut = sp->min_p * mx;
+        double kept = 0;
+        for (int i = 0; i < V; i++) {
+            if (probs[i] < cut) probs[i] = 0;
+            kept += probs[i];
+        }
+        for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / kept);
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 /* logits.h — the one logit-processing function applied to target and draft alike.
  *
- * Order (as HF transformers and vLLM): temperature, then top-k, then top-p, then renormalise.
+ * Order (as HF transformers and vLLM): temperature, then top-k, then top-p, then min-p (tokens below
+ * min_p times the most likely one's probability dropped), then renormalise.
  * Temperature 0 (below 1e-5) is greedy: a one-hot distribution on the argmax (lowest id on ties).
  * Ties at the top-k / top-p boundary are broken by lower token id, so the kept set is a function of
  * the logits alone. Losslessness of speculative decoding is with respect to this processed target
@@ -12,6 +13,7 @@ typedef struct {
     float temperature;  /* 0 = greedy */
     int top_k;          /* 0 = off */
     float top_p;        /* 1 = off */
+    float min_p;        /* 0 = off: keep tokens with p >= min_p * max p (after top-k and top-p) */
 } sampling_params;
 
 typedef struct {

@@ -17,7 +17,7 @@ const char *const VERIFY_FAULT_NAMES[FAULT_COUNT] = {
     "draft-wrong-q", "combine-peeks", "draft-stop-peeks", "tree-ratio",
     "tree-resample-p", "block-tokenwise", "tree-sibling-row", "tree-kv-kept",
     "tree-trunc-residual", "tree-dup-unmerged", "tree-wor-parent-q", "tree-conf-token", "tree-keep-token",
-    "tree-keep-share",
+    "tree-keep-share", "draft-no-min-p", "verify-no-min-p",
 };
 
 const char *const CHAIN_RULE_NAMES[2] = {"token", "block"};

@@ -63,6 +63,9 @@ typedef enum {
                                   * path probability reaches the threshold: its existence reads its token */
     FAULT_TREE_KEEP_SHARE,       /* ... keeps it only when its token's share of what its earlier siblings left of the
                                   * processed row, times its parent's path probability, reaches the threshold */
+    FAULT_DRAFT_NO_MIN_P,        /* a drafter samples without min-p but reports the min-p'd q */
+    FAULT_VERIFY_NO_MIN_P,       /* the round's target rows processed without min-p (the prefill's first token
+                                  * keeps it): min-p silently dropped for verified tokens (vLLM #42744) */
     FAULT_COUNT
 } verify_fault;
 extern const char *const VERIFY_FAULT_NAMES[FAULT_COUNT];
