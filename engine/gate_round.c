@@ -25,11 +25,12 @@
 
 /* the sampling settings of the cases; top-k keeps the enumeration small, so every setting can run
  * in CI; "full" (every token possible) is the slow one */
-enum { S_TOPK, S_TOPP, S_GREEDY, S_FULL, S_REAL, S_MINP, S_COUNT };
+enum { S_TOPK, S_TOPP, S_GREEDY, S_FULL, S_REAL, S_MINP, S_REAL_MINP, S_COUNT };
 static const sampling_params SETTINGS[S_COUNT] = {
-    {1.0f, 4, 1.0f}, {0.8f, 5, 0.85f}, {0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {1.0f, 3, 1.0f}, {1.2f, 0, 1.0f, 0.25f}};
+    {1.0f, 4, 1.0f}, {0.8f, 5, 0.85f}, {0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {1.0f, 3, 1.0f}, {1.2f, 0, 1.0f, 0.25f},
+    {1.0f, 3, 1.0f, 0.2f}};
 static const char *const SETTING_NAMES[S_COUNT] = {"T=1 top-k=4", "T=0.8 top-k=5 top-p=0.85", "T=0 (greedy)", "T=1",
-                                                   "T=1 top-k=3", "T=1.2 min-p=0.25"};
+                                                   "T=1 top-k=3", "T=1.2 min-p=0.25", "T=1 top-k=3 min-p=0.2"};
 
 /* The target's law of the N tokens after the prefill token, over its support: sequences in
  * lexicographic order (so a sequence is found by binary search). */
@@ -880,10 +881,17 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
             int skip = so->needs_conf && !w.d.has_conf;
             if (verbose && !skip) fprintf(stderr, "lossless --real: %s, %s (%.0f s)\n", dops->name, so->name, ds_now() - t0);
             int r = skip ? 0 : run_exact(rep, &w, so->name, S_REAL, FAULT_NONE, 0);
-            if (!r && !skip && strcmp(so->name, "fixed") == 0 && strcmp(dops->name, "vanilla") == 0)
-                r = run_exact(rep, &w, so->name, S_REAL, FAULT_BONUS_ROW, 1);
+            int vf = !skip && strcmp(so->name, "fixed") == 0 && strcmp(dops->name, "vanilla") == 0;
+            if (!r && vf) r = run_exact(rep, &w, so->name, S_REAL, FAULT_BONUS_ROW, 1);
             rw_close(&w);
             if (r) goto done;
+            if (vf) { /* min-p on the real rows: the self-draft and its control, min-p dropped for verified tokens */
+                if (rw_open(&w, dops, so->name, S_REAL_MINP, 1, 300 + (uint64_t)di, &t, N, 0)) goto done;
+                r = run_exact(rep, &w, so->name, S_REAL_MINP, FAULT_NONE, 0) ||
+                    run_exact(rep, &w, so->name, S_REAL_MINP, FAULT_VERIFY_NO_MIN_P, 1);
+                rw_close(&w);
+                if (r) goto done;
+            }
         }
     for (int i = n0; i < rep->n; i++) { /* the support covers all the processed law: say so */
         char *e = rep->rec[i].test + strlen(rep->rec[i].test);
