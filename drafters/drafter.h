@@ -122,6 +122,9 @@ void drafter_close(drafter *d);
  * of softmax(z) at temperature 1 (a function of the state, never of the drawn x_k), temperature-
  * scaled by the checkpoint's calibration ck->calib[k] (ck: NULL for none; conf_raw keeps it
  * unscaled). tmp [out->V] is scratch. */
+/* the draft-side sampling controls (FAULT_DRAFT_NO_TOP_P, FAULT_DRAFT_NO_MIN_P): 1 with *out the settings
+ * the mutant samples with (one filter dropped) while it reports the law under sp; 0 for any other fault */
+int drafter_mutant_sp(const drafter *d, const sampling_params *sp, sampling_params *out);
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
                       const draft_contract *ck, int k, draft_block *out, lp_scratch *scr, float *tmp);
 

@@ -431,10 +431,8 @@ static int dspark_propose(drafter *d, request *r, int gamma, const sampling_para
                       c->conf && out->conf_raw ? &out->conf_raw[k] : NULL))
             return -1;
         const float *law = qk;
-        if (d->fault == FAULT_DRAFT_NO_TOP_P || d->fault == FAULT_DRAFT_NO_MIN_P) { /* the controls: sample one law, report another */
-            sampling_params nop = *sp;
-            if (d->fault == FAULT_DRAFT_NO_TOP_P) nop.top_p = 1.0f;
-            else nop.min_p = 0;
+        sampling_params nop;
+        if (drafter_mutant_sp(d, sp, &nop)) { /* the controls: sample one law, report another */
             if (logits_process(s->zrow, s->m.Vd, &nop, s->m.sv.vid ? s->qsub : s->qalt, &s->scr)) return -1;
             if (s->m.sv.vid) subvocab_scatter(&s->m.sv, s->qsub, s->qalt);
             law = s->qalt;

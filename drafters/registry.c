@@ -92,6 +92,14 @@ void draft_block_free(draft_block *b) {
     memset(b, 0, sizeof *b);
 }
 
+int drafter_mutant_sp(const drafter *d, const sampling_params *sp, sampling_params *out) {
+    *out = *sp;
+    if (d->fault == FAULT_DRAFT_NO_TOP_P) out->top_p = 1.0f;
+    else if (d->fault == FAULT_DRAFT_NO_MIN_P) out->min_p = 0;
+    else return 0;
+    return 1;
+}
+
 int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv, const sampling_params *sp,
                       const draft_contract *ck, int k, draft_block *out, lp_scratch *scr, float *tmp) {
     int V = out->V, sub = sv && sv->vid, n = sub ? sv->Vd : V;
@@ -100,10 +108,8 @@ int draft_from_logits(drafter *d, request *r, const float *z, const subvocab *sv
     DS_TRY(logits_process(z, n, sp, sub ? tmp : qk, scr));
     if (sub) subvocab_scatter(sv, tmp, qk);
     const float *law = sub ? tmp : qk;
-    if (d->fault == FAULT_DRAFT_NO_TOP_P || d->fault == FAULT_DRAFT_NO_MIN_P) { /* the controls: sample one law, report another */
-        sampling_params nop = *sp;
-        if (d->fault == FAULT_DRAFT_NO_TOP_P) nop.top_p = 1.0f;
-        else nop.min_p = 0;
+    sampling_params nop;
+    if (drafter_mutant_sp(d, sp, &nop)) { /* the controls: sample one law, report another */
         DS_TRY(logits_process(z, n, &nop, tmp, scr));
         law = tmp;
     }
