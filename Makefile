@@ -159,11 +159,13 @@ faults: $(BIN) model
 # gguf (reader, decoders, tokenizer), config (run/train/drafter/scheduler JSON), dataset (loaders),
 # safetensors (+ HF config.json), trace (the reader behind `report`). Needs clang and libomp-14-dev.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= gguf config dataset safetensors trace
+FUZZ_TARGETS ?= gguf model config dataset safetensors trace
 FUZZ_BUILD := build-fuzz
 # fuzz_trace's memory grows ~180 KB per input across mutated HDF5 files (not reproduced by looping
 # HDF5 calls on one input; an open lead): it runs in fork mode, a child restarted after an OOM
 FUZZ_FLAGS_trace := -fork=1 -ignore_ooms=1
+# fuzz_model's seeds are whole tiny models (the K-quant ones ~100-330 KB)
+FUZZ_FLAGS_model := -max_len=400000
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -march=x86-64-v2 -fopenmp -fsanitize=address,undefined \
                -fno-sanitize-recover=undefined $(PKG_CFLAGS)
 FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/cli/config.o $(FUZZ_BUILD)/cli/train_config.o \
@@ -182,14 +184,16 @@ fuzz: $(BIN) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 	@mkdir -p $(FUZZ_BUILD)/seeds/gguf $(FUZZ_BUILD)/seeds/trace
 	python3 tests/fuzz/make_seeds.py $(FUZZ_BUILD)/seeds/gguf
 	python3 tests/fuzz/make_seeds_inputs.py $(FUZZ_BUILD)/seeds
+	@mkdir -p $(FUZZ_BUILD)/seeds/model
+	FUZZ_MODEL_SEEDS=$(FUZZ_BUILD)/seeds/model $(FUZZ_BUILD)/fuzz_model
 	@# a trace to start from: the quick gate's (at 200 draws its controls lack power and it says so; the file is written anyway)
 	@test -f $(FUZZ_BUILD)/seeds/trace/gate.h5 || $(BIN) lossless --quick --no-real --draws 200 \
 	  --out $(FUZZ_BUILD)/seeds/trace/gate.h5 > /dev/null 2>&1 || test -f $(FUZZ_BUILD)/seeds/trace/gate.h5
 	@# the fuzzer's own exit status decides (a pipeline's is its last command's)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_BUILD)/corpus/$$t; echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
-	  flags=""; [ $$t = trace ] && flags="$(FUZZ_FLAGS_trace)"; \
-	  (ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp $(FUZZ_BUILD)/fuzz_$$t $$flags -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-	    -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t; echo "fuzz exit $$?") \
+	  flags=""; [ $$t = trace ] && flags="$(FUZZ_FLAGS_trace)"; [ $$t = model ] && flags="$(FUZZ_FLAGS_model)"; \
+	  (ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -rss_limit_mb=2048 -print_final_stats=1 $$flags $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/seeds/$$t; echo "fuzz exit $$?") \
 	    2>&1 | grep -v '^warning: ' | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|fuzz exit"; \
 	  grep -q '^fuzz exit 0$$' $(FUZZ_BUILD)/fuzz_$$t.log || exit 1; done
 

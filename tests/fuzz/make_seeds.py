@@ -2,7 +2,8 @@
 """Write small valid GGUF files as the fuzzer's seed corpus: python3 tests/fuzz/make_seeds.py DIR
 
 Seeds cover every metadata value type, nested arrays, a custom alignment, tensors of the
-decodable types, and a byte-level BPE tokenizer (256 byte tokens, a few merges, specials)."""
+decodable types (the real pair's Q5_0, Q4_K and Q6_K among them), and a byte-level BPE tokenizer
+(256 byte tokens, a few merges, specials) with SmolLM2's and Qwen2's pre-tokenizers."""
 import os
 import struct
 import sys
@@ -51,8 +52,16 @@ def main(d):
     ]
     q41 = f16(0.1) + f16(-0.5) + bytes(range(16))
     q80 = f16(0.05) + bytes(range(32))
+    # the real pair's block types: Q5_0 (d, 4 bytes of fifth bits, 16 of nibbles), Q4_K (d, dmin, 12 bytes
+    # of packed 6-bit scales and mins, 128 of nibbles), Q6_K (128 low nibble bytes, 64 of high bits, 16
+    # int8 scales, d)
+    q50 = f16(0.25) + bytes([0x5a, 0xc3, 0x0f, 0xf0]) + bytes(range(16))
+    q4k = f16(0.01) + f16(0.02) + bytes((7 * i + 3) % 256 for i in range(12)) + bytes((i * 37) % 256 for i in range(128))
+    q6k = bytes((i * 11) % 256 for i in range(128)) + bytes((i * 5) % 256 for i in range(64)) + \
+        bytes((i * 9 - 60) % 256 for i in range(16)) + f16(0.003)
     tensors = [("t.f32", 0, [4, 2], struct.pack("<8f", *range(8))), ("t.q41", 3, [32], q41),
-               ("t.q80", 8, [32, 1], q80), ("t.f16", 1, [2], f16(1.0) + f16(-2.0))]
+               ("t.q80", 8, [32, 1], q80), ("t.f16", 1, [2], f16(1.0) + f16(-2.0)),
+               ("t.q50", 6, [32], q50), ("t.q4k", 12, [256], q4k), ("t.q6k", 14, [256], q6k)]
     open(os.path.join(d, "seed_types.gguf"), "wb").write(gguf(scalars, tensors))
     open(os.path.join(d, "seed_align64.gguf"), "wb").write(
         gguf([kv("general.alignment", U32, struct.pack("<I", 64))] + scalars[:3], tensors, 64))
@@ -67,6 +76,10 @@ def main(d):
         kv("tokenizer.ggml.eos_token_id", U32, struct.pack("<I", 259)),
     ]
     open(os.path.join(d, "seed_tokenizer.gguf"), "wb").write(gguf(tok_kvs, tensors[:1]))
+    # Qwen2's pre-tokenizer (the real pair's) with its end-of-turn token
+    qwen_kvs = [kv("tokenizer.ggml.pre", STR, s("qwen2")) if k.startswith(s("tokenizer.ggml.pre")) else k
+                for k in tok_kvs]
+    open(os.path.join(d, "seed_tokenizer_qwen2.gguf"), "wb").write(gguf(qwen_kvs, tensors[:1]))
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "tests/fuzz/seeds")
