@@ -91,7 +91,7 @@ struct drafter {
     void *impl;
     target *t;
     char fingerprint[64];
-    char describe[160];      /* one line for reports: family and configuration */
+    char describe[512];      /* one line for reports: family and configuration (a separate LM's path and every lever fit) */
     int has_conf;
     int deterministic;       /* drafts are a function of the context (q = delta(x), no draws): training-free */
     int max_gamma;           /* drafts per round it was trained for (0 = any); run refuses more */

@@ -60,14 +60,20 @@ int subvocab_by_rank(subvocab *s, const tokenizer *tk, int V, int Vd) {
     DS_CHECK(Vd >= 1, "a draft vocabulary needs at least one token (got %d)", Vd);
     DS_TRYP(ids = ds_malloc(sizeof(int) * (size_t)V, "draft vocabulary"));
     DS_TRYP(in = ds_calloc((size_t)V, 1, "draft vocabulary"));
-    for (int pass = 0; pass < 2 && n < Vd; pass++) /* pinned ones first, then the rest by id */
-        for (int v = 0; v < V && n < Vd; v++) {
+    int n_pin = 0;
+    for (int pass = 0; pass < 2 && n < Vd; pass++) { /* pinned ones first, then the rest by id */
+        for (int v = 0; v < V && (pass == 0 || n < Vd); v++) {
             int ty = v < tk->n_vocab && tk->type ? tk->type[v] : TOK_NORMAL;
             int pin = ty == TOK_CONTROL || ty == TOK_USER || ty == TOK_BYTE || tokenizer_is_eog(tk, v) ||
                       v == tk->eos || v == tk->bos;
             if (v >= tk->n_vocab || ty == TOK_UNUSED || in[v] || pin != (pass == 0)) continue;
             in[v] = 1, n++;
         }
+        /* all of them or none: a vocabulary of specials only would draft nothing a text needs */
+        if (pass == 0) n_pin = n;
+        DS_CHECK(n_pin <= Vd, "draft_vocab %d is smaller than the %d tokens that must be in it (special, end, byte)", Vd,
+                 n_pin);
+    }
     DS_CHECK(n == Vd, "a draft vocabulary of %d tokens from a vocabulary of %d usable ones", Vd, n);
     n = 0;
     for (int v = 0; v < V; v++)

@@ -28,7 +28,7 @@ void subvocab_full(subvocab *s, int V);
  * hash ("" or NULL: none) must match the ids' own. -1 with a message naming the bad id. */
 int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorded_hash);
 /* Vd ids with no data: every control, user-defined, byte and end-of-generation token (what any
- * output may need), then the lowest remaining ids. A byte-level BPE numbers its tokens in the order
+ * output may need; -1 when they alone are more than Vd), then the lowest remaining ids. A byte-level BPE numbers its tokens in the order
  * its merges were learned, most frequent pair first, so the low ids are the tokenizer corpus's
  * common pieces: FR-Spec's frequency ranking without a cache, for a separate draft LM. */
 struct tokenizer;

@@ -3,7 +3,8 @@
  * differences (both target sides, every tensor of every layer, with and without a draft vocabulary),
  * the float step against the double one, every supervised position trained vs served (fp32 equal to
  * the rounding, Q8_0 within its bound), the LM's KV cache after a rejection, checkpoints round-tripping
- * and refused when they do not belong, and the one-sequence overfit gate through the shared loop. */
+ * and refused when they do not belong, the one-sequence overfit gate through the shared loop, and a
+ * separate draft LM's levers on SmolLM2 (a draft vocabulary by merge rank, its head re-quantized). */
 #include "testutil.h"
 
 #include "../datasets/traindata.h"
@@ -300,6 +301,124 @@ static int load_vlm(const char *dir, const model *t) {
     if (vlm_load(&m, dir, t, 0)) return -1;
     vlm_model_free(&m);
     return 0;
+}
+
+/* The levers for a separate draft LM (the real pair's best rows): "draft_vocab" N by merge rank and
+ * "head_type" (its head re-quantized), on SmolLM2 drafting for itself. subvocab_by_rank keeps every
+ * special, end and byte token, then the lowest usable ids, and refuses fewer than the pinned ones; the
+ * re-quantized head is the gathered one within its format's rounding; the drafter's q lives on exactly
+ * the chosen ids and sums to one. */
+static int pinned_tok(const tokenizer *tk, int v) {
+    int ty = tk->type ? tk->type[v] : TOK_NORMAL;
+    return ty == TOK_CONTROL || ty == TOK_USER || ty == TOK_BYTE || tokenizer_is_eog(tk, v) || v == tk->eos ||
+           v == tk->bos;
+}
+
+static void test_draft_vocab_rank(void **state) {
+    (void)state;
+    target t;
+    if (target_open(&t, real_model_path(), &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    const tokenizer *tk = &t.tk;
+    const int V = t.m.cfg.vocab_size, Vd = 600;
+    subvocab s;
+    assert_int_equal(subvocab_by_rank(&s, tk, V, Vd), 0);
+    assert_int_equal(s.Vd, Vd);
+    int n_pin = 0, n_rest = 0, max_rest = -1;
+    for (int v = 0; v < V; v++) n_pin += pinned_tok(tk, v);
+    for (int j = 0; j < Vd; j++) {
+        int v = s.vid[j];
+        if (j) assert_true(v > s.vid[j - 1]);
+        assert_int_equal(s.vmap[v], j);
+        if (!pinned_tok(tk, v)) n_rest++, max_rest = v;
+    }
+    for (int v = 0; v < V; v++) {
+        if (pinned_tok(tk, v)) assert_true(s.vmap[v] >= 0); /* every special, end and byte token */
+        else if (v < max_rest && (!tk->type || tk->type[v] != TOK_UNUSED))
+            assert_true(s.vmap[v] >= 0); /* the others: the lowest ids, none skipped */
+    }
+    assert_int_equal(n_rest, Vd - n_pin);
+    assert_true(n_pin >= 1 && n_rest > 0);
+    /* the head: gathered in the file's format, then re-quantized row by row within its rounding */
+    assert_int_equal(subvocab_gather_head(&s, &t.m.output), 0);
+    const int D = t.m.cfg.dim;
+    float *orig = malloc(sizeof(float) * (size_t)Vd * D), *row = malloc(sizeof(float) * D);
+    for (int j = 0; j < Vd; j++) qmat_row_f32(&s.head, j, orig + (size_t)j * D);
+    for (int ty = 0; ty < 2; ty++) {
+        uint32_t type = ty ? GGML_Q4_1 : GGML_Q5_0;
+        subvocab r;
+        assert_int_equal(subvocab_by_rank(&r, tk, V, Vd), 0);
+        assert_int_equal(subvocab_gather_head(&r, &t.m.output), 0);
+        assert_int_equal(subvocab_requant_head(&r, type), 0);
+        assert_int_equal(r.head.type, type);
+        assert_int_equal(r.head.rows, Vd);
+        double worst = 0;
+        for (int j = 0; j < Vd; j++) {
+            qmat_row_f32(&r.head, j, row);
+            const float *o = orig + (size_t)j * D;
+            for (int b = 0; b < D; b += 32) {
+                float lo = o[b], hi = o[b], am = 0;
+                for (int i = b; i < b + 32; i++) lo = fminf(lo, o[i]), hi = fmaxf(hi, o[i]), am = fmaxf(am, fabsf(o[i]));
+                /* Q5_0: a step of amax / 16, the clamped end a whole step; Q4_1: half of (max - min) / 15;
+                 * both with fp16 scales (relative 2^-11 of the block's values) */
+                double step = ty ? (hi - lo) / 15.0 * 0.5 : am / 16.0, bound = step * 1.01 + 2e-3 * am + 1e-7;
+                for (int i = b; i < b + 32; i++) {
+                    double e = fabs((double)row[i] - o[i]);
+                    if (e > bound) fail_msg("%s head row %d col %d: %g vs %g (bound %g)", ggml_type_name(type), j, i,
+                                            (double)row[i], (double)o[i], bound);
+                    if (step > 0) worst = fmax(worst, e / step);
+                }
+            }
+        }
+        printf("  draft head re-quantized to %s: %d rows of %d, worst error %.3f of its step (Q5_0 amax / 16, Q4_1 (max - min) / 30)\n", ggml_type_name(type), Vd,
+               D, worst);
+        subvocab_free(&r);
+    }
+    free(orig), free(row);
+    subvocab_free(&s);
+    /* refused: fewer than the pinned tokens; the whole vocabulary at V or more */
+    assert_int_equal(subvocab_by_rank(&s, tk, V, n_pin - 1), -1);
+    assert_non_null(strstr(ds_errmsg(), "draft_vocab"));
+    subvocab_free(&s);
+    assert_int_equal(subvocab_by_rank(&s, tk, V, V), 0);
+    assert_null(s.vid);
+    subvocab_free(&s);
+    /* the drafter: its q over exactly the chosen ids */
+    char cfg[900];
+    snprintf(cfg, sizeof cfg, "{\"model\": \"%s\", \"draft_vocab\": %d, \"head_type\": \"q5_0\"}", real_model_path(), Vd);
+    cJSON *c = cJSON_Parse(cfg);
+    drafter d;
+    if (drafter_open(&d, "vanilla", c, &t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(c);
+    assert_non_null(strstr(d.describe, "draft vocabulary 600 of"));
+    assert_non_null(strstr(d.describe, "head as q5_0"));
+    assert_int_equal(subvocab_by_rank(&s, tk, V, Vd), 0);
+    int prompt[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    for (int i = 0; i < 12; i++) prompt[i] = s.vid[(i * 37 + 20) % Vd];
+    request rq;
+    draft_block blk;
+    assert_int_equal(draft_block_init(&blk, 4, V, 1), 0);
+    assert_int_equal(request_init(&rq, &t, 0, prompt, 11, 64, 3), 0);
+    assert_int_equal(ivec_push(&rq.toks, prompt[11]), 0);
+    if (d.ops->begin(&d, &rq, NULL)) fail_msg("%s", ds_errmsg());
+    for (int temp = 0; temp < 2; temp++) {
+        sampling_params sp = {temp ? 1.0f : 0.0f, 0, 1.0f};
+        if (temp && d.ops->rewind(&d, &rq)) fail_msg("%s", ds_errmsg()); /* the same anchor again */
+        if (d.ops->propose(&d, &rq, 4, &sp, &blk)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(blk.n, 4);
+        for (int k = 0; k < 4; k++) {
+            assert_true(s.vmap[blk.tok[k]] >= 0);
+            double sum = 0, outside = 0;
+            for (int v = 0; v < V; v++) sum += blk.q[(size_t)k * V + v], outside += s.vmap[v] < 0 ? blk.q[(size_t)k * V + v] : 0;
+            assert_true(fabs(sum - 1) < 1e-4);
+            assert_true(outside == 0);
+        }
+    }
+    d.ops->end(&d, &rq);
+    request_free(&rq, &t);
+    draft_block_free(&blk);
+    drafter_close(&d);
+    subvocab_free(&s);
+    target_close(&t);
 }
 
 static void test_checkpoint(void **state) {
@@ -865,6 +984,7 @@ int main(void) {
         cmocka_unit_test(test_tree_calibration),
         cmocka_unit_test(test_tree_dynamic),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_draft_vocab_rank),
         cmocka_unit_test(test_overfit_gate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
