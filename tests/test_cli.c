@@ -6,6 +6,7 @@
 #include "../runtime/backends/backend.h"
 #include "../runtime/model/models.h"
 #include "../drafters/drafter.h"
+#include "../engine/trace.h"
 #include "../schedulers/scheduler.h"
 
 #include <cJSON.h>
@@ -419,6 +420,58 @@ static void test_strict_configs(void **state) {
     remove(cfg);
 }
 
+/* report's tables a run never reached in the suite, on a trace written here with known rows:
+ * --threshold-sweep (Fig. 5 replayed: verify while c_1...c_k >= h) and the draft-tree tables (per
+ * depth, per sibling rank, siblings that led on). Every expected figure below is worked by hand. */
+static void test_report_sweep_and_tree(void **state) {
+    (void)state;
+    const char *h5 = tmp_path("sweep.h5");
+    trace *t = trace_create(h5);
+    if (!t) fail_msg("%s", ds_errmsg());
+    trace_request rq[3] = {{0, MODE_SPEC, "x", "math", 0, 5, 9, 2, 0.1, 1},
+                           {1, MODE_SPEC, "x", "code", 1, 5, 9, 1, 0.1, 2},
+                           {2, MODE_SPEC, "x", "math", 2, 5, 9, 1, 0.1, 3}};
+    for (int i = 0; i < 3; i++) assert_int_equal(trace_add_request(t, &rq[i]), 0);
+    /* math: round A c = .95 .5 .8 (a = .95 .475 .38) survived 1 1 0; round B c = .6 .9 (a = .6 .54) 1 0;
+     * code: round C c = .95 x4 (a = .95 .9025 .857 .8145) all survived; request 2: an unknown outcome */
+    const struct { int req, round; float c; int surv; } cr[] = {
+        {0, 1, .95f, 1}, {0, 1, .5f, 1}, {0, 1, .8f, 0}, {0, 2, .6f, 1}, {0, 2, .9f, 0},
+        {1, 1, .95f, 1}, {1, 1, .95f, 1}, {1, 1, .95f, 1}, {1, 1, .95f, 1}, {2, 1, .7f, 1}, {2, 1, .7f, -1}};
+    for (size_t i = 0, pos = 1; i < sizeof cr / sizeof cr[0]; i++) {
+        if (i && (cr[i].req != cr[i - 1].req || cr[i].round != cr[i - 1].round)) pos = 1;
+        trace_conf c = {cr[i].req, cr[i].round, (int)pos++, cr[i].c, cr[i].c, cr[i].c, cr[i].surv};
+        assert_int_equal(trace_add_conf(t, &c), 0);
+    }
+    /* two tree rounds: round 1 accepts d1r0 -> d2r1 (a sibling, which leads on to d3r0); round 2
+     * accepts d1r1 only (a sibling that leads nowhere) */
+    const trace_node nd[] = {{0, 1, 0, 1, 0, .8f, 1, 0}, {0, 1, 1, 1, 1, .1f, 0, 0}, {0, 1, 2, 2, 0, .5f, 0, 0},
+                             {0, 1, 3, 2, 1, .3f, 1, 1}, {0, 1, 4, 3, 0, .6f, 1, 0},
+                             {0, 2, 0, 1, 0, .6f, 0, 0}, {0, 2, 1, 1, 1, .3f, 1, 0}, {0, 2, 2, 2, 0, .4f, 0, 0}};
+    for (size_t i = 0; i < sizeof nd / sizeof nd[0]; i++) assert_int_equal(trace_add_node(t, &nd[i]), 0);
+    assert_int_equal(trace_close(t), 0);
+    run_result r;
+    run(&r, "report %s --threshold-sweep", h5);
+    if (r.status != 0) fail_msg("report --threshold-sweep: exit %d:\n%s", r.status, r.out);
+    /* math: h = 0 verifies 5, accepts 3; h = .5: A stops after 1 (1 of 1), B verifies both (1 of 2);
+     * h = .9: A's first only; code: h = .9 keeps 2 of 4 (a_3 = .857) */
+    const char *want[] = {"| math (2 rounds) | code (1 rounds) |", "| 0.00 | 0.600 [2.50] | 1.000 [4.00] |",
+                          "| 0.50 | 0.667 [1.50] | 1.000 [4.00] |", "| 0.90 | 1.000 [0.50] | 1.000 [2.00] |",
+                          "Rounds with an unknown outcome skipped."};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(r.out, want[i])) fail_msg("report --threshold-sweep lacks '%s':\n%s", want[i], r.out);
+    /* trees: 2 rounds, 8 nodes (4 a round), 4 on the paths (2 a round); depth 1: 4 nodes, 2 accepted;
+     * depth 2: 3, 1; depth 3: 1, 1; rank 0: 5 nodes, 2 accepted; rank 1: 3, 2; of the 2 accepted
+     * siblings 1 led on; mean confidence 3.6 / 8 = 0.450, of the accepted (.8 + .3 + .6 + .3) / 4 = 0.500 */
+    const char *tw[] = {"Draft trees: 2 rounds with a tree, 4.00 nodes verified and 2.000 accepted a round",
+                        "| 1 | 4 | 2 | 0.500 |", "| 2 | 3 | 1 | 0.333 |", "| 3 | 1 | 1 | 1.000 |",
+                        "| 0 | 5 | 2 | 0.400 |", "| 1 | 3 | 2 | 0.667 |",
+                        "Accepted siblings (rank > 0): 2, of which 1 (50%) led on to an accepted child.",
+                        "Mean confidence of the nodes: 0.450 (of the accepted ones 0.500)."};
+    for (size_t i = 0; i < sizeof tw / sizeof tw[0]; i++)
+        if (!strstr(r.out, tw[i])) fail_msg("report's tree tables lack '%s':\n%s", tw[i], r.out);
+    remove(h5);
+}
+
 /* report --train-curve: positions seen are the logged rows summed up to each evaluation; a torn
  * log line is an error naming the file and the line, and no report is left behind. */
 static void test_train_curve(void **state) {
@@ -504,6 +557,7 @@ int main(void) {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_real_model_commands),
         cmocka_unit_test(test_run_and_report),
+        cmocka_unit_test(test_report_sweep_and_tree),
         cmocka_unit_test(test_train_errors),
         cmocka_unit_test(test_strict_configs),
         cmocka_unit_test(test_train_curve),
