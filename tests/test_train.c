@@ -6,6 +6,7 @@
 
 #include "../datasets/traindata.h"
 #include "../drafters/blockdraft.h"
+#include "../drafters/draft_vocab.h"
 #include "../engine/decode.h"
 #include "../engine/train.h"
 #include "../schedulers/scheduler.h"
@@ -396,6 +397,102 @@ static void test_checkpoint_roundtrip(void **state) {
     tiny_close(tt);
 }
 
+/* The draft vocabulary a trained drafter's "draft_vocab" chooses from its cache (FR-Spec), on SmolLM2's
+ * tokenizer: every special, end and single-byte token, then the most frequent RESPONSE tokens (ties to
+ * the smaller id; a prompt-only token never counts), and coverage figures checked against sums done
+ * here over the cache's tokens and top-K rows. */
+static int multi_byte(const tokenizer *tk, int v) {
+    char buf[64];
+    return tokenizer_piece(tk, v, 0, buf, sizeof buf) > 1;
+}
+
+static void test_draft_vocab_choose(void **state) {
+    (void)state;
+    target t;
+    if (target_open(&t, real_model_path(), &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    const tokenizer *tk = &t.tk;
+    const int V = t.m.cfg.vocab_size;
+    /* four ordinary (multi-byte) ids from the middle of the vocabulary: a > b > c by id, e the prompt's */
+    int ord[5], n_ord = 0;
+    for (int v = 3000; v < V && n_ord < 5; v += 97)
+        if (multi_byte(tk, v) && (!tk->type || tk->type[v] == TOK_NORMAL) && !tokenizer_is_eog(tk, v)) ord[n_ord++] = v;
+    assert_int_equal(n_ord, 5);
+    const int a = ord[3], b = ord[1], c = ord[2], dd = ord[0], e = ord[4];
+    /* responses: a x5, b x3, c x3, dd x1; prompts: e x10 (never a response token) */
+    int s1[14] = {e, e, e, e, e, a, b, a, c, a, b, c, dd, a}, s2[11] = {e, e, e, e, e, a, b, c, 0, 0, 0};
+    int n2 = 8;
+    char dir[600], shard[640], cmd[700];
+    snprintf(dir, sizeof dir, "%s", tmp_path("vocab-cache"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(shard, sizeof shard, "%s/shard-0000", dir);
+    traindata_layout lay = {.n_tap = 1, .taps = {0}, .top_k = 4};
+    if (traindata_append(&t, shard, s1, 14, 5, 0, &lay) || traindata_append(&t, shard, s2, n2, 5, 1, &lay))
+        fail_msg("%s", ds_errmsg());
+    train_cache d;
+    if (traindata_open(&d, dir, &t, 0)) fail_msg("%s", ds_errmsg());
+    draft_vocab_report rep;
+    int *ids = malloc(sizeof(int) * (size_t)V);
+    assert_int_equal(draft_vocab_choose(&d, tk, V, ids, &rep), 0); /* everything: learn the pinned count */
+    const int pin = rep.pinned;
+    assert_true(pin > 0 && pin < V);
+    for (int extra = 1; extra <= 3; extra++) {
+        const int Vd = pin + extra;
+        assert_int_equal(draft_vocab_choose(&d, tk, Vd, ids, &rep), 0);
+        unsigned char *in = calloc((size_t)V, 1);
+        for (int j = 0; j < Vd; j++) {
+            if (j) assert_true(ids[j] > ids[j - 1]);
+            in[ids[j]] = 1;
+        }
+        int n_pinned_in = 0;
+        for (int v = 0; v < V; v++) {
+            int ty = tk->type ? tk->type[v] : TOK_NORMAL;
+            int must = ty == TOK_CONTROL || ty == TOK_USER || ty == TOK_BYTE || tokenizer_is_eog(tk, v) || v == tk->eos ||
+                       v == tk->bos || !multi_byte(tk, v);
+            if (must) assert_true(in[v]), n_pinned_in++;
+        }
+        assert_int_equal(n_pinned_in, pin);
+        /* the ordinary ones, by response frequency: a (5 in all), then b and c tie at 3 (b's id is the
+         * smaller), then dd; e (prompts only) never */
+        assert_true(in[a]);
+        assert_int_equal(in[b], extra >= 2);
+        assert_int_equal(in[c], extra >= 3);
+        assert_false(in[dd]);
+        assert_false(in[e]);
+        /* coverage, summed here: response tokens inside / all response tokens; the target's top-4 mass
+         * inside / all of it, averaged over response positions */
+        long cov = 0, tot = 0, rows = 0;
+        double mass = 0;
+        for (int i = 0; i < d.n_seq; i++) {
+            const int *tok = traindata_tokens(&d, i);
+            const int32_t *tid = traindata_topk_id(&d, i);
+            const float *tlp = traindata_topk_lp(&d, i);
+            for (int p = d.n_prompt[i]; p < d.len[i]; p++) cov += in[tok[p]], tot++;
+            for (int r = 0; r < d.len[i] - d.n_prompt[i]; r++, rows++) {
+                double all = 0, inside = 0;
+                for (int k = 0; k < d.top_k; k++) {
+                    double pr = exp((double)tlp[(size_t)r * d.top_k + k]);
+                    all += pr, inside += in[tid[(size_t)r * d.top_k + k]] ? pr : 0;
+                }
+                mass += inside / all;
+            }
+        }
+        assert_int_equal(tot, 9 + 3);
+        assert_true(fabs(rep.token_coverage - (double)cov / tot) < 1e-12);
+        assert_true(fabs(rep.mass_coverage - mass / rows) < 1e-9);
+        if (extra == 3) assert_int_equal(cov, 11); /* all but dd */
+        free(in);
+    }
+    assert_int_equal(draft_vocab_choose(&d, tk, pin - 1, ids, &rep), -1);
+    assert_non_null(strstr(ds_errmsg(), "draft_vocab"));
+    printf("  draft vocabulary on SmolLM2's tokenizer: %d pinned (special, end, single bytes), then response tokens by "
+           "frequency; coverage sums agree\n", pin);
+    free(ids);
+    traindata_close(&d);
+    assert_int_equal(system(cmd), 0);
+    target_close(&t);
+}
+
 /* a cache of 12 random sequences through the tiny target */
 static void build_cache(tiny_target *tt, const char *dir) {
     rng_t r;
@@ -584,6 +681,7 @@ int main(void) {
         cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve), cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_head_precision),
+        cmocka_unit_test(test_draft_vocab_choose),
     };
     return cmocka_run_group_tests_name("train", tests, NULL, NULL);
 }
