@@ -11,6 +11,7 @@
 
 #include <cJSON.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 typedef struct {
@@ -314,6 +315,30 @@ static void test_train_errors(void **state) {
         run_result r;
         run(&r, "train --config %s", cfg);
         if (r.status != 0) fail_msg("train failed:\n%s", r.out);
+        /* every other trainable family through the registry (its configure and init, never run in the
+         * suite before: the overfit gates build their models directly), a step each on this cache;
+         * medusa with a draft vocabulary chosen from its cache (each taps its own layers: a cache each) */
+        const char *fam[4][2] = {{"medusa", "\"heads\": 2, \"draft_vocab\": 400"}, {"mtp", "\"depth\": 2"},
+                                 {"vanilla", "\"n_layers\": 1"}, {"eagle3", "\"depth\": 2"}};
+        for (int f = 0; f < 4; f++) {
+            char runf[600], ck[1400], fj[2048];
+            snprintf(runf, sizeof runf, "%s-%s", run1, fam[f][0]);
+            snprintf(fj, sizeof fj,
+                     "{\"drafter\": {\"name\": \"%s\", %s}, \"out\": \"%s\", \"data\": {\"dataset\": \"builtin\", \"limit\": 2, "
+                     "\"max_new_tokens\": 6, \"temperature\": 0.2, \"cache\": \"%s-%s\"}, \"train\": {\"steps\": 1, "
+                     "\"seqs_per_step\": 1, \"anchors\": 2, \"holdout\": 0, \"eval_every\": 0}}",
+                     fam[f][0], fam[f][1], runf, cache, fam[f][0]);
+            put(cfg, fj);
+            run(&r, "train --config %s", cfg);
+            if (r.status != 0) fail_msg("train of %s failed (exit %d, config %s):\n%s", fam[f][0], r.status, fj, r.out);
+            snprintf(ck, sizeof ck, "%s/last/model.safetensors", runf);
+            struct stat st;
+            if (stat(ck, &st) != 0) fail_msg("train of %s wrote no %s:\n%s", fam[f][0], ck, r.out);
+            if (f == 0 && !strstr(r.out, "draft vocabulary 400 of 49152 tokens"))
+                fail_msg("medusa's draft vocabulary not reported:\n%s", r.out);
+            snprintf(ck, sizeof ck, "rm -rf '%s' '%s-%s'", runf, cache, fam[f][0]);
+            assert_int_equal(system(ck), 0);
+        }
         snprintf(txt, sizeof txt, fmt, run1, "1.0", cache);
         put(cfg, txt);
         expect_error(args, 1, "the cache was built with data.temperature = 0.2");
