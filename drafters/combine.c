@@ -561,7 +561,7 @@ const drafter_ops drafter_combine = {
     "{\"name\": \"suffix\"}, {\"name\": \"dspark-markov\", \"checkpoint\": DIR}], \"prior\": 0.5, \"prior_weight\": 2, \"choice_weight\": 4, "
     "\"tree_nodes\": 0} (tree_nodes N > 0: every member's draft merged into one tree of N nodes, verified exactly; members "
     "then are chains or top-k trees, e.g. [{\"name\": \"medusa\", \"checkpoint\": DIR, \"tree_nodes\": 16}, {\"name\": \"ngram\"}])",
-    combine_open, combine_begin, combine_propose, combine_commit, combine_end, combine_rewind, NULL, combine_close,
+    combine_open, combine_begin, combine_propose, combine_commit, combine_end, combine_rewind, combine_close,
     "{\"members\": [" GATE_NGRAM ", " GATE_VANILLA ", " GATE_DSPARK ", \"vocab_ids\": [0, 1, 2, 4, 5, 6]}], \"prior\": 0.6}",
     "{\"members\": [" GATE_NGRAM ", " GATE_VANILLA ", " GATE_DSPARK "}], \"prior\": 0.6}",
     combine_observe,

@@ -58,7 +58,6 @@ typedef struct drafter_ops {
     /* forget everything after the prompt, as if begin() had just run (sampling many continuations
      * of one prompt without re-reading it) */
     int (*rewind)(drafter *, request *);
-    int (*save)(const drafter *, const char *dir); /* NULL when there is nothing to save */
     void (*close)(drafter *);
     /* how the losslessness gate opens this family on its tiny random target (V = 8..64, 2 layers,
      * dim 32): an untrained configuration whose drafts are stochastic. Every registered drafter

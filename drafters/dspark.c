@@ -474,8 +474,6 @@ static void dspark_end(drafter *d, request *r) {
     r->dstate = NULL;
 }
 
-static int dspark_save(const drafter *d, const char *dir) { return bd_save(&((dspark *)d->impl)->m, dir); }
-
 static void dspark_close(drafter *d) {
     dspark *s = d->impl;
     if (!s) return;
@@ -518,7 +516,7 @@ static void dspark_close(drafter *d) {
     "{\"init_noise\": 0.5, \"init_std\": 0.3, \"layers\": 1, \"rank\": 8, \"gamma\": 3, \"taps\": [0, 1], "    \
     "\"vocab_ids\": [0, 1, 2, 4, 5, 6]}"
 #define BLOCK_OPS(NAME, HELP, GATE, ...)                                                                         \
-    {NAME, HELP, dspark_open, dspark_begin, dspark_propose, dspark_commit, dspark_end, dspark_rewind, dspark_save, \
+    {NAME, HELP, dspark_open, dspark_begin, dspark_propose, dspark_commit, dspark_end, dspark_rewind, \
      dspark_close, GATE, BLOCK_GATE, .train = &bd_train_family, __VA_ARGS__}
 
 /* their trees on the tiny target: 6 nodes, 2 children a node */

@@ -22,7 +22,7 @@ const drafter_ops drafter_eagle3 = {
     "(tree_nodes N > 0: EAGLE-2's dynamic tree of N nodes, verified exactly; untrained: {\"depth\": 3, \"seed\": 1, "
     "\"init_layer\": -1})",
     eagle3_open, mtp_drafter_begin, mtp_drafter_propose, mtp_drafter_commit, mtp_drafter_end, mtp_drafter_rewind,
-    mtp_drafter_save, mtp_drafter_close,
+    mtp_drafter_close,
     /* the gate's untrained module as mtp's: the block copied from the tiny target's last layer, P
      * random, F = [0 I] over its two layers; over a scrambled 6-of-8 draft vocabulary on the tiny
      * target, the whole one on the real target */

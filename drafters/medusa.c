@@ -433,8 +433,6 @@ static void medusa_end(drafter *d, request *r) {
     r->dstate = NULL;
 }
 
-static int medusa_save(const drafter *d, const char *dir) { return md_save(&((const medusa *)d->impl)->m, dir); }
-
 static void medusa_close(drafter *d) {
     medusa *s = d->impl;
     if (!s) return;
@@ -496,7 +494,7 @@ const drafter_ops drafter_medusa = {
     "Medusa-1 heads on the target's last hidden state: {\"checkpoint\": DIR, \"block_precision\": \"auto\" | \"q8_0\" | "
     "\"f32\", \"tree_nodes\": 0, \"tree_width\": 4} (tree_nodes N > 0: a best-first tree of N nodes over the heads' top "
     "tree_width tokens, verified exactly; untrained: {\"heads\": 4, \"init_std\": 0, \"seed\": 1})",
-    medusa_open, medusa_begin, medusa_propose, medusa_commit, medusa_end, medusa_rewind, medusa_save, medusa_close,
+    medusa_open, medusa_begin, medusa_propose, medusa_commit, medusa_end, medusa_rewind, medusa_close,
     /* the gate's untrained heads: random blocks, so the drafts move with the state; on the tiny
      * target over a draft vocabulary of 6 of its 8 tokens in a scrambled order (row j is not token j),
      * on the real one over the whole vocabulary */

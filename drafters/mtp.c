@@ -708,8 +708,6 @@ void mtp_drafter_end(drafter *d, request *r) {
     r->dstate = NULL;
 }
 
-int mtp_drafter_save(const drafter *d, const char *dir) { return mtp_save(&((const mtp *)d->impl)->m, dir); }
-
 void mtp_drafter_close(drafter *d) {
     mtp *s = d->impl;
     if (!s) return;
@@ -780,7 +778,7 @@ const drafter_ops drafter_mtp = {
     "\"block_precision\": \"auto\" | \"q8_0\" | \"q4_1\" | \"f32\", \"tree_nodes\": 0, \"tree_width\": 4} (tree_nodes N > 0: "
     "EAGLE-2's dynamic tree of N nodes, tree_width children a node and nodes expanded a depth, verified exactly; "
     "untrained: {\"depth\": 3, \"seed\": 1, \"init_layer\": -1})",
-    mtp_open, mtp_drafter_begin, mtp_drafter_propose, mtp_drafter_commit, mtp_drafter_end, mtp_drafter_rewind, mtp_drafter_save, mtp_drafter_close,
+    mtp_open, mtp_drafter_begin, mtp_drafter_propose, mtp_drafter_commit, mtp_drafter_end, mtp_drafter_rewind, mtp_drafter_close,
     /* the gate's untrained module: the block copied from the tiny target's last layer, P random; on
      * the tiny target over a draft vocabulary of 6 of its 8 tokens in a scrambled order, on the real
      * one over the whole vocabulary */

@@ -180,7 +180,6 @@ int mtp_drafter_propose(drafter *d, request *r, int gamma, const sampling_params
 int mtp_drafter_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden);
 int mtp_drafter_rewind(drafter *d, request *r);
 void mtp_drafter_end(drafter *d, request *r);
-int mtp_drafter_save(const drafter *d, const char *dir);
 void mtp_drafter_close(drafter *d);
 
 #endif

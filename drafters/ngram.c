@@ -180,7 +180,7 @@ const drafter_ops drafter_ngram = {
     "ngram",
     "prompt lookup (training-free): {\"n_min\": 1, \"n_max\": 8, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, \"request_weight\": 4, "
     "\"calibration\": [T_1, ...]}",
-    ngram_open, ngram_begin, ngram_propose, ngram_commit, ngram_end, ngram_rewind, NULL, ngram_close,
+    ngram_open, ngram_begin, ngram_propose, ngram_commit, ngram_end, ngram_rewind, ngram_close,
     "{\"n_min\": 0, \"n_max\": 3}",
     NULL,
 };

@@ -398,7 +398,7 @@ const drafter_ops drafter_recycling = {
     "verified rows and the prompt's, kept per request and across requests; with tree_nodes N > 0 a best-first tree of N "
     "nodes over them (\"tree_shape\": \"static\": the paper's 80-node template, its first N nodes), verified exactly: {\"k\": 8, \"tree_nodes\": 0, \"tree_shape\": \"best-first\", \"prompt_rows\": 256, \"repeat\": false, \"prior\": 0.2, \"prior_weight\": 2, \"shrink\": 8, "
     "\"request_weight\": 4, \"calibration\": [T_1, ...]}",
-    recycling_open, recycling_begin, recycling_propose, recycling_commit, recycling_end, recycling_rewind, NULL,
+    recycling_open, recycling_begin, recycling_propose, recycling_commit, recycling_end, recycling_rewind,
     recycling_close,
     /* the gate's: a token with no row yet repeats itself, so every state proposes (as ngram's n_min 0) */
     "{\"k\": 4, \"repeat\": true}",

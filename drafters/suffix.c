@@ -395,7 +395,7 @@ const drafter_ops drafter_suffix = {
     "\"min_match\": 1, \"corpus\": true, \"max_nodes\": 1048576, \"tree_nodes\": 0 (N > 0: a tree of N nodes), \"tree_mode\": "
     "\"siblings\" (the chain with tree_width - 1 of the trie's next children beside each draft) or \"best-first\", "
     "\"tree_width\": 2, \"prior\": 0.2, \"shrink\": 8, \"request_weight\": 4, \"calibration\": [...]}",
-    suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, NULL, suffix_close,
+    suffix_open, suffix_begin, suffix_propose, suffix_commit, suffix_end, suffix_rewind, suffix_close,
     "{\"min_match\": 0, \"max_depth\": 4, \"min_prob\": 0}",
     NULL,
     suffix_observe,

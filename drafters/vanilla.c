@@ -879,14 +879,6 @@ static void vanilla_report(const drafter *d, char *buf, size_t n) {
                  v->n_hit, v->n_fed ? 100.0 * v->n_hit / v->n_fed : 0.0);
 }
 
-static int vanilla_save(const drafter *d, const char *dir) {
-    const vanilla *v = d->impl;
-    DS_CHECK(v->lm_open, "vanilla: only a distilled LM has weights of its own to save");
-    return vlm_save(&v->lm, dir);
-fail:
-    return -1;
-}
-
 static void vanilla_close(drafter *d) {
     vanilla *v = d->impl;
     if (!v) return;
@@ -927,7 +919,7 @@ const drafter_ops drafter_vanilla = {
     "probability reaches the threshold the N nodes' room allows); \"draft_window\": W > 0, the draft LM reads only the prompt's "
     "first \"draft_sink\" (default 4) and last W tokens) "
     "(untrained distilled: {\"n_layers\": 2, \"seed\": 1, \"init_layers\": true})",
-    vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind, vanilla_save,
+    vanilla_open, vanilla_begin, vanilla_propose, vanilla_commit, vanilla_end, vanilla_rewind,
     vanilla_close,
     /* the gate's: one distilled layer copied from the tiny target's first, drafting over a scrambled
      * 6-of-8 draft vocabulary; on SmolLM2 the self-draft of 24 layers (deep enough that drafts share
