@@ -129,6 +129,42 @@ static void test_real_model_commands(void **state) {
     assert_non_null(strstr(r.out, "Q4_1 x210"));
     assert_non_null(strstr(r.out, "pre-tokenizer 'smollm'"));
     assert_non_null(strstr(r.out, "chat template: chatml"));
+    /* info --tokenize (what scripts/check_tokenizer.py compares with an independent BPE): each line's
+     * "text" as the ids the tokenizer gives in-process, in order; a line without "text" is named */
+    {
+        const char *tj = tmp_path("tok.jsonl");
+        const char *texts[3] = {"Hello world", "def f(x):\n    return x  # 42", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87"};
+        char body[1024] = "", want[4096] = "";
+        gguf_file g;
+        tokenizer tk;
+        if (gguf_open(&g, real_model_path()) || tokenizer_load_gguf(&tk, &g)) fail_msg("%s", ds_errmsg());
+        for (int i = 0; i < 3; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "text", texts[i]);
+            char *line = cJSON_PrintUnformatted(o);
+            snprintf(body + strlen(body), sizeof body - strlen(body), "%s\n", line);
+            free(line);
+            cJSON_Delete(o);
+            ivec ids = {0};
+            assert_int_equal(tokenizer_encode(&tk, texts[i], strlen(texts[i]), 0, &ids), 0);
+            assert_true(ids.n >= 2);
+            strcat(want, "[");
+            for (int k = 0; k < ids.n; k++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", k ? "," : "", ids.v[k]);
+            strcat(want, "]\n");
+            ivec_free(&ids);
+        }
+        tokenizer_free(&tk);
+        gguf_close(&g);
+        put(tj, body);
+        run(&r, "info --tokenize %s", tj);
+        if (r.status != 0 || !strstr(r.out, want)) fail_msg("info --tokenize: exit %d, want\n%s\ngot\n%s", r.status, want, r.out);
+        snprintf(body + strlen(body), sizeof body - strlen(body), "{\"txt\": \"x\"}\n");
+        put(tj, body);
+        run(&r, "info --tokenize %s", tj);
+        assert_int_equal(r.status, 1);
+        if (!strstr(r.out, "tok.jsonl:4: not a JSON object with a \"text\" string")) fail_msg("info --tokenize:\n%s", r.out);
+        remove(tj);
+    }
     /* greedy and seeded sampling are reproducible; the seed matters */
     run_result a, b, c;
     run(&a, "generate --prompt 'Name three colors.' --temperature 0 --max-new-tokens 12 --threads 1");
