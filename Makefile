@@ -156,7 +156,7 @@ faults: $(BIN) model
 	bash tests/fault/faults.sh $(BIN)
 
 # libFuzzer targets for every parser of user input, each run FUZZ_SECONDS under ASan + UBSan:
-# gguf (reader, decoders, tokenizer), config (run/train/drafter/scheduler JSON), dataset (loaders),
+# gguf (reader, decoders, tokenizer), model (loading, packing, a forward), config (run/train/drafter/scheduler JSON), dataset (loaders),
 # safetensors (+ HF config.json), trace (the reader behind `report`). Needs clang and libomp-14-dev.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS ?= gguf model config dataset safetensors trace

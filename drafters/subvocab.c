@@ -69,7 +69,7 @@ int subvocab_by_rank(subvocab *s, const tokenizer *tk, int V, int Vd) {
             if (v >= tk->n_vocab || ty == TOK_UNUSED || in[v] || pin != (pass == 0)) continue;
             in[v] = 1, n++;
         }
-        /* all of them or none: a vocabulary of specials only would draft nothing a text needs */
+        /* every pinned one must fit: a smaller vocabulary would be specials only, drafting nothing a text needs */
         if (pass == 0) n_pin = n;
         DS_CHECK(n_pin <= Vd, "draft_vocab %d is smaller than the %d tokens that must be in it (special, end, byte)", Vd,
                  n_pin);
