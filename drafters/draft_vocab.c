@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../runtime/base/common.h"
+#include "subvocab.h"
 
 typedef struct {
     long n;
@@ -34,8 +35,7 @@ int draft_vocab_choose(const train_cache *d, const tokenizer *tk, int Vd, int *i
     /* pinned: what any output may need even if the cache never shows it */
     char buf[64];
     for (int v = 0; v < V; v++) {
-        int pin = tk->type && (tk->type[v] == TOK_CONTROL || tk->type[v] == TOK_USER || tk->type[v] == TOK_BYTE);
-        pin = pin || tokenizer_is_eog(tk, v) || v == tk->eos || v == tk->bos;
+        int pin = subvocab_pinned(tk, v);
         if (!pin) pin = tokenizer_piece(tk, v, 0, buf, sizeof buf) == 1; /* a single byte (byte-level BPE alphabet) */
         if (pin) in[v] = 1, n_pin++;
     }

@@ -52,6 +52,12 @@ fail:
     return -1;
 }
 
+int subvocab_pinned(const tokenizer *tk, int v) {
+    int ty = v < tk->n_vocab && tk->type ? tk->type[v] : TOK_NORMAL;
+    return ty == TOK_CONTROL || ty == TOK_USER || ty == TOK_BYTE || tokenizer_is_eog(tk, v) || v == tk->eos ||
+           v == tk->bos;
+}
+
 int subvocab_by_rank(subvocab *s, const tokenizer *tk, int V, int Vd) {
     int *ids = NULL, n = 0, rc = -1;
     char *in = NULL;
@@ -64,9 +70,7 @@ int subvocab_by_rank(subvocab *s, const tokenizer *tk, int V, int Vd) {
     for (int pass = 0; pass < 2 && n < Vd; pass++) { /* pinned ones first, then the rest by id */
         for (int v = 0; v < V && (pass == 0 || n < Vd); v++) {
             int ty = v < tk->n_vocab && tk->type ? tk->type[v] : TOK_NORMAL;
-            int pin = ty == TOK_CONTROL || ty == TOK_USER || ty == TOK_BYTE || tokenizer_is_eog(tk, v) ||
-                      v == tk->eos || v == tk->bos;
-            if (v >= tk->n_vocab || ty == TOK_UNUSED || in[v] || pin != (pass == 0)) continue;
+            if (v >= tk->n_vocab || ty == TOK_UNUSED || in[v] || subvocab_pinned(tk, v) != (pass == 0)) continue;
             in[v] = 1, n++;
         }
         /* every pinned one must fit: a smaller vocabulary would be specials only, drafting nothing a text needs */

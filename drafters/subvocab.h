@@ -33,6 +33,9 @@ int subvocab_set(subvocab *s, int V, const int *ids, int Vd, const char *recorde
  * common pieces: FR-Spec's frequency ranking without a cache, for a separate draft LM. */
 struct tokenizer;
 int subvocab_by_rank(subvocab *s, const struct tokenizer *tk, int V, int Vd);
+/* 1 when every draft vocabulary keeps token v: control, user-defined, byte or end-of-generation
+ * (what any output may need) */
+int subvocab_pinned(const struct tokenizer *tk, int v);
 /* the gathered head re-quantized to type (GGML_Q5_0 or GGML_Q4_1) row by row from its dequantized
  * values: a smaller draft head to stream (the draft's q is what it computes, so verification stays
  * exact; only acceptance can change) */
