@@ -37,7 +37,7 @@ fail:
 
 int cmd_lossless(int argc, char **argv) {
     int quick = 0, draws = 0, real = 0, two = 0, no_real = 0, real_tokens = 3, layers = 20, gamma = 3, top_k = 0;
-    int exact = 0, exact_too = 0;
+    int exact = 0, exact_too = 0, toy = 0;
     float temperature = 1.0f, top_p = 1.0f, min_p = 0;
     const char *out = NULL, *model = NULL, *only = NULL, *part = NULL, *be_name = NULL;
     opt_def opts[] = {
@@ -53,6 +53,8 @@ int cmd_lossless(int argc, char **argv) {
         {"backend", OPT_STR, &be_name, "NAME", "the production round's and --two-sample's targets on this backend (default cpu; "
                                              "cuda: both contracts, int8 bit for bit the cpu's)", 0, 0, 0},
         {"drafter", OPT_STR, &only, "NAME", "only this drafter's production-round cases and controls (no toy worlds)", 0, 0, 0},
+        {"toy", OPT_FLAG, &toy, NULL, "only the toy worlds: every verification rule's exact law, sampled tests and "
+                                      "controls, no production round (seconds; what a change to verify/ runs first)", 0, 0, 0},
         {"both-contracts", OPT_FLAG, &exact_too, NULL, "the production round on the int8 and on the fp32 contract", 0, 0, 0},
         {"part", OPT_STR, &part, "K/2", "--both-contracts split in two processes: 1/2 the toy worlds and int8, 2/2 fp32 "
                                         "(same tests and levels; make lossless runs both at once)", 0, 0, 0},
@@ -95,7 +97,13 @@ int cmd_lossless(int argc, char **argv) {
         omp_set_num_threads(1); /* the other half runs beside this one: a core each */
     }
     if (only && !drafter_find(only)) return -1;
+    if (toy && (only || real || part || exact_too)) {
+        ds_error("lossless: --toy runs the toy worlds alone; it does not combine with --drafter, --real, --part or "
+                 "--both-contracts");
+        return -1;
+    }
     if (!real && !only && k0 == 0) res = gate_run(&rep, 1);
+    if (toy) k1 = k0; /* no production round */
     for (int k = k0; k < k1 && res >= 0; k++) {
         rep.exact = contracts[k];
         int n0 = rep.n;
