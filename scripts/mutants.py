@@ -223,8 +223,9 @@ def main():
         for r in rows:
             if r["status"] == "nocompile":
                 continue
-            f.write(f"| {r['status']} | {r['file']}:{r['line']} | `{r['old']}` -> `{r['new']}` | "
-                    f"`{r['mutated'].replace('|', '&#124;')}` | {r.get('by', r.get('moved', ''))} |\n")
+            cell = lambda t: t.replace("|", "\\|")  # a table cell's pipes, code spans too (GFM)
+            f.write(f"| {r['status']} | {r['file']}:{r['line']} | `{cell(r['old'])}` -> `{cell(r['new'])}` | "
+                    f"`{cell(r['mutated'])}` | {r.get('by', r.get('moved', ''))} |\n")
     print(f"mutants.py: {count} -> {os.path.join(a.out, 'report.md')}", file=sys.stderr)
 
 
