@@ -68,6 +68,11 @@ int cmd_lossless(int argc, char **argv) {
     const char *pos[1];
     int npos, rc = args_parse("lossless", "[options]", opts, argc, argv, pos, 0, &npos);
     if (rc) return rc < 0 ? -1 : 0;
+    if (toy && (only || real || part || exact_too || two)) {
+        ds_error("lossless: --toy runs the toy worlds alone; it does not combine with --drafter, --real, --part, "
+                 "--both-contracts or --two-sample");
+        return -1;
+    }
     if (two) {
         real_opts ro = {model, draws ? draws : 4100, layers, gamma, {temperature, top_k, top_p, min_p}, 1, exact, be_name};
         int r = lossless_real(&ro);
@@ -97,11 +102,6 @@ int cmd_lossless(int argc, char **argv) {
         omp_set_num_threads(1); /* the other half runs beside this one: a core each */
     }
     if (only && !drafter_find(only)) return -1;
-    if (toy && (only || real || part || exact_too)) {
-        ds_error("lossless: --toy runs the toy worlds alone; it does not combine with --drafter, --real, --part or "
-                 "--both-contracts");
-        return -1;
-    }
     if (!real && !only && k0 == 0) res = gate_run(&rep, 1);
     if (toy) k1 = k0; /* no production round */
     for (int k = k0; k < k1 && res >= 0; k++) {

@@ -63,6 +63,7 @@ static void test_bad_usage(void **state) {
     /* --toy is the toy worlds alone: a production-round selection beside it is refused, not ignored */
     expect_error("lossless --toy --drafter ngram", 1, "--toy runs the toy worlds alone");
     expect_error("lossless --toy --both-contracts", 1, "--toy runs the toy worlds alone");
+    expect_error("lossless --toy --two-sample", 1, "--toy runs the toy worlds alone");
 }
 
 static void test_bad_files(void **state) {

@@ -301,6 +301,101 @@ static void test_full_depth_draft_always_accepted(void **state) {
     cJSON_Delete(dc);
 }
 
+/* The target states a capturing drafter (eagle3, mtp, dflash, dspark) is handed at commit: the anchor's
+ * and each accepted draft's rows of the captured layers, taken out of the verify forward by the
+ * accepted path. A wrong row is lossless (the drafter reports its q honestly), so no gate can see it:
+ * it shows only as lower acceptance (vLLM #9730's class). Here a vanilla self-draft (accepted often)
+ * is made to capture two layers and every commit's rows are compared with one fresh forward over the
+ * finished sequence, for chain rounds and for top-k tree rounds. */
+typedef struct {
+    const drafter_ops *inner;
+    int rounds, n_acc2, bad;
+    float max_err;
+    float *ref;   /* [2][n_ref][dim] the fresh forward's captured states */
+    int n_ref, dim;
+} capture_check;
+static capture_check g_cap;
+
+static int capture_commit(drafter *d, request *r, int n_accepted, int next_token, const float *hidden) {
+    capture_check *cc = &g_cap;
+    int dim = cc->dim, len = r->tkv->len; /* the cache holds the anchor and the accepted drafts now */
+    if (!hidden) cc->bad++;
+    for (int ci = 0; ci < 2 && hidden; ci++)
+        for (int i = 0; i <= n_accepted; i++) {
+            int pos = len - (n_accepted + 1) + i;
+            const float *got = hidden + ((size_t)ci * (n_accepted + 1) + i) * dim;
+            const float *want = cc->ref + ((size_t)ci * cc->n_ref + pos) * dim;
+            float scale = 1e-6f, err = 0;
+            for (int j = 0; j < dim; j++) scale = fmaxf(scale, fabsf(want[j]));
+            for (int j = 0; j < dim; j++) err = fmaxf(err, fabsf(got[j] - want[j]) / scale);
+            cc->max_err = fmaxf(cc->max_err, err);
+        }
+    cc->rounds++;
+    cc->n_acc2 += n_accepted >= 2;
+    return cc->inner->commit(d, r, n_accepted, next_token, hidden);
+}
+
+static void test_commit_rows_are_the_accepted_states(void **state) {
+    ctx *c = *state;
+    const int layers[2] = {3, 17}, dim = c->t.m.cfg.dim;
+    const char *cfgs[2] = {"{\"layers\": 24}", "{\"layers\": 24, \"tree_nodes\": 8}"};
+    for (int tree = 0; tree < 2; tree++) {
+        drafter d;
+        scheduler s;
+        cJSON *dc = cJSON_Parse(cfgs[tree]);
+        assert_int_equal(drafter_open(&d, "vanilla", dc, &c->t), 0);
+        assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+        drafter_ops ops = *d.ops;
+        memset(&g_cap, 0, sizeof g_cap);
+        g_cap.inner = d.ops, g_cap.dim = dim;
+        ops.commit = capture_commit;
+        d.ops = &ops;
+        d.n_capture = 2, d.capture_layers[0] = layers[0], d.capture_layers[1] = layers[1];
+        /* the autoregressive tokens first: the reference forward needs the finished sequence, and greedy
+         * speculation emits exactly these */
+        ivec ids = {0};
+        encode(&c->t, PROMPTS[2], &ids);
+        request r;
+        request *rp = &r;
+        decode_stats st;
+        decode_cfg ar = {{0, 0, 1}, 0, NULL, NULL, NULL, NULL, MODE_AR};
+        assert_int_equal(request_init(&r, &c->t, 0, ids.v, ids.n, 40, 1), 0);
+        memset(&st, 0, sizeof st);
+        assert_int_equal(decode_run(&c->t, &rp, 1, &ar, &st), 0);
+        int n = r.toks.n;
+        g_cap.n_ref = n;
+        g_cap.ref = malloc(sizeof(float) * 2 * (size_t)n * dim);
+        kv_cache *kv = kv_cache_new(c->t.be, &c->t.m.cfg, n + 8);
+        assert_non_null(kv);
+        float *lg = malloc(sizeof(float) * (size_t)c->t.m.cfg.vocab_size);
+        fwd_batch fb = {.n_seq = 1, .kv = &kv, .n_new = &n, .tokens = r.toks.v, .logits = lg, .n_capture = 2,
+                        .capture_layers = layers, .capture = g_cap.ref};
+        assert_int_equal(model_forward(&c->t.m, &c->t.fs, &fb), 0);
+        kv_cache_free(c->t.be, kv);
+        free(lg);
+        ivec want = {0};
+        for (int i = 0; i < n; i++) ivec_push(&want, r.toks.v[i]);
+        request_free(&r, &c->t);
+        /* speculative, greedy: the same tokens, each commit's rows checked */
+        decode_cfg sp = {{0, 0, 1}, 4, &d, &s, NULL, NULL, MODE_SPEC};
+        assert_int_equal(request_init(&r, &c->t, 0, ids.v, ids.n, 40, 1), 0);
+        memset(&st, 0, sizeof st);
+        assert_int_equal(decode_run(&c->t, &rp, 1, &sp, &st), 0);
+        assert_int_equal(r.toks.n, n);
+        assert_memory_equal(r.toks.v, want.v, sizeof(int) * (size_t)n);
+        request_free(&r, &c->t);
+        if (g_cap.bad || g_cap.max_err > 1e-3f || g_cap.n_acc2 == 0)
+            fail_msg("%s rounds: %d commits, %d without rows, %d with 2+ accepted, max relative error %g",
+                     tree ? "tree" : "chain", g_cap.rounds, g_cap.bad, g_cap.n_acc2, (double)g_cap.max_err);
+        d.ops = g_cap.inner;
+        free(g_cap.ref);
+        ivec_free(&ids), ivec_free(&want);
+        drafter_close(&d);
+        scheduler_close(&s);
+        cJSON_Delete(dc);
+    }
+}
+
 static void test_config_errors(void **state) {
     ctx *c = *state;
     drafter d;
@@ -463,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_tree_greedy_equals_autoregressive),
         cmocka_unit_test(test_static_tree_equals_autoregressive),
         cmocka_unit_test(test_full_depth_draft_always_accepted),
+        cmocka_unit_test(test_commit_rows_are_the_accepted_states),
         cmocka_unit_test(test_serve_continuous_batching),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_combine),
