@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """mutants.py - mutation testing of the losslessness gate: does it go red when the code it guards changes?
 
-    scripts/mutants.py [--drafters ngram,recycling,toy] [--out DIR] [--limit N] [--seed S]
-                       [--timeout SEC] [--again RESULTS] FILE[:FIRST-LAST] ...
+    scripts/mutants.py [--drafters ngram,recycling,toy,test:test_verify] [--out DIR] [--limit N] [--seed S]
+                       [--timeout SEC] [--again RESULTS] [--list] FILE[:FIRST-LAST] ...
 
 Every single-token edit of the named C files (or of their lines FIRST..LAST) that a typo could make:
 a comparison flipped or loosened (< <=, > >=, == !=), && for || and back, + 1 / - 1 dropped, a sign
@@ -90,19 +90,22 @@ def gate_output(text):
 
 
 def run_gate(work, drafter, timeout):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    what = ["--toy"] if drafter == "toy" else ["--drafter", drafter, "--no-real"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    if drafter.startswith("test:"):  # a unit suite: its cmocka cases (and what they print) judge the mutant
+        cmd = ["./build/tests/" + drafter[5:]]
+    else:
+        what = ["--toy"] if drafter == "toy" else ["--drafter", drafter, "--no-real"]
+        cmd = ["./build/dspark-bench", "lossless", "--quick"] + what
     try:
-        r = subprocess.run(["./build/dspark-bench", "lossless", "--quick"] + what, cwd=work,
-                           capture_output=True, text=True, env=env, timeout=timeout)
+        r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout", ""
     return r.returncode, r.stdout + r.stderr
 
 
-def build(work, jobs=1):
-    r = subprocess.run(["make", "-s", f"-j{jobs}", "CUDA=0", "build/dspark-bench"], cwd=work, capture_output=True,
-                       text=True)
+def build(work, suites, jobs=1):
+    targets = ["build/dspark-bench"] + ["build/tests/" + d[5:] for d in suites if d.startswith("test:")]
+    r = subprocess.run(["make", "-s", f"-j{jobs}", "CUDA=0"] + targets, cwd=work, capture_output=True, text=True)
     return r.returncode == 0, r.stdout + r.stderr
 
 
@@ -114,6 +117,7 @@ def main():
     ap.add_argument("--again", help="an earlier run's results.jsonl: only its mutants not killed")
     ap.add_argument("--out", default="out/mutants")
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--list", action="store_true", help="print the mutants (after --limit) and stop")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=300, help="seconds a drafter's gate may run (a hang is a kill)")
     a = ap.parse_args()
@@ -141,6 +145,14 @@ def main():
         muts = [m for m in muts if key(m) in alive]
     if a.limit and a.limit < len(muts):
         muts = sorted(random.Random(a.seed).sample(muts, a.limit), key=lambda m: (m["file"], m["line"], m["col"]))
+    for d in drafters:
+        if d.startswith("test:") and not os.path.isfile(f"tests/{d[5:]}.c"):
+            fail(f"{d}: no suite tests/{d[5:]}.c")
+    if a.list:
+        for m in muts:
+            print(f"{m['file']}:{m['line']}:{m['col']} {m['old']!r} -> {m['new']!r}")
+        print(f"mutants.py: {len(muts)} mutants", file=sys.stderr)
+        return
     os.makedirs(a.out, exist_ok=True)
     resf = os.path.join(a.out, "results.jsonl")
     done = {}
@@ -163,7 +175,7 @@ def main():
                     os.makedirs(os.path.join(work, os.path.dirname(p)), exist_ok=True)
                     shutil.copy2(p, os.path.join(work, p))
             print(f"mutants.py: building the unmutated copy in {work} (CUDA=0)", file=sys.stderr)
-            ok, log = build(work, os.cpu_count() or 1)
+            ok, log = build(work, drafters, os.cpu_count() or 1)
             if not ok:
                 fail(f"the unmutated tree does not build:\n{log[-2000:]}")
             base = {}
@@ -186,7 +198,7 @@ def main():
             try:
                 with open(src_path, "w") as f:
                     f.write("\n".join(lines))
-                ok, _ = build(work)
+                ok, _ = build(work, drafters)
                 if not ok:
                     res["status"] = "nocompile"
                 else:

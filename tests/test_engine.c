@@ -188,6 +188,42 @@ static void test_tree_greedy_equals_autoregressive(void **state) {
     }
     assert_int_equal(td.n_nodes, st.verified);
     assert_int_equal(acc, st.accepted);
+    /* each round's nodes against its round row: numbered 0.. in order, the accepted ones one a depth
+     * 1..k, the anchor's children ranked 0, 1, .. in order, a node's depth at most one past the
+     * deepest before it (parents come first), led_on exactly where an accepted sibling's path goes on */
+    long ni = 0, rounds_with_nodes = 0, rounds_verifying = 0;
+    for (long r = 0; r < td.n_rounds; r++) {
+        const trace_round *tr_ = &td.rounds[r];
+        int k = tr_->accepted, l = tr_->verified, seen[65] = {0}, rank1 = 0, deepest = 0;
+        rounds_verifying += l > 0;
+        if (l == 0 || ni == td.n_nodes || td.nodes[ni].round != tr_->round) continue; /* no draft, or a chain */
+        rounds_with_nodes++;
+        assert_true(l <= 64 && k <= l && ni + l <= td.n_nodes);
+        for (int i = 0; i < l; i++) {
+            const trace_node *n = &td.nodes[ni + i];
+            assert_int_equal(n->request, tr_->request);
+            assert_int_equal(n->round, tr_->round);
+            assert_int_equal(n->node, i);
+            assert_true(n->depth <= deepest + 1);
+            deepest = DS_MAX(deepest, n->depth);
+            if (n->depth == 1) assert_int_equal(n->rank, rank1++);
+            if (n->accepted) seen[n->depth]++;
+            assert_int_equal(n->led_on, n->accepted && n->rank > 0 && n->depth < k);
+        }
+        for (int j = 1; j <= 64; j++) assert_int_equal(seen[j], j <= k);
+        ni += l;
+    }
+    assert_int_equal(ni, td.n_nodes);
+    assert_true(rounds_with_nodes > st.rounds / 2);
+    /* the per-depth table: every accepted node counted once, depth j + 1 tried only after j was accepted */
+    long pacc = 0;
+    for (int j = 1; j <= 64; j++) {
+        pacc += st.pos_accepted[j];
+        assert_true(st.pos_accepted[j] <= st.pos_attempted[j]);
+        if (j < 64) assert_true(st.pos_attempted[j + 1] <= st.pos_accepted[j]);
+    }
+    assert_int_equal(pacc, st.accepted);
+    assert_int_equal(st.pos_attempted[1], rounds_verifying);
     trace_data_free(&td);
     remove(path);
     /* fixed and greedy verify trees; a scheduler that reads conditional confidences is refused by name */
@@ -274,6 +310,77 @@ static void test_serve_continuous_batching(void **state) {
     for (int i = 0; i < 3; i++) ivec_free(&prompts[i]);
     sps_free(&sps);
     free_outs(ar);
+    drafter_close(&d);
+    scheduler_close(&s);
+    cJSON_Delete(dc);
+}
+
+/* The per-position acceptance a chain run reports (the paper's alpha_k: decode_stats' pos_attempted /
+ * pos_accepted, the trace's positions table) recounted from the trace's own round rows, and the trace's
+ * calibration rows against them: a vanilla self-draft of 26 layers under the threshold scheduler at
+ * T = 1, so rounds verify different lengths and end in rejections and in bonus tokens. */
+static void test_chain_positions_recount(void **state) {
+    ctx *c = *state;
+    drafter d;
+    scheduler s;
+    cJSON *dc = cJSON_Parse("{\"layers\": 26}");
+    assert_int_equal(drafter_open(&d, "vanilla", dc, &c->t), 0);
+    assert_int_equal(scheduler_open(&s, "threshold", NULL, 0), 0);
+    assert_true(d.has_conf);
+    const int gamma = 4;
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("chain-trace.h5"));
+    trace *tr = trace_create(path);
+    assert_non_null(tr);
+    decode_cfg cfg = {{1.0f, 0, 1.0f}, gamma, &d, &s, NULL, tr, MODE_SPEC};
+    request r;
+    request *rp = &r;
+    ivec ids = {0};
+    encode(&c->t, PROMPTS[2], &ids);
+    assert_int_equal(request_init(&r, &c->t, 0, ids.v, ids.n, 64, 7), 0);
+    decode_stats st = {0};
+    assert_int_equal(decode_run(&c->t, &rp, 1, &cfg, &st), 0);
+    int n_out = request_n_out(&r);
+    request_free(&r, &c->t);
+    ivec_free(&ids);
+    assert_int_equal(trace_close(tr), 0);
+    trace_data td;
+    assert_int_equal(trace_read(path, &td), 0);
+    assert_int_equal(td.n_rounds, st.rounds);
+    long att[65] = {0}, acc[65] = {0}, emitted = 0, rejected = 0, full = 0, ci = 0, lens[65] = {0};
+    for (long i = 0; i < td.n_rounds; i++) {
+        const trace_round *q = &td.rounds[i];
+        int k = q->accepted, l = q->verified;
+        assert_int_equal(q->round, i);
+        assert_true(0 <= k && k <= l && l <= q->proposed && q->proposed <= gamma);
+        assert_true(q->emitted >= 1 && q->emitted <= k + 1);
+        emitted += q->emitted;
+        rejected += k < l, full += l > 0 && k == l, lens[l]++;
+        for (int j = 1; j <= l; j++) att[j] += k >= j - 1, acc[j] += k >= j;
+        /* its calibration rows: every drafted position (a confidence head), in order */
+        for (int j = 1; j <= q->proposed; j++, ci++) {
+            assert_true(ci < td.n_conf);
+            const trace_conf *cr = &td.conf[ci];
+            assert_int_equal(cr->round, i);
+            assert_int_equal(cr->position, j);
+            assert_true(cr->c_raw >= 0 && cr->c_raw <= 1);
+            assert_int_equal(cr->survived, j <= l ? k >= j : k < l ? 0 : -1);
+            if (j <= l) assert_true(cr->c_star >= 0 && cr->c_star <= 1.0001f);
+            else assert_true(isnan(cr->c_star));
+        }
+    }
+    assert_int_equal(ci, td.n_conf);
+    assert_int_equal(emitted + 1, n_out); /* the first token comes from the prefill */
+    assert_true(rejected > 0 && full > 0 && lens[gamma] > 0 && lens[gamma] < td.n_rounds); /* every case met */
+    for (int j = 1; j <= 64; j++) {
+        assert_int_equal(st.pos_attempted[j], att[j]);
+        assert_int_equal(st.pos_accepted[j], acc[j]);
+    }
+    printf("  chain positions: %ld rounds (%ld rejected, %ld all accepted), alpha_1..4 = %.2f %.2f %.2f %.2f\n",
+           td.n_rounds, rejected, full, (double)acc[1] / (double)DS_MAX(1, att[1]), (double)acc[2] / (double)DS_MAX(1, att[2]),
+           (double)acc[3] / (double)DS_MAX(1, att[3]), (double)acc[4] / (double)DS_MAX(1, att[4]));
+    trace_data_free(&td);
+    remove(path);
     drafter_close(&d);
     scheduler_close(&s);
     cJSON_Delete(dc);
@@ -557,6 +664,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_equals_autoregressive),
         cmocka_unit_test(test_tree_greedy_equals_autoregressive),
         cmocka_unit_test(test_static_tree_equals_autoregressive),
+        cmocka_unit_test(test_chain_positions_recount),
         cmocka_unit_test(test_full_depth_draft_always_accepted),
         cmocka_unit_test(test_commit_rows_are_the_accepted_states),
         cmocka_unit_test(test_serve_continuous_batching),
