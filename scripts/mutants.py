@@ -85,6 +85,8 @@ def gate_output(text):
     for l in text.split("\n"):
         if l.startswith("lossless:") or re.search(r"\bchecks in [0-9.]+ s\b", l):
             continue
+        if re.search(r"tok/s|requests/s|\bETA\b|mean batch", l):  # a suite's rates and progress (serve's timing)
+            continue
         keep.append(re.sub(r"[0-9.]+ s\b", "", l))
     return "\n".join(keep)
 
@@ -118,6 +120,8 @@ def main():
     ap.add_argument("--out", default="out/mutants")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--list", action="store_true", help="print the mutants (after --limit) and stop")
+    ap.add_argument("--report-only", action="store_true",
+                    help="judge nothing: the table of the mutants DIR/results.jsonl holds (an interrupted campaign)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=300, help="seconds a drafter's gate may run (a hang is a kill)")
     a = ap.parse_args()
@@ -161,8 +165,8 @@ def main():
             for l in f:
                 r = json.loads(l)
                 done[key(r)] = r
-    todo = [m for m in muts if key(m) not in done]
-    print(f"mutants.py: {len(muts)} mutants of {', '.join(a.files)}; {len(muts) - len(todo)} already judged in {resf}",
+    todo = [] if a.report_only else [m for m in muts if key(m) not in done]
+    print(f"mutants.py: {len(muts)} mutants of {', '.join(a.files)}; {sum(key(m) in done for m in muts)} already judged in {resf}",
           file=sys.stderr)
 
     work = tempfile.mkdtemp(prefix="dspark-mutants.")
@@ -222,12 +226,13 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    rows = [done[key(m)] for m in muts]
+    rows = [done[key(m)] for m in muts if key(m) in done]
+    part = f" ({len(rows)} of a sample of {len(muts)} judged so far)" if len(rows) < len(muts) else ""
     count = {s: sum(r["status"] == s for r in rows) for s in ("killed", "equivalent", "survived", "nocompile")}
     judged = count["killed"] + count["survived"]
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write(f"# Mutants of {', '.join(a.files)} against the gate ({', '.join(drafters)})\n\n")
-        f.write(f"{len(rows)} mutants: {count['killed']} killed, {count['survived']} survived (behaviour moved, "
+        f.write(f"{len(rows)} mutants{part}: {count['killed']} killed, {count['survived']} survived (behaviour moved, "
                 f"every check passed), {count['equivalent']} equivalent on these cases, {count['nocompile']} did "
                 f"not build. Killed of those that moved: "
                 f"{100 * count['killed'] / judged if judged else 0:.1f} %.\n\n")

@@ -3,7 +3,8 @@
 # code that decides which tokens are emitted — the tree verifier, block verification, and the loop's
 # verify-and-commit step — each built in a private copy and judged by the gate. One command from the
 # repository root, resumable (a judged mutant is kept in out/mutants-*/results.jsonl; rm -r to redo),
-# ~1 h 50 min of one core on a Zen 1 (the three campaigns can run beside each other, a core each):
+# ~1 h 50 min of one core on a Zen 1 for the first three campaigns, ~3 h for the second round (campaigns
+# can run beside each other, a core each):
 #
 #   sh experiments/mutants/run.sh
 #   N=0 sh experiments/mutants/run.sh     # every mutant, not a sample of each file (~6 h)
@@ -20,6 +21,14 @@ python3 scripts/mutants.py $(lim "$N") --out out/mutants-tree verify/tree.c
 python3 scripts/mutants.py $(lim $((N * 5 / 8))) --drafters ngram,toy,dspark-markov --out out/mutants-block verify/block.c
 python3 scripts/mutants.py $(lim $((N * 5 / 8))) --drafters ngram,recycling,vanilla --out out/mutants-decode \
   engine/decode.c:284-374
+# second round (the chain rules, the sampler and the logits processor under the unit suite that checks
+# them against a float64 reference, the drafters' q-consistency, the loop's per-position statistics)
+python3 scripts/mutants.py $(lim $((N * 5 / 4))) --drafters ngram,toy,test:test_verify --out out/mutants-verify verify/verify.c
+python3 scripts/mutants.py --drafters ngram,test:test_verify,toy --out out/mutants-sampling runtime/sampling.c
+python3 scripts/mutants.py $(lim $((N / 2))) --drafters ngram,test:test_verify,toy --out out/mutants-logits verify/logits.c
+python3 scripts/mutants.py --drafters medusa,dspark-markov,dspark-rnn --out out/mutants-draftq \
+  drafters/registry.c:100-120 drafters/subvocab.c:179-187 drafters/dspark.c:374-378 drafters/dspark.c:424-446
+python3 scripts/mutants.py $(lim $((N * 2 / 5))) --drafters test:test_engine --out out/mutants-trace engine/decode.c:383-400
 mkdir -p out/mutants
-cat out/mutants-tree/report.md out/mutants-block/report.md out/mutants-decode/report.md > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
