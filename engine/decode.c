@@ -346,14 +346,14 @@ int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_c
             for (int i = 0; i < vres.n_accepted; i++) path[i] = i;
         }
         int k = vres.n_accepted;
-        /* what a verifier returns is checked before a token is emitted: more accepted than verified (a
-         * draft no target row scored, then a bonus from a row this forward never computed), a path
-         * that is not one in the tree, or a token outside the vocabulary is a bug, never output. The
-         * gate alone can miss it: its output budget ends on the round's last verified row, so the
-         * extra tokens are cut away (a greedy verifier that read one draft past the end passed it) */
-        DS_CHECK(k >= 0 && k <= l && vres.token >= 0 && vres.token < V && (tree || vres.bonus == (k == l)),
-                 "request %d: the verifier returned %d accepted of %d verified drafts, token %d, bonus %d", q->id, k,
-                 l, vres.token, vres.bonus);
+        /* what a verifier returns is checked before a token is emitted (verify_result_check), and a
+         * tree's accepted path must be a path of the tree: the gate alone can miss either, its output
+         * budget ends on the round's last verified row and cuts extra tokens away (a greedy verifier
+         * that read one draft past the end passed it) */
+        if (verify_result_check(&vres, l, V, !tree)) {
+            ds_error_prefix("request %d", q->id);
+            goto fail;
+        }
         for (int i = 0; i < k && tree; i++)
             DS_CHECK(path[i] >= 0 && path[i] < l && blk->parent[path[i]] == (i ? path[i - 1] : -1),
                      "request %d: the tree verifier's accepted path is not a path of the tree (node %d at depth %d)",

@@ -245,6 +245,7 @@ static void leaf(ectx *e, frame *f, long double wd) {
         draw_enum_begin(&e->en);
         verify_result res;
         int n = verify_round(p, qv, f->x, l, V, 0, e->rule, &vr, scratch, e->fault, &res, out[n_out].em);
+        if (n >= 0 && verify_result_check(&res, l, V, 1)) n = -1;
         if (n < 0 || draw_enum_end(&e->en) || n_out == (int)(sizeof out / sizeof *out)) {
             if (n_out == (int)(sizeof out / sizeof *out)) ds_error("enumeration: too many verifier branches");
             e->failed = 1;
@@ -402,7 +403,9 @@ static int sim_round(const gate_world *w, scheduler *s, const sps_table *sps, in
     float qrows[MAX_GAMMA * MAX_V];
     for (int k = 0; k < l; k++) memcpy(qrows + (size_t)k * V, qv[k], sizeof(float) * (size_t)V);
     verify_result res;
-    if (verify_round(p, qrows, x, l, V, 0, rule, vr, scratch, fault, &res, out->emitted) < 0) return -1;
+    if (verify_round(p, qrows, x, l, V, 0, rule, vr, scratch, fault, &res, out->emitted) < 0 ||
+        verify_result_check(&res, l, V, 1))
+        return -1;
     out->accepted = res.n_accepted;
     out->verified = l;
     out->bonus = res.bonus;

@@ -105,6 +105,15 @@ void verify_greedy(const float *p, const int *x, int l, int V, verify_result *ou
     out->token = argmax_f32(p + (size_t)k * V, V);
 }
 
+int verify_result_check(const verify_result *r, int l, int V, int chain) {
+    if (r->n_accepted < 0 || r->n_accepted > l || r->token < 0 || r->token >= V || (chain && r->bonus != (r->n_accepted == l))) {
+        ds_error("the verifier returned %d accepted of %d verified drafts, token %d, bonus %d (a verifier bug)", r->n_accepted,
+                 l, r->token, r->bonus);
+        return -1;
+    }
+    return 0;
+}
+
 int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, chain_rule rule, verify_rng *rng,
                  double *scratch, verify_fault fault, verify_result *res, int *emitted) {
     if (greedy) verify_greedy(p, x, l, V, res);

@@ -109,6 +109,12 @@ void verify_greedy(const float *p, const int *x, int l, int V, verify_result *ou
 int verify_round(const float *p, const float *q, const int *x, int l, int V, int greedy, chain_rule rule, verify_rng *rng,
                  double *scratch, verify_fault fault, verify_result *res, int *emitted);
 
+/* What a verifier returned, checked by its callers before a token is emitted: accepted <= l verified,
+ * the token in the vocabulary and, for a chain, the bonus flag set exactly when every draft was accepted.
+ * A verifier that accepts past the verified drafts takes its bonus from a row nobody computed; a budget
+ * that ends on the last verified row hides it from the emitted law, so it is an error here. */
+int verify_result_check(const verify_result *r, int l, int V, int chain);
+
 /* How a draft tree's children were made (trees.md): the verification rule depends on it. */
 typedef enum {
     TREE_CHAIN = 0, /* no tree: one child a node, verified by verify_chain */
