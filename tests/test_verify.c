@@ -143,6 +143,23 @@ static void test_chain_edges(void **state) {
     verify_greedy(g, xg, 2, V, &r);
     assert_int_equal(r.n_accepted, 1);
     assert_int_equal(r.token, 0);
+    assert_int_equal(verify_result_check(&r, 2, V, 1), 0);
+    /* every drafted token the argmax: both accepted, the bonus from the last row, and the drafts after
+     * the verified ones never read (the greedy rule's edge: xa[2] agrees with row 2 but is not verified) */
+    int xa[3] = {2, 0, 4};
+    verify_greedy(g, xa, 2, V, &r);
+    assert_int_equal(r.n_accepted, 2);
+    assert_int_equal(r.bonus, 1);
+    assert_int_equal(r.token, 4);
+    assert_int_equal(verify_result_check(&r, 2, V, 1), 0);
+    /* what the callers refuse: accepted past the verified drafts, a token outside the vocabulary, a chain's
+     * bonus flag that disagrees with its count (a tree's leaf may end its path early: not checked there) */
+    const verify_result bad[] = {{3, 4, 1}, {-1, 0, 0}, {1, V, 0}, {1, -1, 0}, {2, 4, 0}, {1, 0, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(verify_result_check(&bad[i], 2, V, 1), -1);
+        assert_non_null(strstr(ds_errmsg(), "a verifier bug"));
+    }
+    assert_int_equal(verify_result_check(&bad[5], 2, V, 0), 0);
     /* accept test in log space: p/q = 1/2 accepts u < 1/2 only */
     assert_true(log(0.49) < verify_log_ratio(0.25f, 0.5f, 1.0, 1.0));
     assert_false(log(0.51) < verify_log_ratio(0.25f, 0.5f, 1.0, 1.0));
