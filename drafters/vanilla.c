@@ -470,8 +470,10 @@ fail:
 /* the chain out->tok[0..n) and the siblings of its drafts into one tree in out, best first: a node's
  * confidence is its path probability (its ancestors' c times its own), sorted descending and stable
  * over an order with parents first and a draft before its siblings, so every prefix is a tree whose
- * siblings come in the order they were drawn (the order verification must try them). */
-static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) {
+ * siblings come in the order they were drawn (the order verification must try them). parent_q: the
+ * control FAULT_TREE_WOR_PARENT_Q, a sibling reported with its draft's whole row q_k (the law before the
+ * draft and the earlier siblings were removed) while it was drawn without them. */
+static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy, int parent_q) {
     int n = out->n, V = out->V, N = 0;
     struct node {
         float c, cr;
@@ -510,7 +512,9 @@ static void tree_assemble(vanilla *v, vstate *st, draft_block *out, int greedy) 
     for (int k = n - 1; k >= 0; k--)
         if (chain_pos[k] != k) memcpy(out->q + (size_t)chain_pos[k] * V, out->q + (size_t)k * V, sizeof(float) * (size_t)V);
     for (int i = 0; i < N && !greedy; i++)
-        if (nd[i].sib >= 0) memcpy(out->q + (size_t)i * V, v->sib_q + (size_t)nd[i].sib * V, sizeof(float) * (size_t)V);
+        if (nd[i].sib >= 0)
+            memcpy(out->q + (size_t)i * V, parent_q ? out->q + (size_t)chain_pos[nd[i].depth] * V : v->sib_q + (size_t)nd[i].sib * V,
+                   sizeof(float) * (size_t)V);
     memcpy(out->tok, tok, sizeof(int) * (size_t)N);
     memcpy(out->parent, par, sizeof(int) * (size_t)N);
     if (out->conf) memcpy(out->conf, conf, sizeof(float) * (size_t)N);
@@ -815,7 +819,7 @@ static int vanilla_propose(drafter *d, request *r, int gamma, const sampling_par
         }
     }
     crop_to(s, s->base + s->n_cached); /* the cache holds the anchor's history and the fed drafts */
-    if (v->tree_nodes && out->n > 0) tree_assemble(v, s, out, sampling_is_greedy(sp));
+    if (v->tree_nodes && out->n > 0) tree_assemble(v, s, out, sampling_is_greedy(sp), d->fault == FAULT_TREE_WOR_PARENT_Q);
     return 0;
 fail:
     out->n = 0;

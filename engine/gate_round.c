@@ -49,6 +49,7 @@ typedef struct {
     decode_cfg cfg;
     request req[RBATCH];
     int n_req, has_sched, has_own;
+    int tree;                /* the drafter's tree mode (0: chains; 1, 2: gate_config_tree, _tree2) */
     char path[256];
     outcomes *law;
     double thr;              /* the tuned threshold (reports) */
@@ -261,6 +262,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     cJSON_Delete(dc);
     if (orc) goto fail;
     snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, tree == 2 ? " tree2" : tree ? " tree" : "");
+    w->tree = tree;
     w->cfg = (decode_cfg){SETTINGS[setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
     { /* one finished request first (the prompt, then its tokens again as the output): a drafter that
        * keeps state across requests (suffix's corpus of finished outputs) drafts from it in every case
@@ -485,6 +487,72 @@ done:
     return rc;
 }
 
+/* the same for a tree whose children are drawn (TREE_WOR): every tree the drafter can draw, and each
+ * node's reported row against the law its token was drawn from. Nodes come best first, not in the
+ * order they were drawn, so each is matched to an unused draw that took its token, the closest law
+ * first (draws with equal laws and tokens are interchangeable). A node with no draw of its own (a
+ * token placed, not drawn) or a draw with no node is an error: the verifier's rule for drawn children
+ * needs every node's law. The settings truncate the rows (top-k, top-p, min-p), which keeps the number
+ * of trees small and puts the reported rows' truncation under test. */
+static const sampling_params QSETS_TREE[3] = {{0.8f, 5, 0.85f}, {1.0f, 3, 1.0f}, {1.2f, 0, 1.0f, 0.25f}};
+
+static int q_exact_tree(rworld *w, double *worst, long *paths) {
+    draw_enum en;
+    draft_block blk;
+    int rc = -1, nodes = w->d.tree_nodes;
+    *worst = 0;
+    *paths = 0;
+    if (draw_enum_init(&en)) return -1;
+    if (draft_block_init(&blk, nodes + 1, RV, w->d.has_conf)) {
+        draw_enum_free(&en);
+        return -1;
+    }
+    for (int ri = 0; ri < 3; ri++) {
+        request *r = &w->req[ri];
+        do {
+            draw_enum_begin(&en);
+            if (rw_reset(w, r, 0)) goto done;
+            attach(r, &en);
+            int prc = w->d.ops->propose(&w->d, r, nodes, &QSETS_TREE[ri], &blk);
+            attach(r, NULL);
+            if (prc || draw_enum_end(&en)) goto done;
+            DS_CHECK(blk.n == 0 || blk.tree == TREE_WOR, "gate: %s drew a tree at T > 0 that is not marked as drawn "
+                     "without replacement (kind %d)", w->d.ops->name, (int)blk.tree);
+            int used[DRAFT_TREE_MAX + 1] = {0}, n_cat = 0;
+            for (int j = 0; j < en.n; j++) n_cat += en.f[j].kind == 0;
+            DS_CHECK(n_cat == blk.n && en.n <= DRAFT_TREE_MAX, "gate: %s drew %d times for a tree of %d nodes",
+                     w->d.ops->name, n_cat, blk.n);
+            for (int i = 0; i < blk.n; i++) {
+                const float *qi = blk.q + (size_t)i * RV;
+                long double s = 0, best = 1;
+                int bj = -1;
+                for (int v = 0; v < RV; v++) s += qi[v] > 0 ? qi[v] : 0;
+                for (int j = 0; j < en.n; j++) {
+                    const draw_frame *f = &en.f[j];
+                    if (used[j] || f->kind != 0 || f->opt[f->pick] != blk.tok[i]) continue;
+                    long double law[RV] = {0}, d = 0;
+                    for (int o = 0; o < f->n_opt; o++) law[f->opt[o]] = f->w[o];
+                    for (int v = 0; v < RV; v++) {
+                        long double qv = s > 0 && qi[v] > 0 ? qi[v] / s : 0;
+                        d = fmaxl(d, fabsl(qv - law[v]));
+                    }
+                    if (bj < 0 || d < best) best = d, bj = j;
+                }
+                if (bj >= 0) used[bj] = 1;
+                *worst = fmax(*worst, (double)best);
+            }
+        } while (draw_enum_next(&en));
+        *paths += en.paths;
+        en.paths = 0;
+    }
+    rc = 0;
+fail:
+done:
+    draft_block_free(&blk);
+    draw_enum_free(&en);
+    return rc;
+}
+
 /* seed-matched resampling: propose with seeds 0..S-1 from the same state; q_1 must not depend on
  * the seed, q_2 only on x_1; chi-square of x_1 against q_1 and of (x_1, x_2) against q_1 q_2 */
 typedef struct {
@@ -623,6 +691,9 @@ static const control_case CONTROLS[] = {
     {"vanilla", "fixed", S_MINP, K_EXACT, FAULT_DRAFT_NO_MIN_P},
     {"vanilla", "fixed", S_MINP, K_EXACT, FAULT_VERIFY_NO_MIN_P}, /* the target's verified rows without it */
     {"dspark-markov", "greedy", S_MINP, K_EXACT, FAULT_VERIFY_NO_MIN_P},
+    {"vanilla", NULL, 0, K_QCONS, FAULT_TREE_WOR_PARENT_Q, 2}, /* a drawn child's row with its siblings, reported */
+    {"vanilla", NULL, 0, K_QCONS, FAULT_TREE_WOR_PARENT_Q, 1}, /* a sibling reported with its draft's row q_k */
+    {"vanilla", "fixed", S_TOPP, K_EXACT, FAULT_TREE_WOR_PARENT_Q, 1},
 };
 #define N_CONTROLS (int)(sizeof CONTROLS / sizeof *CONTROLS)
 
@@ -691,12 +762,22 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
     double worst;
     long paths;
     qstat_out o;
+    char name[256];
+    const char *mut = fault ? VERIFY_FAULT_NAMES[fault] : "";
     set_fault(w, fault);
+    if (w->tree) { /* a drawn tree: the exact check only (x_1, x_2 of the chain's chi-square are no path) */
+        int rc = q_exact_tree(w, &worst, &paths);
+        set_fault(w, FAULT_NONE);
+        if (rc) return -1;
+        snprintf(name, sizeof name, "%sq-consistency exact %s%s%s: each node's reported row vs the law its token was "
+                 "drawn from over %ld drawn trees, 3 requests", control ? "control " : "", w->dname,
+                 fault ? " mutant " : "", mut, paths);
+        gate_add(rep, name, "exact-tv", paths, worst, NAN, control, control ? worst > 1000 * EXACT_TOL : worst < EXACT_TOL);
+        return 0;
+    }
     int rc = q_exact(w, &worst, &paths) || q_sample(w, S, &o);
     set_fault(w, FAULT_NONE);
     if (rc) return -1;
-    char name[256];
-    const char *mut = fault ? VERIFY_FAULT_NAMES[fault] : "";
     snprintf(name, sizeof name, "%sq-consistency exact %s%s%s: sampled law vs reported q over %ld draft paths, 3 requests",
              control ? "control " : "", w->dname, fault ? " mutant " : "", mut, paths);
     gate_add(rep, name, "exact-tv", paths, worst, NAN, control, control ? worst > 1000 * EXACT_TOL : worst < EXACT_TOL);
@@ -815,6 +896,9 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
             }
             if (run_one(rep, &pd, dops, tsn, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, tv, 0)) goto done;
         }
+        /* a drawn tree's q-consistency (its own seeds: the cases above keep their worlds) */
+        if (tree_sampled && run_one(rep, &pd, dops, NULL, 0, K_QCONS, FAULT_NONE, 0, draws, 7800 + (uint64_t)(2 * di + tv), tv, 0))
+            goto done;
         }
         /* block verification of its chains (Sun et al.): a stochastic draft LM, a block drafter and a
          * deterministic one, exact at T > 0 under fixed and greedy, and sampled in a batch */

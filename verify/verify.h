@@ -55,8 +55,9 @@ typedef enum {
     FAULT_TREE_DUP_UNMERGED,     /* top-k children verified one by one (accept c_j with p(c_j) over the mass not
                                   * yet rejected) with a duplicated child tested again: its rejected mass counted
                                   * twice (rule 3; the gate's drafting duplicates a child under this fault) */
-    FAULT_TREE_WOR_PARENT_Q,     /* children drawn without replacement (vanilla's sampled shape) reported with
-                                  * their parent's whole row as their law, the earlier siblings not removed */
+    FAULT_TREE_WOR_PARENT_Q,     /* children drawn without replacement (vanilla's sampled shape, and its chain's
+                                  * siblings) reported with their parent's whole row as their law, the draft and
+                                  * the earlier siblings not removed */
     FAULT_TREE_CONF_TOKEN,       /* vanilla's sampled dynamic tree scores a node by its drawn token's own draft
                                   * probability instead of its rank's: its place and greedy's cut read its token */
     FAULT_TREE_KEEP_TOKEN,       /* vanilla's sampled dynamic tree keeps a drawn sibling only when its own token's

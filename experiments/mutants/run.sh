@@ -29,6 +29,12 @@ python3 scripts/mutants.py $(lim $((N / 2))) --drafters ngram,test:test_verify,t
 python3 scripts/mutants.py --drafters medusa,dspark-markov,dspark-rnn --out out/mutants-draftq \
   drafters/registry.c:100-120 drafters/subvocab.c:179-187 drafters/dspark.c:374-378 drafters/dspark.c:424-446
 python3 scripts/mutants.py $(lim $((N * 2 / 5))) --drafters test:test_engine --out out/mutants-trace engine/decode.c:383-400
+# third round (the tree drafter that draws its children: vanilla's siblings, its tree's assembly and the
+# dynamic tree sampled without replacement, judged by the gate's vanilla cases and controls and by
+# test_vanilla's tree checks; the rest of the tree verifier)
+python3 scripts/mutants.py $(lim "$N") --drafters vanilla,test:test_vanilla --out out/mutants-vtree \
+  drafters/vanilla.c:436-522 drafters/vanilla.c:647-745
+python3 scripts/mutants.py $(lim $((N * 2))) --out out/mutants-tree verify/tree.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
