@@ -438,15 +438,81 @@ done:
 /* three requests, one sampling setting each, proposals interleaved request by request */
 static const sampling_params QSETS[3] = {{1.0f, 0, 1.0f}, {0.7f, 5, 1.0f}, {1.3f, 0, 0.8f}};
 
-/* exact: every draft path of propose; at each draw, the law it drew from against the q it reported */
+/* for a tree whose children are drawn (TREE_WOR) the settings truncate the rows (top-k, top-p, min-p),
+ * which keeps the number of trees small and puts the reported rows' truncation under test */
+static const sampling_params QSETS_TREE[3] = {{0.8f, 5, 0.85f}, {1.0f, 3, 1.0f}, {1.2f, 0, 1.0f, 0.25f}};
+
+/* a draw's law over the tiny vocabulary */
+static void frame_law(const draw_frame *f, long double *law) {
+    for (int v = 0; v < RV; v++) law[v] = 0;
+    for (int i = 0; i < f->n_opt; i++) law[f->opt[i]] = f->w[i];
+}
+
+/* the largest difference between a reported row (normalised by its positive mass) and a law */
+static long double row_vs_law(const float *q, const long double *law) {
+    long double s = 0, d = 0;
+    for (int v = 0; v < RV; v++) s += q[v] > 0 ? q[v] : 0;
+    for (int v = 0; v < RV; v++) d = fmaxl(d, fabsl((s > 0 && q[v] > 0 ? q[v] / s : 0) - law[v]));
+    return d;
+}
+
+/* one chain's drafts: draw k made draft k. A deterministic drafter draws nothing: its law at every
+ * position is delta(x_k); so does combine when it chose a deterministic member's draft (a proposal that
+ * drew nothing is judged as one-hot rows, which a q that is not one-hot fails) */
+static int q_judge_chain(const rworld *w, const draw_enum *en, const draft_block *blk, double *worst) {
+    int det = w->d.deterministic || en->n == 0;
+    DS_CHECK(en->n == (det ? 0 : blk->n), "gate: %s drew %d times for %d drafts", w->d.ops->name, en->n, blk->n);
+    for (int k = 0; k < blk->n; k++) {
+        long double law[RV] = {0};
+        if (det) law[blk->tok[k]] = 1;
+        else frame_law(&en->f[k], law);
+        *worst = fmax(*worst, (double)row_vs_law(blk->q + (size_t)k * RV, law));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* one drawn tree: nodes come best first, not in the order they were drawn, so each is matched to an
+ * unused draw that took its token, the closest law first (draws with equal laws and tokens are
+ * interchangeable). A node with no draw of its own (a token placed, not drawn) or a draw with no node
+ * is an error: the verifier's rule for drawn children needs every node's law. */
+static int q_judge_tree(const rworld *w, const draw_enum *en, const draft_block *blk, double *worst) {
+    DS_CHECK(blk->n == 0 || blk->tree == TREE_WOR, "gate: %s drew a tree at T > 0 that is not marked as drawn "
+             "without replacement (kind %d)", w->d.ops->name, (int)blk->tree);
+    int used[DRAFT_TREE_MAX + 1] = {0}, n_cat = 0;
+    for (int j = 0; j < en->n; j++) n_cat += en->f[j].kind == 0;
+    DS_CHECK(n_cat == blk->n && en->n <= DRAFT_TREE_MAX, "gate: %s drew %d times for a tree of %d nodes",
+             w->d.ops->name, n_cat, blk->n);
+    for (int i = 0; i < blk->n; i++) {
+        long double best = 1;
+        int bj = -1;
+        for (int j = 0; j < en->n; j++) {
+            const draw_frame *f = &en->f[j];
+            if (used[j] || f->kind != 0 || f->opt[f->pick] != blk->tok[i]) continue;
+            long double law[RV], d;
+            frame_law(f, law);
+            d = row_vs_law(blk->q + (size_t)i * RV, law);
+            if (bj < 0 || d < best) best = d, bj = j;
+        }
+        if (bj >= 0) used[bj] = 1;
+        *worst = fmax(*worst, (double)best);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* exact: every draft path of propose (every tree, in a tree world); each draw's law against the row
+ * reported for what it drew */
 static int q_exact(rworld *w, double *worst, long *paths) {
     draw_enum en;
     draft_block blk;
-    int rc = -1;
+    int rc = -1, g = w->tree ? w->d.tree_nodes : RGAMMA;
     *worst = 0;
     *paths = 0;
     if (draw_enum_init(&en)) return -1;
-    if (draft_block_init(&blk, RGAMMA + 1, RV, w->d.has_conf)) {
+    if (draft_block_init(&blk, g + 1, RV, w->d.has_conf)) {
         draw_enum_free(&en);
         return -1;
     }
@@ -456,97 +522,15 @@ static int q_exact(rworld *w, double *worst, long *paths) {
             draw_enum_begin(&en);
             if (rw_reset(w, r, 0)) goto done;
             attach(r, &en);
-            int prc = w->d.ops->propose(&w->d, r, RGAMMA, &QSETS[ri], &blk);
+            int prc = w->d.ops->propose(&w->d, r, g, w->tree ? &QSETS_TREE[ri] : &QSETS[ri], &blk);
             attach(r, NULL);
             if (prc || draw_enum_end(&en)) goto done;
-            /* a deterministic drafter draws nothing: its law at every position is delta(x_k); so does
-             * combine when it chose a deterministic member's draft (a proposal that drew nothing is
-             * judged as one-hot rows, which a q that is not one-hot fails) */
-            int det = w->d.deterministic || en.n == 0;
-            DS_CHECK(en.n == (det ? 0 : blk.n), "gate: %s drew %d times for %d drafts", w->d.ops->name, en.n, blk.n);
-            for (int k = 0; k < blk.n; k++) {
-                long double law[RV] = {0}, s = 0;
-                if (det) law[blk.tok[k]] = 1;
-                else
-                    for (int i = 0; i < en.f[k].n_opt; i++) law[en.f[k].opt[i]] = en.f[k].w[i];
-                for (int v = 0; v < RV; v++) s += blk.q[(size_t)k * RV + v] > 0 ? blk.q[(size_t)k * RV + v] : 0;
-                for (int v = 0; v < RV; v++) {
-                    long double qv = blk.q[(size_t)k * RV + v] > 0 ? blk.q[(size_t)k * RV + v] / s : 0;
-                    *worst = fmax(*worst, (double)fabsl(qv - law[v]));
-                }
-            }
+            if ((w->tree ? q_judge_tree : q_judge_chain)(w, &en, &blk, worst)) goto done;
         } while (draw_enum_next(&en));
         *paths += en.paths;
         en.paths = 0;
     }
     rc = 0;
-fail:
-done:
-    draft_block_free(&blk);
-    draw_enum_free(&en);
-    return rc;
-}
-
-/* the same for a tree whose children are drawn (TREE_WOR): every tree the drafter can draw, and each
- * node's reported row against the law its token was drawn from. Nodes come best first, not in the
- * order they were drawn, so each is matched to an unused draw that took its token, the closest law
- * first (draws with equal laws and tokens are interchangeable). A node with no draw of its own (a
- * token placed, not drawn) or a draw with no node is an error: the verifier's rule for drawn children
- * needs every node's law. The settings truncate the rows (top-k, top-p, min-p), which keeps the number
- * of trees small and puts the reported rows' truncation under test. */
-static const sampling_params QSETS_TREE[3] = {{0.8f, 5, 0.85f}, {1.0f, 3, 1.0f}, {1.2f, 0, 1.0f, 0.25f}};
-
-static int q_exact_tree(rworld *w, double *worst, long *paths) {
-    draw_enum en;
-    draft_block blk;
-    int rc = -1, nodes = w->d.tree_nodes;
-    *worst = 0;
-    *paths = 0;
-    if (draw_enum_init(&en)) return -1;
-    if (draft_block_init(&blk, nodes + 1, RV, w->d.has_conf)) {
-        draw_enum_free(&en);
-        return -1;
-    }
-    for (int ri = 0; ri < 3; ri++) {
-        request *r = &w->req[ri];
-        do {
-            draw_enum_begin(&en);
-            if (rw_reset(w, r, 0)) goto done;
-            attach(r, &en);
-            int prc = w->d.ops->propose(&w->d, r, nodes, &QSETS_TREE[ri], &blk);
-            attach(r, NULL);
-            if (prc || draw_enum_end(&en)) goto done;
-            DS_CHECK(blk.n == 0 || blk.tree == TREE_WOR, "gate: %s drew a tree at T > 0 that is not marked as drawn "
-                     "without replacement (kind %d)", w->d.ops->name, (int)blk.tree);
-            int used[DRAFT_TREE_MAX + 1] = {0}, n_cat = 0;
-            for (int j = 0; j < en.n; j++) n_cat += en.f[j].kind == 0;
-            DS_CHECK(n_cat == blk.n && en.n <= DRAFT_TREE_MAX, "gate: %s drew %d times for a tree of %d nodes",
-                     w->d.ops->name, n_cat, blk.n);
-            for (int i = 0; i < blk.n; i++) {
-                const float *qi = blk.q + (size_t)i * RV;
-                long double s = 0, best = 1;
-                int bj = -1;
-                for (int v = 0; v < RV; v++) s += qi[v] > 0 ? qi[v] : 0;
-                for (int j = 0; j < en.n; j++) {
-                    const draw_frame *f = &en.f[j];
-                    if (used[j] || f->kind != 0 || f->opt[f->pick] != blk.tok[i]) continue;
-                    long double law[RV] = {0}, d = 0;
-                    for (int o = 0; o < f->n_opt; o++) law[f->opt[o]] = f->w[o];
-                    for (int v = 0; v < RV; v++) {
-                        long double qv = s > 0 && qi[v] > 0 ? qi[v] / s : 0;
-                        d = fmaxl(d, fabsl(qv - law[v]));
-                    }
-                    if (bj < 0 || d < best) best = d, bj = j;
-                }
-                if (bj >= 0) used[bj] = 1;
-                *worst = fmax(*worst, (double)best);
-            }
-        } while (draw_enum_next(&en));
-        *paths += en.paths;
-        en.paths = 0;
-    }
-    rc = 0;
-fail:
 done:
     draft_block_free(&blk);
     draw_enum_free(&en);
@@ -766,7 +750,7 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
     const char *mut = fault ? VERIFY_FAULT_NAMES[fault] : "";
     set_fault(w, fault);
     if (w->tree) { /* a drawn tree: the exact check only (x_1, x_2 of the chain's chi-square are no path) */
-        int rc = q_exact_tree(w, &worst, &paths);
+        int rc = q_exact(w, &worst, &paths);
         set_fault(w, FAULT_NONE);
         if (rc) return -1;
         snprintf(name, sizeof name, "%sq-consistency exact %s%s%s: each node's reported row vs the law its token was "
