@@ -458,7 +458,10 @@ static long double row_vs_law(const float *q, const long double *law) {
 
 /* one chain's drafts: draw k made draft k. A deterministic drafter draws nothing: its law at every
  * position is delta(x_k); so does combine when it chose a deterministic member's draft (a proposal that
- * drew nothing is judged as one-hot rows, which a q that is not one-hot fails) */
+ * drew nothing is judged as one-hot rows, which a q that is not one-hot fails). The one-hot law is a row,
+ * not a one-option draw_frame on the stack: GCC 12.2 at -O2 deleted such a frame's `w[0] = 1` store as
+ * dead (its dse2 pass, long double weights only; -fno-tree-dse or double weights kept it) and the
+ * check read TV 1 for every deterministic drafter */
 static int q_judge_chain(const rworld *w, const draw_enum *en, const draft_block *blk, double *worst) {
     int det = w->d.deterministic || en->n == 0;
     DS_CHECK(en->n == (det ? 0 : blk->n), "gate: %s drew %d times for %d drafts", w->d.ops->name, en->n, blk->n);

@@ -777,6 +777,11 @@ static void test_tree_siblings(void **state) {
         const draft_block *b = &blk[1];
         assert_int_equal(b->tree, round % 2 ? TREE_WOR : TREE_TOPK);
         assert_true(b->n > 3 && b->n <= 9);
+        for (int u = -1; u < b->n; u++) { /* the draft and w - 1 = 2 siblings at most beside it */
+            int kids = 0;
+            for (int i = 0; i < b->n; i++) kids += b->parent[i] == u;
+            assert_true(kids <= 3);
+        }
         int chain[3], nc = 0;
         for (int i = 0; i < b->n; i++) {
             assert_true(b->parent[i] >= -1 && b->parent[i] < i);
@@ -827,27 +832,45 @@ static void test_tree_siblings(void **state) {
  * forwards with parent_slot, are the chain's), TREE_TOPK; at T = 1 they are drawn without replacement
  * (TREE_WOR), each child's law that row's with its earlier siblings removed; nodes come parents first,
  * confidences descending, children distinct - over rounds that commit accepted paths (the tree's rows
- * dropped after each proposal, the accepted tokens fed again with the next anchor). */
-static void test_tree_dynamic(void **state) {
-    (void)state;
-    char path[600];
-    target t;
-    lookup_target(&t, path, sizeof path, "tree-dyn.gguf");
+ * dropped after each proposal, the accepted tokens fed again with the next anchor). Returns the children
+ * checked; *inverted counts the T = 1 trees whose best-first order put a deeper node before a shallower
+ * one, so their q rows were moved by a permutation cycle that does not start at the first node. */
+static int tree_dynamic_rounds(target *t, int rounds, int *inverted, int *deep) {
     /* 14 nodes of width 2 over 4 depths: at T > 0 a node needs a path probability of 1/4 (sampled_theta) */
     const char *dyn = "{\"layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 14, \"tree_width\": 2, \"tree_depth\": 4}";
     const char *sib = "{\"layers\": 1, \"tree_nodes\": 2}";
-    int V = t.m.cfg.vocab_size, prompt[16], checked = 0;
+    int V = t->m.cfg.vocab_size, prompt[16], checked = 0;
     for (int i = 0; i < 16; i++) prompt[i] = (7 * i + 3) % V;
     fleet f;
-    fleet_open(&f, &t, 1, &dyn, (const int *[]){prompt}, (const int[]){15}, 14);
+    fleet_open(&f, t, 1, &dyn, (const int *[]){prompt}, (const int[]){15}, 14);
     request *rq = &f.r[0];
     draft_block *b = &f.b[0];
-    for (int round = 0; round < 6; round++) {
+    for (int round = 0; round < rounds; round++) {
         sampling_params sp = {round % 2 ? 1.0f : 0.0f, 0, 1.0f};
         b->tree = TREE_CHAIN;
         if (f.d[0].ops->propose(&f.d[0], rq, 14, &sp, b)) fail_msg("%s", ds_errmsg());
         assert_int_equal(b->tree, round % 2 ? TREE_WOR : TREE_TOPK);
         assert_true(b->n >= (round % 2 ? 1 : 3) && b->n <= 14);
+        /* the order the nodes were made in: a level at a time, each level's parents in the order they
+         * were made, a parent's children by rank (siblings keep their order in the block) */
+        int made[14], depth[14], n_made = 0, inv = 0, dmax = 0;
+        for (int i = 0; i < b->n; i++) made[i] = -1;
+        for (int i = 0; i < b->n; i++) /* parents come first */
+            dmax = DS_MAX(dmax, depth[i] = b->parent[i] < 0 ? 1 : depth[b->parent[i]] + 1);
+        *deep += round % 2 && dmax >= 3;
+        /* at T = 1 a node exists when its path probability (its ranks' row probabilities) reaches 1/4 */
+        assert_non_null(b->conf_raw);
+        for (int i = 0; i < b->n && round % 2; i++)
+            if (!(b->conf_raw[i] >= 0.25f * (1 - 1e-6f))) fail_msg("round %d: node %d of path probability %g", round, i, (double)b->conf_raw[i]);
+        for (int i = 0; i < b->n; i++)
+            if (b->parent[i] < 0) made[i] = n_made++;
+        for (int lvl = 0; lvl < b->n; lvl++) /* parents in the order they were made */
+            for (int u = 0; u < b->n; u++)
+                if (made[u] == lvl)
+                    for (int i = 0; i < b->n; i++)
+                        if (b->parent[i] == u) made[i] = n_made++;
+        for (int i = 0; i < b->n; i++) inv |= made[i] != i;
+        *inverted += round % 2 && inv;
         for (int u = -1; u < b->n; u++) {
             int kids[8], nk = 0, seq[64], n = rq->toks.n, pth[8], np = 0;
             for (int i = 0; i < b->n; i++)
@@ -859,7 +882,7 @@ static void test_tree_dynamic(void **state) {
             for (int x = u; x >= 0; x = b->parent[x]) pth[np++] = b->tok[x];
             while (np) seq[n++] = pth[--np];
             fleet g; /* the row after the path, from a chain drafter's draft and its sibling at T = 0 */
-            fleet_open(&g, &t, 1, &sib, (const int *[]){seq}, (const int[]){n - 1}, 2);
+            fleet_open(&g, t, 1, &sib, (const int *[]){seq}, (const int[]){n - 1}, 2);
             sampling_params g0 = {0, 0, 1.0f};
             g.b[0].tree = TREE_CHAIN;
             if (g.d[0].ops->propose(&g.d[0], &g.r[0], 2, round % 2 ? &sp : &g0, &g.b[0])) fail_msg("%s", ds_errmsg());
@@ -887,7 +910,7 @@ static void test_tree_dynamic(void **state) {
                              b->tok[kids[k]], g.b[0].tok[k]);
                 checked++;
             }
-            fleet_close(&g, &t);
+            fleet_close(&g, t);
         }
         /* accept the first-child path for round % 3 nodes, then a token outside the tree */
         int acc = 0, u = -1;
@@ -904,9 +927,32 @@ static void test_tree_dynamic(void **state) {
         assert_int_equal(f.d[0].ops->observe(&f.d[0], rq, NULL, NULL, b->n + 1, 0), 0);
         if (f.d[0].ops->commit(&f.d[0], rq, acc, next, NULL)) fail_msg("%s", ds_errmsg());
     }
-    printf("  vanilla dynamic tree of 14 (width 2, depth 4): %d children checked against the rows of their paths (T = 0: "
-           "ranks, T = 1: laws)\n", checked);
-    assert_true(checked >= 6 * 4);
+    fleet_close(&f, t);
+    return checked;
+}
+
+static void test_tree_dynamic(void **state) {
+    (void)state;
+    char path[600], sharp_path[600];
+    target t, ts;
+    lookup_target(&t, path, sizeof path, "tree-dyn.gguf");
+    int inv = 0, inv_sharp = 0, deep = 0, checked = tree_dynamic_rounds(&t, 6, &inv, &deep);
+    /* the lookup target's rows are flat: its best-first trees at T = 1 kept the order their nodes were
+     * made in, so the q rows' permutation was never run (a mutant reading a cycle's first row from the
+     * wrong place passed). On a sharper one (its embedding's std 1, twice the lookup target's) a child of
+     * a likely node outranks a less likely node made before it */
+    tiny_spec sharp = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 2, 10000, 1.0f};
+    snprintf(sharp_path, sizeof sharp_path, "%s", tmp_path("tree-dyn-sharp.gguf"));
+    assert_int_equal(tiny_model_write(sharp_path, &sharp, 8), 0);
+    if (target_open(&ts, sharp_path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    int checked_sharp = tree_dynamic_rounds(&ts, 16, &inv_sharp, &deep);
+    target_close(&ts);
+    remove(sharp_path);
+    printf("  vanilla dynamic tree of 14 (width 2, depth 4): %d + %d children checked against the rows of their paths "
+           "(T = 0: ranks, T = 1: laws); T = 1 trees not in the order they were made: %d + %d, 3 levels deep: %d\n", checked,
+           checked_sharp, inv, inv_sharp, deep);
+    assert_true(checked >= 6 * 4 && checked_sharp >= 6 * 4);
+    assert_true(inv + inv_sharp >= 1 && deep >= 1); /* the permutation ran; trees grow past their first levels */
     /* its keys: one clear error each */
     static const char *const bad[][2] = {
         {"{\"layers\": 1, \"tree_nodes\": 4, \"tree_mode\": \"wide\"}", "not one of siblings, dynamic"},
@@ -921,7 +967,6 @@ static void test_tree_dynamic(void **state) {
         if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: '%s' does not name '%s'", bad[i][0], ds_errmsg(), bad[i][1]);
         cJSON_Delete(c);
     }
-    fleet_close(&f, &t);
     target_close(&t);
     remove(path);
 }

@@ -66,17 +66,28 @@ static void test_logits_process_reference(void **state) {
         for (int i = 0; i < V; i++) z[i] = (float)(rng_uniform(&r) * 16 - 8);
         z[V / 2] = -INFINITY; /* a masked token */
         lp_scratch scr = {0};
-        for (int si = 0; si < n_sps; si++) {
-            assert_int_equal(logits_process(z, V, &sps[si], p, &scr), 0);
-            ref_process(z, V, &sps[si], want, ord);
-            double worst = 0, total = 0;
-            for (int i = 0; i < V; i++) {
-                if ((p[i] > 0) != (want[i] > 0)) fail_msg("V %d case %d: token %d: %g, reference %g", V, si, i, (double)p[i], want[i]);
-                if (want[i] > 0) worst = fmax(worst, fabs(p[i] - want[i]) / want[i]);
-                total += p[i];
+        /* the row as drawn, then with its most likely token first and last in the vocabulary: a scan for
+         * the largest that skips an end (a min-p cut from the second largest) passed the drawn rows */
+        float top = -INFINITY;
+        for (int i = 0; i < V; i++) top = fmaxf(top, z[i]);
+        for (int edge = -1; edge < 2; edge++) {
+            float keep0 = z[0], keep1 = z[V - 1];
+            if (edge == 0) z[0] = top + 1;
+            if (edge == 1) z[V - 1] = top + 1;
+            for (int si = 0; si < n_sps; si++) {
+                assert_int_equal(logits_process(z, V, &sps[si], p, &scr), 0);
+                ref_process(z, V, &sps[si], want, ord);
+                double worst = 0, total = 0;
+                for (int i = 0; i < V; i++) {
+                    if ((p[i] > 0) != (want[i] > 0))
+                        fail_msg("V %d case %d (largest at %d): token %d: %g, reference %g", V, si, edge, i, (double)p[i], want[i]);
+                    if (want[i] > 0) worst = fmax(worst, fabs(p[i] - want[i]) / want[i]);
+                    total += p[i];
+                }
+                if (worst > 2e-6) fail_msg("V %d case %d (largest at %d): relative error %g", V, si, edge, worst);
+                assert_true(fabs(total - 1) < 1e-5);
             }
-            if (worst > 2e-6) fail_msg("V %d case %d: relative error %g", V, si, worst);
-            assert_true(fabs(total - 1) < 1e-5);
+            z[0] = keep0, z[V - 1] = keep1;
         }
         /* a min-p outside [0, 1] is refused with its name */
         const float bad[] = {-0.1f, 1.5f, NAN};

@@ -35,6 +35,10 @@ python3 scripts/mutants.py $(lim $((N * 2 / 5))) --drafters test:test_engine --o
 python3 scripts/mutants.py $(lim "$N") --drafters vanilla,test:test_vanilla --out out/mutants-vtree \
   drafters/vanilla.c:436-522 drafters/vanilla.c:647-745
 python3 scripts/mutants.py $(lim $((N * 2))) --out out/mutants-tree verify/tree.c
+# the round's budget (how many drafts or nodes each request may ask for, the scheduler's lengths clamped
+# to what was drafted) and the emitted tokens' stop rules (end of generation, max_new, the context)
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --drafters ngram,recycling,test:test_engine,vanilla --out out/mutants-round \
+  engine/decode.c:49-58 engine/decode.c:243-283
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
