@@ -659,6 +659,52 @@ static void test_combine_union(void **state) {
     combine_refuses(c, bad, sizeof bad / sizeof *bad);
 }
 
+/* A request that asks for more tokens than the model's context holds ends at the context's last position,
+ * in autoregression and in speculative rounds (a chain and a tree) alike, with the same greedy tokens:
+ * no round drafts or forwards a row past the cache (a tiny model of 512 positions) */
+static void test_context_limit(void **state) {
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s", tmp_path("engine-ctx.gguf"));
+    tiny_spec ts = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0};
+    assert_int_equal(tiny_model_write(path, &ts, 5), 0);
+    target t;
+    if (target_open(&t, path, &(backend_opts){.n_threads = 1})) fail_msg("%s", ds_errmsg());
+    int L = t.m.cfg.max_seq, prompt[16], *ref = NULL;
+    assert_int_equal(L, 512);
+    for (int i = 0; i < 16; i++) prompt[i] = (5 * i + 2) % 64;
+    const char *names[3] = {NULL, "ngram", "vanilla"}, *cfgs[3] = {NULL, "{}", "{\"layers\": 1, \"tree_nodes\": 4}"};
+    for (int v = 0; v < 3; v++) {
+        drafter d;
+        scheduler s;
+        cJSON *dc = cfgs[v] ? cJSON_Parse(cfgs[v]) : NULL;
+        if (names[v] && drafter_open(&d, names[v], dc, &t)) fail_msg("%s", ds_errmsg());
+        cJSON_Delete(dc);
+        assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
+        decode_cfg cfg = {{0, 0, 1.0f}, 4, names[v] ? &d : NULL, &s, NULL, NULL, names[v] ? MODE_SPEC : MODE_AR};
+        decode_stats st = {0};
+        request r, *rp = &r;
+        assert_int_equal(request_init(&r, &t, 0, prompt, 16, 2 * L, 9), 0);
+        if (decode_run(&t, &rp, 1, &cfg, &st)) fail_msg("%s: %s", names[v] ? names[v] : "autoregression", ds_errmsg());
+        assert_true(r.done);
+        assert_int_equal(r.toks.n, L);
+        if (!ref) {
+            ref = malloc(sizeof(int) * (size_t)L);
+            memcpy(ref, r.toks.v, sizeof(int) * (size_t)L);
+        } else {
+            assert_memory_equal(ref, r.toks.v, sizeof(int) * (size_t)L);
+            assert_true(st.rounds < L - 17); /* some round emitted more than its own token */
+        }
+        request_free(&r, &t);
+        if (names[v]) drafter_close(&d);
+        scheduler_close(&s);
+    }
+    printf("  context limit: %d tokens (16 of prompt), autoregression, ngram's chain and vanilla's tree equal\n", L);
+    free(ref);
+    target_close(&t);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_equals_autoregressive),
@@ -671,6 +717,7 @@ int main(void) {
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_combine),
         cmocka_unit_test(test_combine_union),
+        cmocka_unit_test(test_context_limit),
     };
     return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
 }
