@@ -833,8 +833,9 @@ static void test_tree_siblings(void **state) {
  * (TREE_WOR), each child's law that row's with its earlier siblings removed; nodes come parents first,
  * confidences descending, children distinct - over rounds that commit accepted paths (the tree's rows
  * dropped after each proposal, the accepted tokens fed again with the next anchor). Returns the children
- * checked; *inverted counts the T = 1 trees whose best-first order put a deeper node before a shallower
- * one, so their q rows were moved by a permutation cycle that does not start at the first node. */
+ * checked; *inverted counts the T = 1 trees whose best-first order is not the order their nodes were made
+ * in (their q rows moved by a permutation cycle, which never starts at the first node), *deep those three
+ * levels deep. */
 static int tree_dynamic_rounds(target *t, int rounds, int *inverted, int *deep) {
     /* 14 nodes of width 2 over 4 depths: at T > 0 a node needs a path probability of 1/4 (sampled_theta) */
     const char *dyn = "{\"layers\": 1, \"tree_mode\": \"dynamic\", \"tree_nodes\": 14, \"tree_width\": 2, \"tree_depth\": 4}";
