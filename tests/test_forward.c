@@ -444,6 +444,46 @@ static void tree_case(int exact, int pre_len, int isa) {
         assert_int_equal(model_forward(&f->m, &f->fs, &bl), -1);
         kv_cache_free(f->be, k3);
     }
+    { /* a forest: three roots continuing the prefix side by side (a drafter's first level under an
+       * anchor already in the cache), two with a child; in one forward (parents by index) and grown a
+       * level a forward (parent slots). No root sees another: the tree's first slot is hidden like any
+       * other (a mask stopping one slot short of it let the second root read the first's row, and only
+       * a drafter's acceptance showed it) */
+        enum { NF = 5 };
+        static const int fpar[NF] = {-1, -1, -1, 1, 0};
+        int ft[NF], fn = NF, n3 = 3, n2 = 2, ps3[3] = {-1, -1, -1}, ps2[2] = {pre_len + 1, pre_len};
+        tokens(ft, NF, V, 34);
+        float *lf = malloc(sizeof(float) * NF * (size_t)V);
+        for (int form = 0; form < 2; form++) {
+            kv_cache *k4 = kv_cache_new(f->be, &f->m.cfg, 4);
+            assert_int_equal(model_forward_one(&f->m, &f->fs, k4, pre, pre_len, 0, NULL), 0);
+            if (form == 0) {
+                fwd_batch bf = {.n_seq = 1, .kv = &k4, .n_new = &fn, .tokens = ft, .all_logits = 1, .logits = lf, .parent = fpar};
+                assert_int_equal(model_forward(&f->m, &f->fs, &bf), 0);
+            } else {
+                fwd_batch b3 = {.n_seq = 1, .kv = &k4, .n_new = &n3, .tokens = ft, .all_logits = 1, .logits = lf, .parent_slot = ps3};
+                assert_int_equal(model_forward(&f->m, &f->fs, &b3), 0);
+                fwd_batch b2 = {.n_seq = 1, .kv = &k4, .n_new = &n2, .tokens = ft + 3, .all_logits = 1,
+                                .logits = lf + 3 * (size_t)V, .parent_slot = ps2};
+                assert_int_equal(model_forward(&f->m, &f->fs, &b2), 0);
+            }
+            assert_true(k4->tree && k4->tree0 == pre_len);
+            for (int i = 0; i < NF; i++) {
+                int fs2[2], n = 0;
+                if (fpar[i] >= 0) fs2[n++] = ft[fpar[i]];
+                fs2[n++] = ft[i];
+                kv_cache *k1 = kv_cache_new(f->be, &f->m.cfg, 4);
+                assert_int_equal(model_forward_one(&f->m, &f->fs, k1, pre, pre_len, 0, NULL), 0);
+                assert_int_equal(model_forward_one(&f->m, &f->fs, k1, fs2, n, 1, lc), 0);
+                float d = max_abs_diff(lf + (size_t)i * V, lc + (size_t)(n - 1) * V, (size_t)V, NULL);
+                if (d > 0) fail_msg("%s exact=%d prefix %d: forest node %d (%s) differs from its path's chain by %g",
+                                    f->be->kernels, exact, pre_len, i, form ? "grown" : "one forward", d);
+                kv_cache_free(f->be, k1);
+            }
+            kv_cache_free(f->be, k4);
+        }
+        free(lf);
+    }
     /* keep anchor -> 1 -> 3 -> 7 -> 8 (slots pre + 0, 1, 3, 7, 8), feed one token */
     const int keep[5] = {0, 1, 3, 7, 8};
     int slots[5], seq[6], nxt = (tree[5] + 1) % V;

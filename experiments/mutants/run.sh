@@ -39,6 +39,11 @@ python3 scripts/mutants.py $(lim $((N * 2))) --out out/mutants-tree verify/tree.
 # to what was drafted) and the emitted tokens' stop rules (end of generation, max_new, the context)
 python3 scripts/mutants.py $(lim $((N * 3 / 4))) --drafters ngram,recycling,test:test_engine,vanilla --out out/mutants-round \
   engine/decode.c:49-58 engine/decode.c:243-283
+# fourth round (the runtime's side of a tree round: each node's RoPE position and parent slots, the
+# attention mask that hides every slot but a node's own and its ancestors', the accepted path's KV rows
+# compacted into place), judged first by the gate's tree cases, then by the forward's and the loop's suites
+python3 scripts/mutants.py $(lim "$N") --timeout 600 --drafters recycling,vanilla,test:test_forward,test:test_engine \
+  --out out/mutants-tattn runtime/forward.c:95-135 runtime/backends/backend_cpu.c:796-806 runtime/backends/backend.c:134-160
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
