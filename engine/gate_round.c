@@ -50,6 +50,7 @@ typedef struct {
     request req[RBATCH];
     int n_req, has_sched, has_own;
     int tree;                /* the drafter's tree mode (0: chains; 1, 2: gate_config_tree, _tree2) */
+    int curve_a;             /* a lossless scheduler on Appendix A's curve: with its early stop it may verify nothing */
     char path[256];
     outcomes *law;
     double thr;              /* the tuned threshold (reports) */
@@ -223,7 +224,7 @@ fail:
  * real target (a chat prompt); the drafter opened with its gate_config; n_req prefilled requests
  * with one seed, so all share the first token. */
 static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int setting, int n_req, uint64_t seed,
-                   target *real, int N, int tree) {
+                   target *real, int N, int tree, int curve_a) {
     memset(w, 0, sizeof *w);
     float *logits = NULL;
     int prompt[64], n_prompt = RPROMPT;
@@ -263,6 +264,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
     if (orc) goto fail;
     snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, tree == 2 ? " tree2" : tree ? " tree" : "");
     w->tree = tree;
+    w->curve_a = curve_a;
     w->cfg = (decode_cfg){SETTINGS[setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
     { /* one finished request first (the prompt, then its tokens again as the output): a drafter that
        * keeps state across requests (suffix's corpus of finished outputs) drafts from it in every case
@@ -293,8 +295,10 @@ static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int se
             }
         draft_block_free(&blk);
     }
-    /* the schedulers without an early stop get Appendix A's curve, on which that leaks */
-    if (rw_target_law(w) || rw_tune(w, sched && (!strcmp(sched, "retrospective") || !strcmp(sched, "async-topk-now"))))
+    /* the schedulers without an early stop get Appendix A's curve, on which that leaks; a lossless one
+     * asked for it (curve_a) must show it has the early stop there */
+    if (rw_target_law(w) ||
+        rw_tune(w, curve_a || (sched && (!strcmp(sched, "retrospective") || !strcmp(sched, "async-topk-now")))))
         goto fail;
     if (sched) {
         const scheduler_ops *so = scheduler_find(sched, 1);
@@ -712,8 +716,10 @@ static int run_exact(gate_report *rep, rworld *w, const char *sched, int setting
         snprintf(name + strlen(name), sizeof name - strlen(name), ", drafts %.0f%% of asked", 100 * o.draft_ratio);
     /* a lossless case must also exercise the scheduler: it verifies, and a stopping rule binds */
     /* (on the real target at N = 2 the first round has one draft: no stopping rule can bind there,
-     * which the tiny worlds check) */
-    int pass = control ? o.tv > 1000 * EXACT_TOL : o.tv < EXACT_TOL && (setting == S_GREEDY || !w->has_own || binds);
+     * which the tiny worlds check; on Appendix A's curve greedy's early stop verifies nothing, and the
+     * case is there to go red when a search does not stop) */
+    int pass = control ? o.tv > 1000 * EXACT_TOL
+                       : o.tv < EXACT_TOL && (setting == S_GREEDY || !w->has_own || binds || w->curve_a);
     if (control && !fault) snprintf(name + strlen(name), sizeof name - strlen(name), " (%s)", w->tuned);
     gate_add(rep, name, "exact-tv", o.paths, o.tv, NAN, control, pass);
     return 0;
@@ -794,14 +800,19 @@ static int run_qcons(gate_report *rep, pending *pd, rworld *w, long S, verify_fa
     return 0;
 }
 
+/* run_one's flags: the chains verified by block verification; the world on Appendix A's SPS curve */
+enum { CASE_BLOCK = 1, CASE_CURVE_A = 2 };
+
 static int run_one(gate_report *rep, pending *pd, const drafter_ops *dops, const char *sched, int setting, case_kind kind,
-                   verify_fault fault, int control, long draws, uint64_t seed, int tree, int block) {
+                   verify_fault fault, int control, long draws, uint64_t seed, int tree, int flags) {
     rworld w;
     double t0 = ds_now();
     int n_req = kind == K_SAMPLE ? RBATCH : kind == K_QCONS ? 3 : 1;
-    if (rw_open(&w, dops, sched ? sched : "fixed", kind == K_QCONS ? S_TOPK : setting, n_req, seed, NULL, RN, tree))
+    if (rw_open(&w, dops, sched ? sched : "fixed", kind == K_QCONS ? S_TOPK : setting, n_req, seed, NULL, RN, tree,
+                flags & CASE_CURVE_A))
         return -1;
-    if (block) {
+    if (flags & CASE_CURVE_A) snprintf(w.dname + strlen(w.dname), sizeof w.dname - strlen(w.dname), " Appendix-A curve");
+    if (flags & CASE_BLOCK) {
         w.cfg.rule = VERIFY_BLOCK;
         snprintf(w.dname + strlen(w.dname), sizeof w.dname - strlen(w.dname), " block-verify");
     }
@@ -836,7 +847,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         if (verbose) fprintf(stderr, "lossless: production round, drafter %s\n", dops->name);
         /* has_conf is a property of the opened drafter: ask a world */
         rworld probe;
-        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, 0)) goto done;
+        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, 0, 0)) goto done;
         int has_conf = probe.d.has_conf, has_det = probe.d.deterministic;
         rw_close(&probe);
         for (int si = 0; scheduler_nth(si); si++) {
@@ -859,6 +870,13 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
                 goto done;
             /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
              * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
+            /* Appendix A's curve, where verifying x_1 alone never pays and x_1 + x_2 pays only for a large
+             * c_2: a scheduler with an early stop verifies nothing there, one without it (greedy searching
+             * every prefix, "retrospective") lets x_1's own value decide whether x_1 is verified. On the
+             * curves above no search ever passed a dip, and greedy with its break removed passed them all */
+            if (so->needs_conf && (!quick || only || representative(dops)) &&
+                run_one(rep, &pd, dops, so->name, S_TOPK, K_EXACT, FAULT_NONE, 0, 0, 7900 + (uint64_t)di, 0, CASE_CURVE_A))
+                goto done;
             int sample = quick ? is_fixed : !has_det || is_fixed || !strcmp(so->name, "greedy");
             if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0, 0)) goto done;
         }
@@ -868,7 +886,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         for (int tv = 1; tv <= 2; tv++) { /* its tree mode, and a second one where it has one */
         if (!(tv == 1 ? dops->gate_config_tree : dops->gate_config_tree2)) continue;
         int tree_sampled = 0;
-        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, tv)) goto done;
+        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, tv, 0)) goto done;
         tree_sampled = probe.d.tree_sampled;
         rw_close(&probe);
         for (int ts = 0; ts < 2; ts++) {
@@ -948,7 +966,7 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
              * the tiny worlds run it with every drafter */
             if (so->gate_sparse && !only && !representative(dops)) continue;
             rworld w;
-            if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N, 0)) goto done;
+            if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N, 0, 0)) goto done;
             int skip = so->needs_conf && !w.d.has_conf;
             if (verbose && !skip) fprintf(stderr, "lossless --real: %s, %s (%.0f s)\n", dops->name, so->name, ds_now() - t0);
             int r = skip ? 0 : run_exact(rep, &w, so->name, S_REAL, FAULT_NONE, 0);
@@ -957,7 +975,7 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
             rw_close(&w);
             if (r) goto done;
             if (vf) { /* min-p on the real rows: the self-draft and its control, min-p dropped for verified tokens */
-                if (rw_open(&w, dops, so->name, S_REAL_MINP, 1, 300 + (uint64_t)di, &t, N, 0)) goto done;
+                if (rw_open(&w, dops, so->name, S_REAL_MINP, 1, 300 + (uint64_t)di, &t, N, 0, 0)) goto done;
                 r = run_exact(rep, &w, so->name, S_REAL_MINP, FAULT_NONE, 0) ||
                     run_exact(rep, &w, so->name, S_REAL_MINP, FAULT_VERIFY_NO_MIN_P, 1);
                 rw_close(&w);
