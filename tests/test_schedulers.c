@@ -260,6 +260,47 @@ static void test_greedy_prices_at_measured_speed(void **state) {
     sps_free(&sps);
 }
 
+/* Algorithm 1 by hand: a tree's candidates are its nodes' own path probabilities, a chain's the
+ * products of its conditionals, and the search stops at the first admission that lowers Theta,
+ * even where a longer prefix would pay (that dip is where stopping is lossless and searching every
+ * prefix, "retrospective", is not) */
+static void test_greedy_by_hand(void **state) {
+    (void)state;
+    sps_table sps;
+    int B[5] = {1, 2, 3, 4, 5};
+    double steps[5] = {1, 0.9, 0.8, 0.7, 0.6};
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 5), 0);
+    scheduler s, r;
+    assert_int_equal(open_cfg(&s, "greedy", NULL), 0);
+    int nd[1] = {4}, tree[1] = {1}, len[1];
+    float conf[5] = {0.9f, 0.2f, 0.8f, 0.1f, 0.0f};
+    /* a tree: 0.9 (node 1) and 0.8 (node 3) pay (Theta 1.71, 2.16), 0.2 would lower it (2.03): nodes
+     * 1..3 verified, node 2 with them (a prefix is a tree) */
+    sched_batch b = {1, 5, nd, conf, &sps, NULL, tree};
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 3);
+    /* the same numbers as a chain's conditionals: a = 0.9, 0.18, ...: only the first pays */
+    b.tree = NULL;
+    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+    assert_int_equal(len[0], 1);
+    /* a dip: one draft halves the speed for 0.9 tokens (Theta 0.95 < 1), two earn 1.355 at the same
+     * speed; greedy stops at the dip, the retrospective control takes both */
+    sps_free(&sps);
+    double dip[3] = {1, 0.5, 0.5};
+    assert_int_equal(sps_from_arrays(&sps, B, dip, 3), 0);
+    float c2[2] = {0.9f, 0.9f};
+    int nd2[1] = {2};
+    sched_batch b2 = {1, 2, nd2, c2, &sps, NULL, NULL};
+    assert_int_equal(s.ops->schedule(&s, &b2, len), 0);
+    assert_int_equal(len[0], 0);
+    assert_int_equal(open_cfg(&r, "retrospective", NULL), 0);
+    assert_int_equal(r.ops->schedule(&r, &b2, len), 0);
+    assert_int_equal(len[0], 2);
+    scheduler_close(&r);
+    scheduler_close(&s);
+    sps_free(&sps);
+}
+
 static void test_bad_settings(void **state) {
     (void)state;
     scheduler s;
@@ -293,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_hedge_charges_batch_time),
         cmocka_unit_test(test_req_table),
         cmocka_unit_test(test_greedy_prices_at_measured_speed),
+        cmocka_unit_test(test_greedy_by_hand),
         cmocka_unit_test(test_bad_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,6 +44,10 @@ python3 scripts/mutants.py $(lim $((N * 3 / 4))) --drafters ngram,recycling,test
 # compacted into place), judged first by the gate's tree cases, then by the forward's and the loop's suites
 python3 scripts/mutants.py $(lim "$N") --timeout 600 --drafters recycling,vanilla,test:test_forward,test:test_engine \
   --out out/mutants-tattn runtime/forward.c:95-135 runtime/backends/backend_cpu.c:796-806 runtime/backends/backend.c:134-160
+# the schedulers' rules the gate's losslessness rests on (Algorithm 1's candidates and early stop,
+# async-topk's delayed budget, the threshold rule), judged by the block drafter whose controls run them
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --drafters dspark-markov,ngram,test:test_schedulers --out out/mutants-sched \
+  schedulers/greedy.c:25-110 schedulers/async_topk.c:45-66 schedulers/threshold.c:13-22
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
