@@ -868,8 +868,6 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
              * target's alike; its own seeds, so the cases above keep their worlds */
             if (is_fixed && run_one(rep, &pd, dops, so->name, S_MINP, K_EXACT, FAULT_NONE, 0, 0, 7700 + (uint64_t)di, 0, 0))
                 goto done;
-            /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
-             * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
             /* Appendix A's curve, where verifying x_1 alone never pays and x_1 + x_2 pays only for a large
              * c_2: a scheduler with an early stop verifies nothing there, one without it (greedy searching
              * every prefix, "retrospective") lets x_1's own value decide whether x_1 is verified. On the
@@ -877,6 +875,8 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
             if (so->needs_conf && (!quick || only || representative(dops)) &&
                 run_one(rep, &pd, dops, so->name, S_TOPK, K_EXACT, FAULT_NONE, 0, 0, 7900 + (uint64_t)di, 0, CASE_CURVE_A))
                 goto done;
+            /* a deterministic drafter's batch behaviour is its scheduler's: the sampling case under
+             * fixed and greedy (the batch-level search) covers it; its exact cases run everywhere */
             int sample = quick ? is_fixed : !has_det || is_fixed || !strcmp(so->name, "greedy");
             if (sample && run_one(rep, &pd, dops, so->name, S_TOPK, K_SAMPLE, FAULT_NONE, 0, draws, seed++, 0, 0)) goto done;
         }
