@@ -220,11 +220,25 @@ fail:
     return -1;
 }
 
+/* What a world is made of: the scheduler (NULL: none, the probes), the sampling setting, n_req
+ * prefilled requests with one seed (so all share the first token), a shared real target or NULL for
+ * the tiny random one, N tokens after the prefill, the drafter's tree mode (0: its gate_config; 1, 2:
+ * gate_config_tree, _tree2) and whether the world is Appendix A's SPS curve. */
+typedef struct {
+    const char *sched;
+    int setting, n_req;
+    uint64_t seed;
+    target *real;
+    int N, tree, curve_a;
+} world_opts;
+
 /* A world: the tiny random target (real == NULL, its own GGUF file, random prompt) or a shared
- * real target (a chat prompt); the drafter opened with its gate_config; n_req prefilled requests
- * with one seed, so all share the first token. */
-static int rw_open(rworld *w, const drafter_ops *dops, const char *sched, int setting, int n_req, uint64_t seed,
-                   target *real, int N, int tree, int curve_a) {
+ * real target (a chat prompt); the drafter opened with its gate_config. */
+static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
+    const char *sched = o->sched;
+    int setting = o->setting, n_req = o->n_req, N = o->N, tree = o->tree, curve_a = o->curve_a;
+    uint64_t seed = o->seed;
+    target *real = o->real;
     memset(w, 0, sizeof *w);
     float *logits = NULL;
     int prompt[64], n_prompt = RPROMPT;
@@ -808,8 +822,9 @@ static int run_one(gate_report *rep, pending *pd, const drafter_ops *dops, const
     rworld w;
     double t0 = ds_now();
     int n_req = kind == K_SAMPLE ? RBATCH : kind == K_QCONS ? 3 : 1;
-    if (rw_open(&w, dops, sched ? sched : "fixed", kind == K_QCONS ? S_TOPK : setting, n_req, seed, NULL, RN, tree,
-                flags & CASE_CURVE_A))
+    world_opts wo = {.sched = sched ? sched : "fixed", .setting = kind == K_QCONS ? S_TOPK : setting, .n_req = n_req,
+                     .seed = seed, .N = RN, .tree = tree, .curve_a = flags & CASE_CURVE_A};
+    if (rw_open(&w, dops, &wo))
         return -1;
     if (flags & CASE_CURVE_A) snprintf(w.dname + strlen(w.dname), sizeof w.dname - strlen(w.dname), " Appendix-A curve");
     if (flags & CASE_BLOCK) {
@@ -847,7 +862,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         if (verbose) fprintf(stderr, "lossless: production round, drafter %s\n", dops->name);
         /* has_conf is a property of the opened drafter: ask a world */
         rworld probe;
-        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, 0, 0)) goto done;
+        if (rw_open(&probe, dops, &(world_opts){.setting = S_TOPK, .n_req = 1, .seed = seed, .N = RN})) goto done;
         int has_conf = probe.d.has_conf, has_det = probe.d.deterministic;
         rw_close(&probe);
         for (int si = 0; scheduler_nth(si); si++) {
@@ -886,7 +901,7 @@ int gate_round_cases(gate_report *rep, long draws, double alpha, int quick, int 
         for (int tv = 1; tv <= 2; tv++) { /* its tree mode, and a second one where it has one */
         if (!(tv == 1 ? dops->gate_config_tree : dops->gate_config_tree2)) continue;
         int tree_sampled = 0;
-        if (rw_open(&probe, dops, NULL, S_TOPK, 1, seed, NULL, RN, tv, 0)) goto done;
+        if (rw_open(&probe, dops, &(world_opts){.setting = S_TOPK, .n_req = 1, .seed = seed, .N = RN, .tree = tv})) goto done;
         tree_sampled = probe.d.tree_sampled;
         rw_close(&probe);
         for (int ts = 0; ts < 2; ts++) {
@@ -966,7 +981,8 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
              * the tiny worlds run it with every drafter */
             if (so->gate_sparse && !only && !representative(dops)) continue;
             rworld w;
-            if (rw_open(&w, dops, so->name, S_REAL, 1, 300 + (uint64_t)di, &t, N, 0, 0)) goto done;
+            world_opts wo = {.sched = so->name, .setting = S_REAL, .n_req = 1, .seed = 300 + (uint64_t)di, .real = &t, .N = N};
+            if (rw_open(&w, dops, &wo)) goto done;
             int skip = so->needs_conf && !w.d.has_conf;
             if (verbose && !skip) fprintf(stderr, "lossless --real: %s, %s (%.0f s)\n", dops->name, so->name, ds_now() - t0);
             int r = skip ? 0 : run_exact(rep, &w, so->name, S_REAL, FAULT_NONE, 0);
@@ -975,7 +991,8 @@ int gate_round_real(gate_report *rep, const char *model, int N, int verbose, con
             rw_close(&w);
             if (r) goto done;
             if (vf) { /* min-p on the real rows: the self-draft and its control, min-p dropped for verified tokens */
-                if (rw_open(&w, dops, so->name, S_REAL_MINP, 1, 300 + (uint64_t)di, &t, N, 0, 0)) goto done;
+                wo.setting = S_REAL_MINP;
+                if (rw_open(&w, dops, &wo)) goto done;
                 r = run_exact(rep, &w, so->name, S_REAL_MINP, FAULT_NONE, 0) ||
                     run_exact(rep, &w, so->name, S_REAL_MINP, FAULT_VERIFY_NO_MIN_P, 1);
                 rw_close(&w);
