@@ -19,14 +19,18 @@ int request_init(request *r, target *t, int id, const int *prompt, int n_prompt,
         if (ivec_push(&r->toks, prompt[i])) goto fail;
     int cap = DS_MIN(n_prompt + max_new + DRAFT_TREE_MAX + 8, t->m.cfg.max_seq); /* + a round's rows */
     if (!(r->tkv = kv_cache_new(t->be, &t->m.cfg, cap))) goto fail;
-    /* independent streams: drafting, accept tests, residual/bonus draws */
-    rng_seed(&r->rng_draft, seed * 0x9e3779b97f4a7c15ull + 1);
-    rng_seed(&r->vr.accept, seed * 0x9e3779b97f4a7c15ull + 2);
-    rng_seed(&r->vr.resample, seed * 0x9e3779b97f4a7c15ull + 3);
+    request_seed(r, seed);
     return 0;
 fail:
     request_free(r, t);
     return -1;
+}
+
+void request_seed(request *r, uint64_t seed) {
+    /* independent streams: drafting, accept tests, residual/bonus draws */
+    rng_seed(&r->rng_draft, seed * 0x9e3779b97f4a7c15ull + 1);
+    rng_seed(&r->vr.accept, seed * 0x9e3779b97f4a7c15ull + 2);
+    rng_seed(&r->vr.resample, seed * 0x9e3779b97f4a7c15ull + 3);
 }
 
 void request_free(request *r, target *t) {

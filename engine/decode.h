@@ -47,6 +47,9 @@ typedef struct {
 /* A request ready to decode: prompt ids copied, caches made, random streams seeded from seed. */
 int request_init(request *r, target *t, int id, const int *prompt, int n_prompt, int max_new, uint64_t seed);
 void request_free(request *r, target *t);
+/* The request's three random streams (drafting, accept tests, residual and bonus draws) seeded from
+ * seed: request_init's, and the gate's replays', so the gate's sampled cases draw as production does */
+void request_seed(request *r, uint64_t seed);
 
 /* Prefill and decode the R requests until each hits end-of-generation or its budget. Statistics
  * are added to st; per-round rows go to cfg->tr. */

@@ -79,9 +79,7 @@ static int rw_reset(rworld *w, request *r, uint64_t seed) {
     r->done = 0;
     r->rounds = 0;
     r->wall_s = 0;
-    rng_seed(&r->rng_draft, seed * 0x9e3779b97f4a7c15ull + 1);
-    rng_seed(&r->vr.accept, seed * 0x9e3779b97f4a7c15ull + 2);
-    rng_seed(&r->vr.resample, seed * 0x9e3779b97f4a7c15ull + 3);
+    request_seed(r, seed); /* production's seeding: streams that shared draws would bias the chi2 cases */
     if (w->has_sched && w->s.ops->reset) w->s.ops->reset(&w->s); /* a learning scheduler starts every replay afresh */
     return w->d.ops->rewind(&w->d, r);
 }
