@@ -7,6 +7,7 @@
 #include "../engine/decode.h"
 #include "../engine/serve.h"
 #include "../engine/trace.h"
+#include "../verify/stats.h"
 
 typedef struct {
     target t;
@@ -720,8 +721,75 @@ static void test_context_limit(void **state) {
     remove(path);
 }
 
+/* The prefill's token, the first of every output, follows the target's processed law: the gate compares
+ * the tokens after it (every world shares it) and autoregression and speculation draw it alike, so a
+ * sampler that dropped top-k, drew from another row or skipped the temperature there passed them all.
+ * 20,000 prefills of a tiny model (flat rows) at T = 0.9, top-k 6, their first tokens against the law
+ * computed here in double from the prompt's last row; none outside the top 6; at T = 0 the argmax. */
+static void test_prefill_token_law(void **state) {
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s", tmp_path("engine-prefill.gguf"));
+    tiny_spec ts = {32, 2, 4, 2, 64, 48, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0.15f};
+    assert_int_equal(tiny_model_write(path, &ts, 11), 0);
+    target t;
+    if (target_open(&t, path, &(backend_opts){.n_threads = 1})) fail_msg("%s", ds_errmsg());
+    enum { V = 48, K = 6, S = 20000 };
+    int prompt[8];
+    for (int i = 0; i < 8; i++) prompt[i] = (7 * i + 3) % V;
+    /* the last row, by a forward of its own */
+    float z[V];
+    request r;
+    assert_int_equal(request_init(&r, &t, 0, prompt, 8, 4, 1), 0);
+    assert_int_equal(model_forward_one(&t.m, &t.fs, r.tkv, prompt, 8, 0, z), 0);
+    request_free(&r, &t);
+    const double temp = 0.9;
+    int ord[V], top = 0;
+    for (int i = 0; i < V; i++) ord[i] = i;
+    for (int i = 0; i < V; i++) /* by logit, descending; ties by id */
+        for (int j = i + 1; j < V; j++)
+            if (z[ord[j]] > z[ord[i]] || (z[ord[j]] == z[ord[i]] && ord[j] < ord[i])) {
+                int x = ord[i];
+                ord[i] = ord[j], ord[j] = x;
+            }
+    top = ord[0];
+    double p[V] = {0}, sum = 0;
+    for (int k = 0; k < K; k++) sum += p[ord[k]] = exp(((double)z[ord[k]] - z[top]) / temp);
+    for (int k = 0; k < K; k++) p[ord[k]] /= sum;
+    long obs[V] = {0};
+    float last[V];
+    decode_cfg cfg = {{(float)temp, K, 1.0f}, 1, NULL, NULL, NULL, NULL, MODE_AR};
+    for (int s = 0; s < S; s++) {
+        assert_int_equal(request_init(&r, &t, s, prompt, 8, 4, 1000 + (uint64_t)s), 0);
+        if (decode_prefill(&t, &r, &cfg, last, NULL)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(r.toks.n, 9);
+        obs[r.toks.v[8]]++;
+        request_free(&r, &t);
+    }
+    assert_memory_equal(last, z, sizeof z); /* the row it drew from is the prompt's last */
+    gof_result g;
+    assert_int_equal(chi2_gof(obs, p, V, &g), 0);
+    long outside = 0;
+    for (int i = 0; i < V; i++) outside += p[i] == 0 ? obs[i] : 0;
+    printf("  prefill token: %d draws at T = %.1f top-k %d, chi2 %.1f (df %d) p = %.3f, %ld outside the top %d\n", S, temp,
+           K, g.stat, g.df, g.p, outside, K);
+    assert_int_equal(outside, 0);
+    assert_true(g.p > 1e-4);
+    /* greedy: the argmax, whatever the seed */
+    cfg.sp = (sampling_params){0, 0, 1.0f};
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(request_init(&r, &t, s, prompt, 8, 4, 77 + (uint64_t)s), 0);
+        if (decode_prefill(&t, &r, &cfg, last, NULL)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(r.toks.v[8], top);
+        request_free(&r, &t);
+    }
+    target_close(&t);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_token_law),
         cmocka_unit_test(test_greedy_equals_autoregressive),
         cmocka_unit_test(test_tree_greedy_equals_autoregressive),
         cmocka_unit_test(test_static_tree_equals_autoregressive),

@@ -286,6 +286,17 @@ static void test_pvalues(void **state) {
     assert_float_equal(chi2_sf(18.307038053275146, 10), 0.05, 1e-9);
     assert_float_equal(chi2_sf(124.34211340400407, 100), 0.05, 1e-8);
     assert_float_equal(chi2_sf(0, 5), 1.0, 0);
+    /* the lower side (x / 2 < df / 2 + 1: the series, where every lossless case's statistic falls) against
+     * closed forms: df 2 exp(-x/2), df 4 exp(-x/2) (1 + x/2), df 1 erfc(sqrt(x/2)); a p-value above 1
+     * there (1 + P for 1 - P) passed every suite and gate case */
+    assert_float_equal(chi2_sf(3, 2), exp(-1.5), 1e-12);
+    assert_float_equal(chi2_sf(1, 4), exp(-0.5) * 1.5, 1e-12);
+    assert_float_equal(chi2_sf(0.5, 1), erfc(0.5), 1e-12);
+    assert_float_equal(chi2_sf(1e-6, 3), 1.0, 1e-8);
+    for (double x = 0.25; x < 40; x *= 1.5) { /* both branches, df 2: exact at their seam too */
+        assert_float_equal(chi2_sf(x, 2), exp(-x / 2), 1e-12 + 1e-9 * exp(-x / 2));
+        assert_float_equal(chi2_sf(x, 4), exp(-x / 2) * (1 + x / 2), 1e-12 + 1e-9 * exp(-x / 2) * (1 + x / 2));
+    }
     /* Kolmogorov: P(sqrt(n) D > 1.3581) = 0.05 for large n */
     assert_float_equal(ks_sf(1.3581 / sqrt(1e8), 100000000L), 0.05, 2e-4);
     assert_float_equal(normal_quantile(0.975), 1.959963984540054, 1e-9);
