@@ -649,6 +649,19 @@ static void test_combine_union(void **state) {
     printf("  %s; tau %.3f\n", line, (double)ss.emitted / (double)ss.rounds);
     assert_non_null(strstr(line, "combine's union"));
     assert_non_null(strstr(line, "medusa"));
+    /* the report's shares of the nodes each member put first: between 0 and 100, summing to 100 */
+    double shares = 0;
+    const char *who[3] = {"ngram", "recycling", "medusa"};
+    for (int i = 0; i < 3; i++) {
+        char key[32];
+        snprintf(key, sizeof key, " %s ", who[i]);
+        const char *at = strstr(line, key);
+        assert_non_null(at);
+        double sh = atof(at + strlen(key));
+        assert_true(sh >= 0 && sh <= 100);
+        shares += sh;
+    }
+    assert_true(shares > 98 && shares < 102);
     drafter_close(&d);
     scheduler_close(&s);
     cJSON_Delete(dc);
@@ -658,6 +671,160 @@ static void test_combine_union(void **state) {
         {"{\"tree_nodes\": 81, \"members\": [{\"name\": \"ngram\"}]}", "tree_nodes"},
     };
     combine_refuses(c, bad, sizeof bad / sizeof *bad);
+}
+
+/* node k's tokens from the anchor down (root first) into path; its depth */
+static int root_path(const draft_block *b, int k, int *path) {
+    int n = 0, tmp[DRAFT_TREE_MAX];
+    for (int j = k; j >= 0; j = b->tree == TREE_CHAIN ? j - 1 : b->parent[j]) tmp[n++] = b->tok[j];
+    for (int i = 0; i < n; i++) path[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* index of the node of b whose root path is path[0..n), -1 when none */
+static int find_path(const draft_block *b, const int *path, int n) {
+    int p[DRAFT_TREE_MAX];
+    for (int k = 0; k < b->n; k++)
+        if (root_path(b, k, p) == n && !memcmp(p, path, sizeof(int) * (size_t)n)) return k;
+    return -1;
+}
+
+/* repetitive raw texts (no chat template): the first output token continues the repetition, so ngram and
+ * recycling find the anchor's context in the prompt and draft at the first proposal */
+static const char *const REP[3] = {
+    "Say it again: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
+    "Count: one two three four, one two three four, one two three four, one two",
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\nWrite def mul(a, b) the same way."};
+
+/* drafter `name` opened with cfg (a JSON object; its "name" key ignored), prefilled on ids at T = 0, and its
+ * first proposal of up to g into b */
+static void first_proposal(ctx *c, const char *name, const char *cfg, const ivec *ids, int g, draft_block *b) {
+    drafter d;
+    cJSON *dc = cJSON_Parse(cfg);
+    assert_non_null(dc);
+    cJSON_DeleteItemFromObject(dc, "name");
+    if (drafter_open(&d, name, dc, &c->t)) fail_msg("%s: %s", name, ds_errmsg());
+    cJSON_Delete(dc);
+    sampling_params greedy = {0, 0, 1};
+    decode_cfg cfg_ = {greedy, g, &d, NULL, NULL, NULL, MODE_SPEC};
+    float *last = malloc(sizeof(float) * (size_t)c->t.m.cfg.vocab_size);
+    request r;
+    assert_int_equal(request_init(&r, &c->t, 0, ids->v, ids->n, 64, 1), 0);
+    if (decode_prefill(&c->t, &r, &cfg_, last, NULL)) fail_msg("%s", ds_errmsg());
+    b->tree = TREE_CHAIN;
+    if (d.ops->propose(&d, &r, g, &greedy, b)) fail_msg("%s", ds_errmsg());
+    d.ops->end(&d, &r);
+    request_free(&r, &c->t);
+    drafter_close(&d);
+    free(last);
+}
+
+/* combine's union is the members' drafts merged: every node of the union is a node some member drafted
+ * (the same tokens from the anchor down), no two nodes share a path, a node's confidence is the largest
+ * path probability a member gives it (capped by its parent's), and every member's first node is in it.
+ * The members drafted here standalone, each over its own prefill of the same prompt (T = 0: their drafts
+ * are functions of the context). Union trees that attached a tree member's nodes to the wrong parent, merged
+ * siblings of different tokens, or asked the chain members for nothing were all lossless (the tree is the
+ * tree the verifier sees) and passed every suite. */
+static void test_combine_union_is_the_members_drafts(void **state) {
+    ctx *c = *state;
+    const char *mname[3] = {"ngram", "recycling", "medusa"};
+    const char *mcfg[3] = {"{\"name\": \"ngram\"}", "{\"name\": \"recycling\"}",
+                           "{\"name\": \"medusa\", \"heads\": 3, \"init_std\": 0.02, \"tree_nodes\": 6}"};
+    char ucfg[512];
+    snprintf(ucfg, sizeof ucfg, "{\"tree_nodes\": 40, \"members\": [%s, %s, %s]}", mcfg[0], mcfg[1], mcfg[2]);
+    int V = c->t.m.cfg.vocab_size, G = 40, drafted[3] = {0, 0, 0};
+    draft_block ub, mb[3];
+    assert_int_equal(draft_block_init(&ub, G + 1, V, 1), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(draft_block_init(&mb[i], G + 1, V, 1), 0);
+    ivec ids = {0};
+    for (int pi = 0; pi < 3; pi++) {
+        ids.n = 0;
+        assert_int_equal(tokenizer_encode(&c->t.tk, REP[pi], strlen(REP[pi]), 0, &ids), 0);
+        first_proposal(c, "combine", ucfg, &ids, G, &ub);
+        for (int i = 0; i < 3; i++) first_proposal(c, mname[i], mcfg[i], &ids, i == 2 ? 6 : G, &mb[i]);
+        assert_int_equal(ub.tree, TREE_TOPK);
+        assert_true(ub.n > 0 && ub.n <= G);
+        int path[DRAFT_TREE_MAX];
+        for (int k = 0; k < ub.n; k++) {
+            assert_true(ub.parent[k] < k);
+            int n = root_path(&ub, k, path);
+            assert_int_equal(find_path(&ub, path, n), k); /* one node a path */
+            double best = -1; /* the largest path probability a member gives this path */
+            for (int i = 0; i < 3; i++) {
+                int j = find_path(&mb[i], path, n);
+                if (j < 0) continue;
+                double pc = 1;
+                if (mb[i].tree == TREE_CHAIN)
+                    for (int m = 0; m <= j; m++) pc *= mb[i].conf[m];
+                else pc = mb[i].conf[j];
+                best = DS_MAX(best, pc);
+            }
+            if (best < 0) fail_msg("prompt %d: union node %d (depth %d) is no member's draft", pi, k, n);
+            double cap = ub.parent[k] < 0 ? 1 : ub.conf[ub.parent[k]];
+            assert_float_equal(ub.conf[k], DS_MIN(best, cap), 1e-6);
+        }
+        for (int i = 0; i < 3; i++) {
+            if (mb[i].n == 0) continue; /* nothing to draft from here (ngram without a match) */
+            drafted[i]++;
+            int n = root_path(&mb[i], 0, path);
+            if (find_path(&ub, path, n) < 0) fail_msg("prompt %d: member %d's first node is not in the union", pi, i);
+        }
+        printf("  union of %d nodes from drafts of %d, %d and %d (prompt %d)\n", ub.n, mb[0].n, mb[1].n, mb[2].n, pi);
+    }
+    for (int i = 0; i < 3; i++) assert_true(drafted[i] > 0); /* every member's first node was checked somewhere */
+    for (int i = 0; i < 3; i++) draft_block_free(&mb[i]);
+    ivec_free(&ids);
+    draft_block_free(&ub);
+}
+
+/* E = sum_k prod_{i<=k} c_i of a chain's first n confidences */
+static double chain_len(const draft_block *b) {
+    double e = 0, s = 1;
+    for (int k = 0; k < b->n; k++) e += (s *= b->conf[k]);
+    return e;
+}
+
+/* combine's choice between deterministic members, before any recalibration (choice_weight 0): the draft
+ * of the member whose expected accepted length E = sum_k prod_{i<=k} c_i is the largest, whole, with its
+ * own confidences; members drafted standalone on the same prompt. A choice by E without c_1, or by
+ * products that started at 0, was lossless and passed every suite. */
+static void test_combine_chooses_the_longest_expected(void **state) {
+    ctx *c = *state;
+    /* their first confidences are their priors: recycling's higher, ngram's chain longer where it is; the
+     * winner first (a choice that returned nothing when member 0 won passed every suite) */
+    const char *mname[2] = {"recycling", "ngram"};
+    const char *mcfg[2] = {"{\"name\": \"recycling\", \"prior\": 0.35}", "{\"name\": \"ngram\", \"prior\": 0.3}"};
+    char ccfg[512];
+    snprintf(ccfg, sizeof ccfg, "{\"choice_weight\": 0, \"members\": [%s, %s]}", mcfg[0], mcfg[1]);
+    int V = c->t.m.cfg.vocab_size, G = 8, won[2] = {0, 0};
+    draft_block cb, mb[2];
+    assert_int_equal(draft_block_init(&cb, G + 1, V, 1), 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(draft_block_init(&mb[i], G + 1, V, 1), 0);
+    ivec ids = {0};
+    for (int pi = 0; pi < 3; pi++)
+        for (int g = 2; g <= G; g += 3) {
+            ids.n = 0;
+            assert_int_equal(tokenizer_encode(&c->t.tk, REP[pi], strlen(REP[pi]), 0, &ids), 0);
+            first_proposal(c, "combine", ccfg, &ids, g, &cb);
+            double e[2];
+            for (int i = 0; i < 2; i++) {
+                first_proposal(c, mname[i], mcfg[i], &ids, g, &mb[i]);
+                e[i] = chain_len(&mb[i]);
+            }
+            if (e[0] == e[1] || (e[0] <= 0 && e[1] <= 0)) continue;
+            int w = e[1] > e[0];
+            won[w]++;
+            printf("  prompt %d, gamma %d: E %s %.3f (%d drafts), %s %.3f (%d): combine drafted %d\n", pi, g, mname[0], e[0],
+                   mb[0].n, mname[1], e[1], mb[1].n, cb.n);
+            assert_int_equal(cb.n, mb[w].n);
+            assert_memory_equal(cb.tok, mb[w].tok, sizeof(int) * (size_t)cb.n);
+            assert_memory_equal(cb.conf, mb[w].conf, sizeof(float) * (size_t)cb.n);
+        }
+    assert_true(won[0] + won[1] >= 4);
+    for (int i = 0; i < 2; i++) draft_block_free(&mb[i]);
+    ivec_free(&ids);
+    draft_block_free(&cb);
 }
 
 /* A request that asks for more tokens than the model's context holds ends at the context's last position,
@@ -800,6 +967,8 @@ int main(void) {
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_combine),
         cmocka_unit_test(test_combine_union),
+        cmocka_unit_test(test_combine_union_is_the_members_drafts),
+        cmocka_unit_test(test_combine_chooses_the_longest_expected),
         cmocka_unit_test(test_context_limit),
     };
     return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
