@@ -435,6 +435,7 @@ static void combine_report(const drafter *d, char *buf, size_t n) {
         for (int i = 0; i < c->n && w < (int)n; i++)
             w += snprintf(buf + w, n - (size_t)w, "%s %s %.0f%% (%.0f%% of the accepted)", i ? "," : "", c->m[i].d.ops->name,
                           100.0 * (double)c->u_nodes[i] / (double)DS_MAX(tn, 1), 100.0 * (double)c->u_acc[i] / (double)DS_MAX(ta, 1));
+        if (w < (int)n) snprintf(buf + w, n - (size_t)w, "; %ld nodes accepted", ta);
         return;
     }
     int w = snprintf(buf, n, "combine chose");

@@ -111,8 +111,9 @@ static void test_greedy_equals_autoregressive(void **state) {
 }
 
 /* greedy decoding with drafter d under scheduler s equals autoregression token for token, alone and in a
- * batch of three requests whose trees differ; the speculative run's statistics in ss */
-static void tree_equals_ar(ctx *c, drafter *d, scheduler *s, decode_stats *ss) {
+ * batch of three requests whose trees differ; the lone speculative run's statistics in ss, the batch's in
+ * sb_out (NULL: not wanted) */
+static void tree_equals_ar(ctx *c, drafter *d, scheduler *s, decode_stats *ss, decode_stats *sb_out) {
     sampling_params greedy = {0, 0, 1};
     int na[3], ns[3], nb[3];
     decode_stats sa, sb;
@@ -128,6 +129,7 @@ static void tree_equals_ar(ctx *c, drafter *d, scheduler *s, decode_stats *ss) {
     assert_int_equal(ss->emitted, ns[0] + ns[1] + ns[2] - 3);
     assert_true(ss->accepted > 0 && ss->rounds < sa.rounds);
     free_outs(ar), free_outs(sp), free_outs(bt);
+    if (sb_out) *sb_out = sb;
 }
 
 /* Recycling's static tree of 80 nodes (more than a chain's 64 rows): greedy output is autoregression's,
@@ -141,7 +143,7 @@ static void test_static_tree_equals_autoregressive(void **state) {
     assert_int_equal(d.tree_nodes, 80);
     assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
     decode_stats ss;
-    tree_equals_ar(c, &d, &s, &ss);
+    tree_equals_ar(c, &d, &s, &ss, NULL);
     assert_true(ss.verified > 64 * 4); /* most rounds verify more than 64 nodes */
     drafter_close(&d);
     scheduler_close(&s);
@@ -161,7 +163,7 @@ static void test_tree_greedy_equals_autoregressive(void **state) {
     assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
     sampling_params greedy = {0, 0, 1};
     decode_stats ss;
-    tree_equals_ar(c, &d, &s, &ss);
+    tree_equals_ar(c, &d, &s, &ss, NULL);
     assert_true(ss.verified > ss.rounds); /* trees of several nodes were verified */
     /* the trace's nodes */
     char path[512];
@@ -349,6 +351,7 @@ static void test_chain_positions_recount(void **state) {
     assert_int_equal(trace_read(path, &td), 0);
     assert_int_equal(td.n_rounds, st.rounds);
     long att[65] = {0}, acc[65] = {0}, emitted = 0, rejected = 0, full = 0, ci = 0, lens[65] = {0};
+    double cs_sum = 0, cs_var = 0, cs_acc = 0; /* c* over the verified positions reached, and their outcomes */
     for (long i = 0; i < td.n_rounds; i++) {
         const trace_round *q = &td.rounds[i];
         int k = q->accepted, l = q->verified;
@@ -368,9 +371,16 @@ static void test_chain_positions_recount(void **state) {
             assert_int_equal(cr->survived, j <= l ? k >= j : k < l ? 0 : -1);
             if (j <= l) assert_true(cr->c_star >= 0 && cr->c_star <= 1.0001f);
             else assert_true(isnan(cr->c_star));
+            if (j <= l && k >= j - 1) cs_sum += cr->c_star, cs_var += cr->c_star * (1 - cr->c_star), cs_acc += k >= j;
         }
     }
     assert_int_equal(ci, td.n_conf);
+    /* c* = 1 - TV(p, q) is the chance a reached draft x ~ q is accepted: the accepted count minus the c*
+     * sum over reached positions is a martingale (std sqrt(sum c* (1 - c*))). A c* off by a constant or a
+     * wrong normalisation passed every suite (the range check above was the only one) */
+    printf("  c*: %.1f expected acceptances over the reached positions, %.0f accepted (std %.1f)\n", cs_sum, cs_acc,
+           sqrt(cs_var));
+    assert_true(fabs(cs_acc - cs_sum) <= 4 * sqrt(cs_var) + 1);
     assert_int_equal(emitted + 1, n_out); /* the first token comes from the prefill */
     assert_true(rejected > 0 && full > 0 && lens[gamma] > 0 && lens[gamma] < td.n_rounds); /* every case met */
     for (int j = 1; j <= 64; j++) {
@@ -641,16 +651,17 @@ static void test_combine_union(void **state) {
     assert_int_equal(d.tree_nodes, 12);
     assert_non_null(strstr(d.describe, "a union tree of up to 12 nodes"));
     assert_int_equal(scheduler_open(&s, "fixed", NULL, 0), 0);
-    decode_stats ss;
-    tree_equals_ar(c, &d, &s, &ss);
+    decode_stats ss, sbt;
+    tree_equals_ar(c, &d, &s, &ss, &sbt);
     assert_true(ss.verified > 3 * ss.rounds); /* more nodes than a chain member alone would give */
     char line[512];
     d.ops->report(&d, line, sizeof line);
     printf("  %s; tau %.3f\n", line, (double)ss.emitted / (double)ss.rounds);
     assert_non_null(strstr(line, "combine's union"));
     assert_non_null(strstr(line, "medusa"));
-    /* the report's shares of the nodes each member put first: between 0 and 100, summing to 100 */
-    double shares = 0;
+    /* the report's shares of the nodes each member put first, and of the accepted ones (rounds did accept
+     * nodes): each between 0 and 100, summing to 100 */
+    double shares = 0, acc = 0;
     const char *who[3] = {"ngram", "recycling", "medusa"};
     for (int i = 0; i < 3; i++) {
         char key[32];
@@ -660,8 +671,20 @@ static void test_combine_union(void **state) {
         double sh = atof(at + strlen(key));
         assert_true(sh >= 0 && sh <= 100);
         shares += sh;
+        const char *pa = strchr(at + strlen(key), '(');
+        assert_non_null(pa);
+        double a = atof(pa + 1);
+        assert_true(a >= 0 && a <= 100);
+        acc += a;
     }
     assert_true(shares > 98 && shares < 102);
+    assert_true(acc > 98 && acc < 102);
+    const char *na = strstr(line, "; ");
+    assert_non_null(na);
+    /* every accepted node was attributed to a member (its path found in the tree, root down): at least the
+     * accepted tokens emitted (a round's last ones past the output budget are not committed), at most all */
+    long ta = atol(na + 2);
+    assert_true(ta >= ss.emitted - ss.rounds + sbt.emitted - sbt.rounds && ta <= ss.accepted + sbt.accepted);
     drafter_close(&d);
     scheduler_close(&s);
     cJSON_Delete(dc);
