@@ -48,6 +48,14 @@ python3 scripts/mutants.py $(lim "$N") --timeout 600 --drafters recycling,vanill
 # async-topk's delayed budget, the threshold rule), judged by the block drafter whose controls run them
 python3 scripts/mutants.py $(lim $((N * 3 / 4))) --drafters dspark-markov,ngram,test:test_schedulers --out out/mutants-sched \
   schedulers/greedy.c:25-110 schedulers/async_topk.c:45-66 schedulers/threshold.c:13-22
+# fifth round: combine's choice and its union tree (lossless by construction, so the unit suite's checks of
+# what it drafts are the killers after the gate), the gate's own p-values, and the request's life before
+# the first round (its streams, the prefill token, the prompt rows a drafter observes, the draft pacing)
+python3 scripts/mutants.py $(lim $((N * 3 / 2))) --timeout 300 --drafters combine,test:test_engine --out out/mutants-combine \
+  drafters/combine.c:122-330
+python3 scripts/mutants.py $(lim $((N * 5 / 4))) --drafters test:test_verify,ngram --out out/mutants-stats verify/stats.c
+python3 scripts/mutants.py $(lim "$N") --timeout 300 --drafters ngram,vanilla,test:test_engine --out out/mutants-prefill \
+  engine/decode.c:9-52 engine/decode.c:68-164
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
