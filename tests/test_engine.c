@@ -850,17 +850,21 @@ static void test_combine_chooses_the_longest_expected(void **state) {
     draft_block_free(&cb);
 }
 
+/* a tiny random model written to the temporary file `name` (its path in path[600]) and opened, one thread */
+static void open_tiny(target *t, char *path, const char *name, const tiny_spec *ts, uint64_t seed) {
+    snprintf(path, 600, "%s", tmp_path(name));
+    assert_int_equal(tiny_model_write(path, ts, seed), 0);
+    if (target_open(t, path, &(backend_opts){.n_threads = 1})) fail_msg("%s", ds_errmsg());
+}
+
 /* A request that asks for more tokens than the model's context holds ends at the context's last position,
  * in autoregression and in speculative rounds (a chain and a tree) alike, with the same greedy tokens:
  * no round drafts or forwards a row past the cache (a tiny model of 512 positions) */
 static void test_context_limit(void **state) {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s", tmp_path("engine-ctx.gguf"));
-    tiny_spec ts = {64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0};
-    assert_int_equal(tiny_model_write(path, &ts, 5), 0);
     target t;
-    if (target_open(&t, path, &(backend_opts){.n_threads = 1})) fail_msg("%s", ds_errmsg());
+    open_tiny(&t, path, "engine-ctx.gguf", &(tiny_spec){64, 2, 4, 2, 128, 64, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0}, 5);
     int L = t.m.cfg.max_seq, prompt[16], *ref = NULL;
     assert_int_equal(L, 512);
     for (int i = 0; i < 16; i++) prompt[i] = (5 * i + 2) % 64;
@@ -919,11 +923,8 @@ static void test_context_limit(void **state) {
 static void test_prefill_token_law(void **state) {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s", tmp_path("engine-prefill.gguf"));
-    tiny_spec ts = {32, 2, 4, 2, 64, 48, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0.15f};
-    assert_int_equal(tiny_model_write(path, &ts, 11), 0);
     target t;
-    if (target_open(&t, path, &(backend_opts){.n_threads = 1})) fail_msg("%s", ds_errmsg());
+    open_tiny(&t, path, "engine-prefill.gguf", &(tiny_spec){32, 2, 4, 2, 64, 48, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0.15f}, 11);
     enum { V = 48, K = 6, S = 20000 };
     int prompt[8];
     for (int i = 0; i < 8; i++) prompt[i] = (7 * i + 3) % V;
