@@ -978,9 +978,84 @@ static void test_prefill_token_law(void **state) {
     remove(path);
 }
 
+/* A drafter that observes the prompt (recycling) is handed the prompt's last observe_prompt rows at
+ * prefill in chunks of 64: every row once, in order, with its own input token and the target's logits
+ * for it. Every prompt in the other suites is shorter than a chunk, so the chunking never ran there. A
+ * recording drafter is prefilled with a prompt of 300 tokens and its rows compared with one forward's
+ * logits of every row, for recycling's default window (256 rows: four chunks of 64, the last ending at
+ * the prompt's end, so no empty fifth call) and for one longer than the prompt (all 300). */
+typedef struct {
+    int calls, bad_flag, n;
+    int *tok;
+    float *rows;
+    int cap, V;
+} observe_rec;
+static observe_rec g_obs;
+
+static int rec_begin(drafter *d, request *r, const float *h) {
+    (void)d, (void)r, (void)h;
+    return 0;
+}
+static int rec_observe(drafter *d, request *r, const int *in, const float *logits, int n, int prefill) {
+    (void)d, (void)r;
+    observe_rec *o = &g_obs;
+    o->calls++;
+    o->bad_flag += prefill != 1;
+    if (o->n + n > o->cap) return -1;
+    memcpy(o->tok + o->n, in, sizeof(int) * (size_t)n);
+    memcpy(o->rows + (size_t)o->n * o->V, logits, sizeof(float) * (size_t)n * o->V);
+    o->n += n;
+    return 0;
+}
+
+static void test_observe_prompt_rows(void **state) {
+    (void)state;
+    char path[600];
+    target t;
+    open_tiny(&t, path, "engine-observe.gguf", &(tiny_spec){32, 2, 4, 2, 64, 48, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0}, 13);
+    enum { V = 48, N = 300 };
+    int prompt[N];
+    for (int i = 0; i < N; i++) prompt[i] = (int)((7u * (unsigned)i * (unsigned)i + 3u * (unsigned)i + 1u) % V);
+    float *ref = malloc(sizeof(float) * N * V), last[V];
+    request r;
+    assert_int_equal(request_init(&r, &t, 0, prompt, N, 4, 1), 0);
+    assert_int_equal(model_forward_one(&t.m, &t.fs, r.tkv, prompt, N, 1, ref), 0);
+    request_free(&r, &t);
+    drafter_ops ops = {.name = "observe-recorder", .begin = rec_begin, .observe = rec_observe};
+    const int windows[2] = {256, 1000};
+    for (int w = 0; w < 2; w++) {
+        drafter d = {.ops = &ops, .observe_prompt = windows[w]};
+        int from = N - (windows[w] < N ? windows[w] : N);
+        free(g_obs.tok), free(g_obs.rows);
+        g_obs = (observe_rec){.cap = N, .V = V, .tok = malloc(sizeof(int) * N), .rows = malloc(sizeof(float) * N * V)};
+        decode_cfg cfg = {{0, 0, 1.0f}, 4, &d, NULL, NULL, NULL, MODE_SPEC};
+        assert_int_equal(request_init(&r, &t, 0, prompt, N, 4, 1), 0);
+        if (decode_prefill(&t, &r, &cfg, last, NULL)) fail_msg("%s", ds_errmsg());
+        request_free(&r, &t);
+        float err = 0;
+        for (int i = 0; i < g_obs.n && i < N - from; i++)
+            for (int v = 0; v < V; v++) {
+                float want = ref[(size_t)(from + i) * V + v];
+                err = fmaxf(err, fabsf(g_obs.rows[(size_t)i * V + v] - want) / fmaxf(1.0f, fabsf(want)));
+            }
+        printf("  prompt rows observed: window %d of %d, %d rows in %d calls, max relative error %g\n", windows[w], N,
+               g_obs.n, g_obs.calls, (double)err);
+        assert_int_equal(g_obs.n, N - from);
+        assert_int_equal(g_obs.calls, (N - from + 63) / 64);
+        assert_int_equal(g_obs.bad_flag, 0);
+        assert_memory_equal(g_obs.tok, prompt + from, sizeof(int) * (size_t)(N - from));
+        assert_true(err < 1e-5f);
+    }
+    free(g_obs.tok), free(g_obs.rows);
+    free(ref);
+    target_close(&t);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_token_law),
+        cmocka_unit_test(test_observe_prompt_rows),
         cmocka_unit_test(test_greedy_equals_autoregressive),
         cmocka_unit_test(test_tree_greedy_equals_autoregressive),
         cmocka_unit_test(test_static_tree_equals_autoregressive),
