@@ -157,9 +157,10 @@ faults: $(BIN) model
 
 # libFuzzer targets for every parser of user input, each run FUZZ_SECONDS under ASan + UBSan:
 # gguf (reader, decoders, tokenizer), model (loading, packing, a forward), config (run/train/drafter/scheduler JSON), dataset (loaders),
-# safetensors (+ HF config.json), trace (the reader behind `report`). Needs clang and libomp-14-dev.
+# safetensors (+ HF config.json), trace (the reader behind `report`), drafter (every drafter's settings
+# against a tiny target, and two short decodes with what opens). Needs clang and libomp-14-dev.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= gguf model config dataset safetensors trace
+FUZZ_TARGETS ?= gguf model config dataset safetensors trace drafter
 FUZZ_BUILD := build-fuzz
 # fuzz_trace's memory grows ~180 KB per input across mutated HDF5 files (not reproduced by looping
 # HDF5 calls on one input; an open lead): it runs in fork mode, a child restarted after an OOM
@@ -186,6 +187,8 @@ fuzz: $(BIN) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 	python3 tests/fuzz/make_seeds_inputs.py $(FUZZ_BUILD)/seeds
 	@mkdir -p $(FUZZ_BUILD)/seeds/model
 	FUZZ_MODEL_SEEDS=$(FUZZ_BUILD)/seeds/model $(FUZZ_BUILD)/fuzz_model
+	@mkdir -p $(FUZZ_BUILD)/seeds/drafter
+	FUZZ_DRAFTER_SEEDS=$(FUZZ_BUILD)/seeds/drafter $(FUZZ_BUILD)/fuzz_drafter
 	@# a trace to start from: the quick gate's (at 200 draws its controls lack power and it says so; the file is written anyway)
 	@test -f $(FUZZ_BUILD)/seeds/trace/gate.h5 || $(BIN) lossless --quick --no-real --draws 200 \
 	  --out $(FUZZ_BUILD)/seeds/trace/gate.h5 > /dev/null 2>&1 || test -f $(FUZZ_BUILD)/seeds/trace/gate.h5

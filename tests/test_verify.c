@@ -380,9 +380,137 @@ static void test_gate_round(void **state) {
     gate_report_free(&rep);
 }
 
+/* The gate's enumerator on a program whose law is known by hand, and its own refusals. Every exact case
+ * of the gate rests on it; only the verifier's and the rounds' laws checked it, so a path weight from
+ * the wrong branch or a refusal that stopped being reported (a draw from a law of no mass, more outcomes
+ * than a frame holds, a law that changed on replay, a replay with fewer draws than its path: the
+ * program is not deterministic given its draws, and its enumerated law means nothing) passed them all,
+ * and so did a frame that refused a law of exactly as many outcomes as it holds. The program: a from (0.2, 0, 0.8); a = 0: b from (1, 3) in double; a = 2: c from ids {7, 9} at
+ * (0.5, 0.5), then an accept test at 1/4. Six paths. */
+static int enum_program(rng_t *r) {
+    float la[3] = {0.2f, 0, 0.8f}, lc[2] = {0.5f, 0.5f};
+    double lb[2] = {1, 3};
+    int ids[2] = {7, 9}, a = rng_draw(r, la, 3);
+    double u;
+    if (a < 0) return -1;
+    if (a == 0) {
+        int b = rng_draw_d(r, lb, 2);
+        return b < 0 ? -1 : b;
+    }
+    int c = rng_draw_ids(r, lc, ids, 2);
+    if (c < 0) return -1;
+    int acc = rng_accept(r, log(0.25), &u);
+    return acc < 0 ? -1 : 10 * c + acc;
+}
+
+/* one run of a program that misbehaves as `how` says on its replays (run > 0); its return as rng_draw's */
+static int enum_bad(rng_t *r, int how, int run) {
+    /* on replay the law's first outcome moves (token 1 for token 0) and its weights stay: a check that
+     * compared only the weights, or the outcomes after the first, would replay it as the same draw */
+    float two[2] = {0.5f, 0.5f}, three[4] = {1, 0, 1, 1}, moved[4] = {0, 1, 1, 1}, none[3] = {0, 0, 0}, wide[300];
+    for (int i = 0; i < 300; i++) wide[i] = 1;
+    if (how == 0) return rng_draw(r, none, 3);                       /* no positive mass */
+    if (how == 1) return rng_draw(r, wide, DRAW_ENUM_MAX_OPT + 1);   /* more outcomes than a frame holds */
+    int x = rng_draw(r, how == 2 && run > 0 ? moved : three, 4);     /* its law changes on replay */
+    if (x < 0 || (how == 3 && run > 0)) return x; /* fewer draws on replay than on its first run */
+    return rng_draw(r, two, 2);
+}
+
+static void test_enumerator(void **state) {
+    (void)state;
+    draw_enum e;
+    assert_int_equal(draw_enum_init(&e), 0);
+    long double law[100] = {0}, total = 0;
+    do {
+        rng_t r;
+        rng_seed(&r, 5);
+        r.en = &e.hooks;
+        draw_enum_begin(&e);
+        int o = enum_program(&r);
+        assert_int_equal(draw_enum_end(&e), 0);
+        assert_true(o >= 0 && o < 100);
+        law[o] += e.weight;
+        total += e.weight;
+    } while (draw_enum_next(&e));
+    const struct {
+        int o;
+        double w;
+    } want[6] = {{0, 0.2 * 0.25}, {1, 0.2 * 0.75}, {70, 0.8 * 0.5 * 0.75}, {71, 0.8 * 0.5 * 0.25},
+                 {90, 0.8 * 0.5 * 0.75}, {91, 0.8 * 0.5 * 0.25}};
+    assert_int_equal(e.paths, 6);
+    for (int i = 0; i < 6; i++) {
+        if (fabsl(law[want[i].o] - want[i].w) > 1e-7L)
+            fail_msg("outcome %d: weight %.9Lf, want %.9f", want[i].o, law[want[i].o], want[i].w);
+        law[want[i].o] = 0;
+    }
+    for (int i = 0; i < 100; i++) assert_true(law[i] == 0);
+    assert_true(fabsl(total - 1) < 1e-7L);
+    draw_enum_free(&e);
+    /* an accept test that cannot fail, and one that cannot pass: one branch each */
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(draw_enum_init(&e), 0);
+        int seen[2] = {0, 0};
+        do {
+            rng_t r;
+            rng_seed(&r, 5);
+            r.en = &e.hooks;
+            draw_enum_begin(&e);
+            double u;
+            int a = rng_accept(&r, k == 0 ? 0.0 : -INFINITY, &u);
+            assert_int_equal(draw_enum_end(&e), 0);
+            assert_true(a == 0 || a == 1);
+            seen[a]++;
+            assert_true(e.weight == 1.0L);
+        } while (draw_enum_next(&e));
+        assert_int_equal(e.paths, 1);
+        assert_int_equal(seen[k == 0], 1);
+        draw_enum_free(&e);
+    }
+    /* a draw of as many outcomes as a frame holds: every one a path, each at 1/256 */
+    assert_int_equal(draw_enum_init(&e), 0);
+    {
+        float flat[DRAW_ENUM_MAX_OPT];
+        for (int i = 0; i < DRAW_ENUM_MAX_OPT; i++) flat[i] = 1;
+        int next = 0;
+        do {
+            rng_t r;
+            rng_seed(&r, 5);
+            r.en = &e.hooks;
+            draw_enum_begin(&e);
+            assert_int_equal(rng_draw(&r, flat, DRAW_ENUM_MAX_OPT), next++);
+            assert_int_equal(draw_enum_end(&e), 0);
+            assert_true(fabsl(e.weight - 1.0L / DRAW_ENUM_MAX_OPT) < 1e-15L);
+        } while (draw_enum_next(&e));
+        assert_int_equal(next, DRAW_ENUM_MAX_OPT);
+    }
+    draw_enum_free(&e);
+    /* refusals: each program's enumeration ends in an error with a message, never a law; the refused
+     * draw itself returns -1 */
+    const char *what[4] = {"no positive mass", "outcomes", "changed its law on replay", "not deterministic"};
+    for (int how = 0; how < 4; how++) {
+        assert_int_equal(draw_enum_init(&e), 0);
+        int failed = 0;
+        for (int run = 0; run < 4 && !failed; run++) {
+            rng_t r;
+            rng_seed(&r, 5);
+            r.en = &e.hooks;
+            draw_enum_begin(&e);
+            int x = enum_bad(&r, how, run);
+            failed = draw_enum_end(&e) != 0;
+            if (x < 0 && !failed) fail_msg("refusal %d: a failed draw with a run that ended well", how);
+            if (failed && how < 3 && x >= 0) fail_msg("refusal %d: the refused draw returned %d, not -1", how, x);
+            if (!failed && !draw_enum_next(&e)) break;
+        }
+        if (!failed || !e.error) fail_msg("refusal %d (%s): not reported", how, what[how]);
+        if (!strstr(ds_errmsg(), what[how])) fail_msg("refusal %d: message '%s'", how, ds_errmsg());
+        draw_enum_free(&e);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_process_reference),
+        cmocka_unit_test(test_enumerator),
         cmocka_unit_test(test_appendix_a_exact),
         cmocka_unit_test(test_chain_edges),
         cmocka_unit_test(test_tree_exact),

@@ -56,6 +56,11 @@ python3 scripts/mutants.py $(lim $((N * 3 / 2))) --timeout 300 --drafters combin
 python3 scripts/mutants.py $(lim $((N * 5 / 4))) --drafters test:test_verify,ngram --out out/mutants-stats verify/stats.c
 python3 scripts/mutants.py $(lim "$N") --timeout 300 --drafters ngram,vanilla,test:test_engine --out out/mutants-prefill \
   engine/decode.c:9-52 engine/decode.c:68-164
+# sixth round: the gate's enumerator itself (the replay that every exact case rests on: path weights,
+# branch order, and its refusals of programs it cannot enumerate), and the prompt rows a drafter observes
+# at prefill with a prompt long enough to be chunked
+python3 scripts/mutants.py $(lim $((N * 9 / 8))) --drafters test:test_verify,toy,ngram --out out/mutants-enum verify/enumerate.c
+python3 scripts/mutants.py --drafters test:test_engine,recycling --out out/mutants-observe engine/decode.c:68-92
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
