@@ -431,6 +431,9 @@ static int rw_sample(rworld *w, long draws, uint64_t seed, sample_out *o) {
             for (int k = 0; k < w->N; k++) marg[k * V + y[k]]++;
         }
     }
+    long counted = 0; /* every replay's outcome in a bin: a request left out of the count hides its law */
+    for (int c = 0; c < K; c++) counted += joint[c];
+    DS_CHECK(counted == draws, "gate: %ld outcomes counted of %ld replays", counted, draws);
     gof_result g;
     for (int c = 0; c < L->n; c++) prob[c] = (double)L->p[c];
     chi2_gof(joint, prob, K, &g);
@@ -444,6 +447,7 @@ static int rw_sample(rworld *w, long draws, uint64_t seed, sample_out *o) {
     }
     o->verify_ratio = st.drafted ? (double)st.verified / (double)st.drafted : 0;
     rc = 0;
+fail:
 done:
     free(joint), free(marg), free(prob), free(pm);
     return rc;

@@ -3,7 +3,9 @@
  * known values, and the gate (quick matrix) passing with every negative control flagged. */
 #include "testutil.h"
 
+#include "../drafters/drafter.h"
 #include "../engine/gate_round.h"
+#include "../schedulers/scheduler.h"
 #include "../verify/logits.h"
 #include "../verify/lossless.h"
 #include "../verify/stats.h"
@@ -357,6 +359,49 @@ static void test_gate_quick(void **state) {
 #define ROUND_DRAWS 8000
 #define CONTROL_DRAWS 0 /* the gate's own 40000 */
 #endif
+/* lossless records whose name starts with `prefix` (and contains `also`, when given) */
+static int n_cases(const gate_report *rep, const char *prefix, const char *also) {
+    int n = 0;
+    for (int i = 0; i < rep->n; i++)
+        n += !rep->rec[i].control && !strncmp(rep->rec[i].test, prefix, strlen(prefix)) &&
+             (!also || strstr(rep->rec[i].test, also));
+    return n;
+}
+
+/* The quick matrix's inventory: every registered drafter enters the exact cases under fixed (three
+ * settings and min-p), the sampled batch case and q-consistency; every tree mode its exact cases under
+ * fixed and greedy and its sampled case; every lossless scheduler some exact case. A case matrix that
+ * silently skipped a drafter, a mode or a scheduler kept every other check green (the gate's records
+ * were only checked to pass and counted at least 16 exact ones). */
+static void gate_inventory(const gate_report *rep) {
+    char pre[160];
+    for (int di = 0; drafter_nth(di); di++) {
+        const drafter_ops *d = drafter_nth(di);
+        snprintf(pre, sizeof pre, "round exact %s fixed ", d->name);
+        if (n_cases(rep, pre, NULL) < 4) fail_msg("%s: %d exact cases under fixed", d->name, n_cases(rep, pre, NULL));
+        snprintf(pre, sizeof pre, "round chi2 joint of 3 tokens %s fixed ", d->name);
+        if (n_cases(rep, pre, NULL) < 1) fail_msg("%s: no sampled batch case", d->name);
+        snprintf(pre, sizeof pre, "q-consistency exact %s: ", d->name);
+        if (n_cases(rep, pre, NULL) < 1) fail_msg("%s: no q-consistency case", d->name);
+        for (int tv = 1; tv <= 2; tv++) {
+            if (!(tv == 1 ? d->gate_config_tree : d->gate_config_tree2)) continue;
+            const char *mode = tv == 1 ? "tree" : "tree2";
+            for (int g = 0; g < 2; g++) {
+                snprintf(pre, sizeof pre, "round exact %s %s %s ", d->name, mode, g ? "greedy" : "fixed");
+                if (n_cases(rep, pre, NULL) < 1) fail_msg("%s %s: no exact case under %s", d->name, mode, g ? "greedy" : "fixed");
+                snprintf(pre, sizeof pre, "round chi2 joint of 3 tokens %s %s %s ", d->name, mode, g ? "greedy" : "fixed");
+                if (n_cases(rep, pre, NULL) < 1) fail_msg("%s %s: no sampled case under %s", d->name, mode, g ? "greedy" : "fixed");
+            }
+        }
+    }
+    for (int si = 0; scheduler_nth(si); si++) {
+        const scheduler_ops *so = scheduler_nth(si);
+        if (!so->lossless) continue;
+        snprintf(pre, sizeof pre, " %s T=", so->name);
+        if (n_cases(rep, "round exact ", pre) < 1) fail_msg("scheduler %s: no exact case", so->name);
+    }
+}
+
 static void test_gate_round(void **state) {
     (void)state;
     gate_report rep = {0};
@@ -373,6 +418,7 @@ static void test_gate_round(void **state) {
             if (r->control && strstr(r->test, VERIFY_FAULT_NAMES[f])) flagged[f]++;
     }
     assert_true(exact >= 16);
+    gate_inventory(&rep);
     for (int f = FAULT_REUSED_UNIFORM; f < FAULT_COUNT; f++) {
         if (flagged[f] < 2) fprintf(stderr, "mutant %s flagged by %d checks\n", VERIFY_FAULT_NAMES[f], flagged[f]);
         assert_true(flagged[f] >= 2);

@@ -61,6 +61,10 @@ python3 scripts/mutants.py $(lim "$N") --timeout 300 --drafters ngram,vanilla,te
 # at prefill with a prompt long enough to be chunked
 python3 scripts/mutants.py $(lim $((N * 9 / 8))) --drafters test:test_verify,toy,ngram --out out/mutants-enum verify/enumerate.c
 python3 scripts/mutants.py --drafters test:test_engine,recycling --out out/mutants-observe engine/decode.c:68-92
+# the gate's production-round side: the target's reference law, the exact and sampled cases' counting,
+# the drafters' q-consistency judges (dspark-markov's and medusa's q-consistency controls need a top-p setting)
+python3 scripts/mutants.py $(lim "$N") --timeout 300 --drafters ngram,recycling,vanilla,dspark-markov --out out/mutants-gate \
+  engine/gate_round.c:89-150 engine/gate_round.c:349-625
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
