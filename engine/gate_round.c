@@ -233,39 +233,36 @@ typedef struct {
 /* A world: the tiny random target (real == NULL, its own GGUF file, random prompt) or a shared
  * real target (a chat prompt); the drafter opened with its gate_config. */
 static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
-    const char *sched = o->sched;
-    int setting = o->setting, n_req = o->n_req, N = o->N, tree = o->tree, curve_a = o->curve_a;
-    uint64_t seed = o->seed;
-    target *real = o->real;
+    const char *sched = o->sched; /* NULL: no scheduler (the probes) */
     memset(w, 0, sizeof *w);
     float *logits = NULL;
     int prompt[64], n_prompt = RPROMPT;
-    if (real) {
-        w->t = real;
+    if (o->real) {
+        w->t = o->real;
         chat_msg msg = {"user", "Tell me a short story about a lighthouse keeper."};
         ivec ids = {0};
-        if (chat_encode(&real->ct, &real->tk, &msg, 1, 1, &ids)) goto fail;
+        if (chat_encode(&o->real->ct, &o->real->tk, &msg, 1, 1, &ids)) goto fail;
         n_prompt = DS_MIN(ids.n, 64);
         memcpy(prompt, ids.v + ids.n - n_prompt, sizeof(int) * (size_t)n_prompt);
         ivec_free(&ids);
     } else {
-        snprintf(w->path, sizeof w->path, "/tmp/dsb-gate-%d-%llu.gguf", (int)getpid(), (unsigned long long)seed);
+        snprintf(w->path, sizeof w->path, "/tmp/dsb-gate-%d-%llu.gguf", (int)getpid(), (unsigned long long)o->seed);
         /* Q8_0 layers and head: the fused kernels of the contract under test compute it; flat enough to branch */
         tiny_spec ts = {32, 2, 4, 2, 64, RV, GGML_Q8_0, GGML_Q8_0, 0, 10000, 0.15f};
-        if (tiny_model_write(w->path, &ts, seed) || target_open(&w->own, w->path, &(backend_opts){.name = g_backend, .n_threads = 1, .exact = g_exact})) goto fail;
+        if (tiny_model_write(w->path, &ts, o->seed) || target_open(&w->own, w->path, &(backend_opts){.name = g_backend, .n_threads = 1, .exact = g_exact})) goto fail;
         w->t = &w->own;
         w->has_own = 1;
         DS_TRY(contract_matches(w->t->be));
         rng_t pr;
-        rng_seed(&pr, seed ^ 0xabcdef);
+        rng_seed(&pr, o->seed ^ 0xabcdef);
         for (int i = 0; i < RPROMPT; i++) prompt[i] = (int)(rng_u64(&pr) % (RV - 1)); /* the last id is the mask token */
     }
     w->V = w->t->m.cfg.vocab_size;
-    w->N = N;
+    w->N = o->N;
     DS_TRYP(logits = ds_malloc(sizeof(float) * (size_t)w->V, "gate logits"));
-    const char *gc = tree == 2 ? dops->gate_config_tree2
-                     : tree   ? dops->gate_config_tree
-                     : real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
+    const char *gc = o->tree == 2 ? dops->gate_config_tree2
+                     : o->tree   ? dops->gate_config_tree
+                     : o->real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
     cJSON *dc = cJSON_Parse(gc ? gc : "");
     if (!dc) {
         ds_error("drafter '%s' has no valid gate_config (every registered drafter needs one)", dops->name);
@@ -274,10 +271,10 @@ static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
     int orc = drafter_open(&w->d, dops->name, dc, w->t);
     cJSON_Delete(dc);
     if (orc) goto fail;
-    snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, tree == 2 ? " tree2" : tree ? " tree" : "");
-    w->tree = tree;
-    w->curve_a = curve_a;
-    w->cfg = (decode_cfg){SETTINGS[setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
+    snprintf(w->dname, sizeof w->dname, "%s%s", dops->name, o->tree == 2 ? " tree2" : o->tree ? " tree" : "");
+    w->tree = o->tree;
+    w->curve_a = o->curve_a;
+    w->cfg = (decode_cfg){SETTINGS[o->setting], RGAMMA, &w->d, NULL, NULL, NULL, MODE_SPEC, FAULT_NONE};
     { /* one finished request first (the prompt, then its tokens again as the output): a drafter that
        * keeps state across requests (suffix's corpus of finished outputs) drafts from it in every case
        * below, as it does in a run after the first request */
@@ -289,8 +286,8 @@ static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
         request_free(&warm, w->t);
         if (rc) goto fail;
     }
-    for (int i = 0; i < n_req; i++) {
-        if (request_init(&w->req[i], w->t, i, prompt, n_prompt, 1 + N, 4242)) goto fail;
+    for (int i = 0; i < o->n_req; i++) {
+        if (request_init(&w->req[i], w->t, i, prompt, n_prompt, 1 + o->N, 4242)) goto fail;
         w->n_req = i + 1;
         if (decode_prefill(w->t, &w->req[i], &w->cfg, logits, NULL)) goto fail;
         DS_CHECK(request_anchor(&w->req[i]) == request_anchor(&w->req[0]), "gate: prefill is not reproducible");
@@ -300,7 +297,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
     {
         draft_block blk;
         if (draft_block_init(&blk, RGAMMA + 1, w->V, w->d.has_conf)) goto fail;
-        for (int i = 0; i < n_req; i++)
+        for (int i = 0; i < o->n_req; i++)
             if (rw_reset(w, &w->req[i], 0) || w->d.ops->propose(&w->d, &w->req[i], 1, &w->cfg.sp, &blk)) {
                 draft_block_free(&blk);
                 goto fail;
@@ -310,7 +307,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
     /* the schedulers without an early stop get Appendix A's curve, on which that leaks; a lossless one
      * asked for it (curve_a) must show it has the early stop there */
     if (rw_target_law(w) ||
-        rw_tune(w, curve_a || (sched && (!strcmp(sched, "retrospective") || !strcmp(sched, "async-topk-now")))))
+        rw_tune(w, o->curve_a || (sched && (!strcmp(sched, "retrospective") || !strcmp(sched, "async-topk-now")))))
         goto fail;
     if (sched) {
         const scheduler_ops *so = scheduler_find(sched, 1);
