@@ -136,6 +136,7 @@ static int print_trace(FILE *o, const char *path, const char *plot_dir, const ch
     }
     for (int g = 0; g < ng; g++) {
         if (metrics_compute(&d, groups[g], &ms[g])) {
+            ds_error_prefix("%s", path);
             free(ms);
             trace_data_free(&d);
             cJSON_Delete(cfg);
@@ -228,6 +229,7 @@ static int print_summary(FILE *o, const char **paths, int n, const char *plot_di
         if (trace_read(paths[i], &d)) goto done;
         cJSON *cfg = d.config ? cJSON_Parse(d.config) : NULL;
         int mrc = metrics_compute(&d, "", &ms[i]);
+        if (mrc) ds_error_prefix("%s", paths[i]);
         const char *slash = strrchr(paths[i], '/'), *name = slash ? slash + 1 : paths[i];
         snprintf(label[i], sizeof label[i], "%.*s", (int)(strlen(name) > 3 && strcmp(name + strlen(name) - 3, ".h5") == 0 ? strlen(name) - 3 : strlen(name)), name);
         const cJSON *dn = cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "drafter"), "name");

@@ -12,41 +12,59 @@ static int in_group(const trace_request *r, const char *group) {
     return 0;
 }
 
-/* request rows by (id, mode): ids are small non-negative integers, so an array per mode */
+/* request rows by (mode, id), sorted for a binary search: ids come from the file, so an index sized by
+ * the largest id would let one row of id 2e9 allocate 32 GB (it did). Writers give every request its
+ * own id, so a (mode, id) twice is a trace the pairs cannot be read from: refused. */
 typedef struct {
-    long *row[2];
-    int max_id;
+    int mode, id;
+    long row;
+} req_key;
+
+typedef struct {
+    req_key *k;
+    long n;
 } req_index;
 
+static int key_cmp(const void *a, const void *b) {
+    const req_key *x = a, *y = b;
+    if (x->mode != y->mode) return x->mode < y->mode ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 static int index_build(const trace_data *d, req_index *ix) {
-    ix->max_id = 0;
-    for (long i = 0; i < d->n_requests; i++) ix->max_id = DS_MAX(ix->max_id, d->requests[i].request);
-    for (int m = 0; m < 2; m++) {
-        ix->row[m] = malloc(sizeof(long) * (size_t)(ix->max_id + 1));
-        if (!ix->row[m]) return -1;
-        for (int i = 0; i <= ix->max_id; i++) ix->row[m][i] = -1;
-    }
+    ix->n = 0;
+    DS_TRYP(ix->k = ds_malloc(sizeof *ix->k * (size_t)(d->n_requests + 1), "report's request index"));
     for (long i = 0; i < d->n_requests; i++) {
         const trace_request *r = &d->requests[i];
-        if (r->request >= 0 && (r->mode == MODE_AR || r->mode == MODE_SPEC)) ix->row[r->mode][r->request] = i;
+        ix->k[ix->n++] = (req_key){r->mode, r->request, i};
     }
+    qsort(ix->k, (size_t)ix->n, sizeof *ix->k, key_cmp);
+    for (long i = 1; i < ix->n; i++)
+        DS_CHECK(key_cmp(&ix->k[i - 1], &ix->k[i]) != 0, "trace: request %d has two %s rows (%ld and %ld)", ix->k[i].id,
+                 ix->k[i].mode == MODE_AR ? "autoregressive" : "speculative", ix->k[i - 1].row, ix->k[i].row);
     return 0;
+fail:
+    return -1;
 }
 
 static const trace_request *find_req(const trace_data *d, const req_index *ix, int id, int mode) {
-    if (id < 0 || id > ix->max_id || ix->row[mode][id] < 0) return NULL;
-    return &d->requests[ix->row[mode][id]];
+    long lo = 0, hi = ix->n;
+    while (lo < hi) {
+        long mid = lo + (hi - lo) / 2;
+        const req_key *k = &ix->k[mid];
+        if (k->mode < mode || (k->mode == mode && k->id < id)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < ix->n && ix->k[lo].mode == mode && ix->k[lo].id == id ? &d->requests[ix->k[lo].row] : NULL;
 }
 
 int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", group[0] ? strchr(group, ':') + 1 : "all");
     double macro = 0;
-    req_index ix = {{NULL, NULL}, 0};
+    req_index ix = {NULL, 0};
     if (index_build(d, &ix)) {
-        free(ix.row[0]);
-        free(ix.row[1]);
-        ds_error("out of memory in report");
+        free(ix.k);
         return -1;
     }
     for (long i = 0; i < d->n_requests; i++) {
@@ -69,7 +87,7 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     /* rounds of the speculative requests in the group (request ids index the request table) */
     long *rr = calloc((size_t)(d->n_requests + 1), sizeof(long)), *re = calloc((size_t)(d->n_requests + 1), sizeof(long));
     if (!rr || !re) {
-        free(rr), free(re), free(ix.row[0]), free(ix.row[1]);
+        free(rr), free(re), free(ix.k);
         ds_error("out of memory in report");
         return -1;
     }
@@ -116,12 +134,11 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     for (long i = 0; i < d->n_conf; i++) {
         const trace_conf *c = &d->conf[i];
         const trace_request *r = find_req(d, &ix, c->request, MODE_SPEC);
-        if (!r || !in_group(r, group) || c->position > METRICS_MAX_POS || c->c_star != c->c_star) continue;
+        if (!r || !in_group(r, group) || c->position < 0 || c->position > METRICS_MAX_POS || c->c_star != c->c_star) continue;
         m->cstar_sum[c->position] += c->c_star;
         m->cstar_n[c->position]++;
     }
-    free(ix.row[0]);
-    free(ix.row[1]);
+    free(ix.k);
     m->tau = m->rounds ? (double)m->emitted / (double)m->rounds : 0;
     m->tau_macro = counted ? macro / counted : 0;
     m->accept_rate = m->verified ? (double)m->accepted / (double)m->verified : 0;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stddef.h>
@@ -370,6 +371,69 @@ fail:
     return -1;
 }
 
+/* Every row's values within what a writer of this project can record: readers index arrays with
+ * positions, depths and ranks and size tables by request ids, so a hand-edited or foreign trace with a
+ * negative depth or a conf position of -100000 corrupted memory in `report` (found by a mutation round
+ * on metrics.c). One error names the table, row, field and value. Strings end inside their field. */
+#define ROW_CHECK(ok, table, i, field, v, what)                                                                 \
+    DS_CHECK(ok, "%s: table '%s' row %ld: %s = %lld (%s): not a trace this tool wrote", path, table, (long)(i), \
+             field, (long long)(v), what)
+static int rows_check(const trace_data *d, const char *path) {
+    for (long i = 0; i < d->n_rounds; i++) {
+        const trace_round *r = &d->rounds[i];
+        ROW_CHECK(r->request >= 0, "rounds", i, "request", r->request, "an id is 0 or more");
+        ROW_CHECK(r->mode == MODE_AR || r->mode == MODE_SPEC, "rounds", i, "mode", r->mode, "0 autoregressive, 1 speculative");
+        ROW_CHECK(r->round >= 0 && r->proposed >= 0 && r->emitted >= 0 && r->batch_tokens >= 0, "rounds", i,
+                  "round / proposed / emitted / batch_tokens", DS_MIN(DS_MIN(r->round, r->proposed), DS_MIN(r->emitted, r->batch_tokens)),
+                  "counts are 0 or more");
+        ROW_CHECK(r->verified >= 0 && r->accepted >= 0 && r->accepted <= r->verified, "rounds", i, "accepted", r->accepted,
+                  "0 to the verified drafts");
+        double tt = r->t_draft_us + r->t_sched_us + r->t_verify_us;
+        DS_CHECK(r->t_draft_us >= 0 && r->t_sched_us >= 0 && r->t_verify_us >= 0 && isfinite(tt),
+                 "%s: table 'rounds' row %ld: times %g / %g / %g us (finite, 0 or more): not a trace this tool wrote", path,
+                 i, r->t_draft_us, r->t_sched_us, r->t_verify_us);
+    }
+    for (long i = 0; i < d->n_requests; i++) {
+        trace_request *r = &d->requests[i];
+        r->dataset[sizeof r->dataset - 1] = r->domain[sizeof r->domain - 1] = 0;
+        ROW_CHECK(r->request >= 0, "requests", i, "request", r->request, "an id is 0 or more");
+        ROW_CHECK(r->mode == MODE_AR || r->mode == MODE_SPEC, "requests", i, "mode", r->mode, "0 autoregressive, 1 speculative");
+        ROW_CHECK(r->prompt_tokens >= 0 && r->output_tokens >= 0 && r->rounds >= 0, "requests", i,
+                  "prompt_tokens / output_tokens / rounds", DS_MIN(r->prompt_tokens, DS_MIN(r->output_tokens, r->rounds)),
+                  "counts are 0 or more");
+        DS_CHECK(r->wall_s >= 0 && isfinite(r->wall_s),
+                 "%s: table 'requests' row %ld: wall_s = %g (finite, 0 or more): not a trace this tool wrote", path, i, r->wall_s);
+    }
+    for (long i = 0; i < d->n_positions; i++) {
+        const trace_position *p = &d->positions[i];
+        ROW_CHECK(p->position >= 1, "positions", i, "position", p->position, "draft positions start at 1");
+        ROW_CHECK(p->accepted >= 0 && p->accepted <= p->attempted, "positions", i, "accepted", p->accepted, "0 to attempted");
+    }
+    for (long i = 0; i < d->n_conf; i++) {
+        const trace_conf *c = &d->conf[i];
+        ROW_CHECK(c->request >= 0 && c->round >= 0, "confidence", i, "request / round", DS_MIN(c->request, c->round), "0 or more");
+        ROW_CHECK(c->position >= 1, "confidence", i, "position", c->position, "draft positions start at 1");
+        ROW_CHECK(c->survived >= -1 && c->survived <= 1, "confidence", i, "survived", c->survived, "-1 unknown, 0 or 1");
+    }
+    for (long i = 0; i < d->n_lossless; i++) {
+        trace_lossless *l = &d->lossless[i];
+        l->test[sizeof l->test - 1] = l->kind[sizeof l->kind - 1] = 0;
+    }
+    for (long i = 0; i < d->n_nodes; i++) {
+        const trace_node *n = &d->nodes[i];
+        ROW_CHECK(n->request >= 0 && n->round >= 0 && n->node >= 0, "nodes", i, "request / round / node",
+                  DS_MIN(n->request, DS_MIN(n->round, n->node)), "0 or more");
+        ROW_CHECK(n->depth >= 1, "nodes", i, "depth", n->depth, "a child of the anchor has depth 1");
+        ROW_CHECK(n->rank >= 0, "nodes", i, "rank", n->rank, "sibling ranks start at 0");
+        ROW_CHECK((n->accepted == 0 || n->accepted == 1) && (n->led_on == 0 || n->led_on == 1), "nodes", i, "accepted / led_on",
+                  n->accepted != 0 && n->accepted != 1 ? n->accepted : n->led_on, "0 or 1");
+    }
+    return 0;
+fail:
+    return -1;
+}
+#undef ROW_CHECK
+
 int trace_read(const char *path, trace_data *d) {
     memset(d, 0, sizeof *d);
     h5_init();
@@ -407,7 +471,7 @@ int trace_read(const char *path, trace_data *d) {
              read_table(file, T_LOSSLESS, (void **)&d->lossless, &d->n_lossless, path) ||
              read_table(file, T_NODE, (void **)&d->nodes, &d->n_nodes, path);
     H5Fclose(file);
-    if (rc) {
+    if (rc || rows_check(d, path)) {
         trace_data_free(d);
         return -1;
     }

@@ -293,6 +293,131 @@ static void test_metrics_rates(void **state) {
     remove(path);
 }
 
+/* What test_metrics' symmetric data could not see (a mutation round on metrics.c: 67 of 134 edits
+ * passed): identical outputs counted inverted (1 of 2 either way), the prompt count, c* by position
+ * (NaN rows and rows past METRICS_MAX_POS skipped, position 64 kept), the AR decode time's three parts,
+ * an empty group's zeros, the per-request tau of the table's first row, a request id of 2e9 (the old
+ * index allocated 32 GB for it) and the speedups' guards. */
+static void test_metrics_counts(void **state) {
+    (void)state;
+    const char *path = tmp_path("counts.h5");
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    assert_int_equal(trace_attr(t, "config", "{\"temperature\": 0, \"gamma\": 2}"), 0);
+    const int ids[4] = {0, 1, 2, 2000000000};
+    const int acc[4] = {2, 2, 0, 1};
+    for (int i = 0; i < 4; i++) { /* one spec round each: verified 2, emitted 3, 3, 1, 2 */
+        trace_round r = {ids[i], 0, MODE_SPEC, 2, 2, acc[i], acc[i] + 1, 3, 100, 0, 900};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    for (int i = 0; i < 2; i++) { /* request 0's AR rounds: 100 + 200 + 700 us each */
+        trace_round r = {0, i, MODE_AR, 0, 0, 0, 1, 1, 100, 200, 700};
+        assert_int_equal(trace_add_round(t, &r), 0);
+    }
+    /* pairs 0, 1 identical, 2 not, 2e9 without an AR row */
+    trace_request q[7] = {{0, MODE_SPEC, "a", "x", 0, 10, 2, 1, 0.5, 5},   {0, MODE_AR, "a", "x", 0, 10, 2, 2, 1.0, 5},
+                          {1, MODE_AR, "a", "x", 1, 10, 2, 2, 1.0, 7},     {1, MODE_SPEC, "a", "x", 1, 10, 2, 1, 0.5, 7},
+                          {2, MODE_AR, "b", "x", 0, 10, 2, 2, 1.0, 8},     {2, MODE_SPEC, "b", "x", 0, 10, 2, 1, 0.5, 9},
+                          {2000000000, MODE_SPEC, "b", "x", 1, 10, 2, 1, 0.5, 1}};
+    for (int i = 0; i < 7; i++) assert_int_equal(trace_add_request(t, &q[i]), 0);
+    trace_conf c[7] = {{0, 0, 1, NAN, NAN, 0.5f, 1},  {1, 0, 1, NAN, NAN, 0.25f, 1}, {2, 0, 2, NAN, NAN, 0.75f, 0},
+                       {0, 0, 2, NAN, NAN, NAN, 0},   {2, 0, 65, NAN, NAN, 0.9f, 0}, {2, 0, 64, NAN, NAN, 1.0f, 0},
+                       {9, 0, 1, NAN, NAN, 0.125f, 0}}; /* request 9 has no rows: skipped */
+    for (int i = 0; i < 7; i++) assert_int_equal(trace_add_conf(t, &c[i]), 0);
+    assert_int_equal(trace_close(t), 0);
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    metrics m;
+    assert_int_equal(metrics_compute(&d, "", &m), 0);
+    assert_int_equal(m.n_prompts, 4);
+    assert_int_equal(m.n_pairs, 3);
+    assert_int_equal(m.identical, 2);
+    assert_int_equal(m.rounds, 4);
+    assert_float_equal(m.tau_macro, (3 + 3 + 1 + 2) / 4.0, 1e-12); /* the first row's request counts too */
+    assert_int_equal(m.cstar_n[1], 2);
+    assert_float_equal(m.cstar_sum[1], 0.75, 1e-12);
+    assert_int_equal(m.cstar_n[2], 1);
+    assert_float_equal(m.cstar_sum[2], 0.75, 1e-12);
+    assert_int_equal(m.cstar_n[64], 1);
+    assert_float_equal(m.ar_decode, 2e-3, 1e-12);
+    assert_int_equal(m.ar_emitted, 2);
+    assert_float_equal(m.ar_tok_s, 6 / 3.0, 1e-12);
+    assert_int_equal(metrics_compute(&d, "dataset:b", &m), 0);
+    assert_int_equal(m.n_prompts, 2);
+    assert_int_equal(m.n_pairs, 1);
+    assert_int_equal(m.identical, 0);
+    assert_int_equal(m.cstar_n[1], 0);
+    assert_int_equal(metrics_compute(&d, "dataset:none", &m), 0); /* an empty group: zeros, no NaN */
+    assert_int_equal(m.n_prompts, 0);
+    assert_true(m.tau == 0 && m.tau_macro == 0 && m.accept_rate == 0 && m.ar_tok_s == 0 && m.sp_tok_s == 0);
+    assert_true(m.speedup == 0 && m.decode_speedup == 0);
+    trace_data_free(&d);
+    remove(path);
+    /* the speedups where a side has nothing to divide by, and the non-decode time clamped at 0 */
+    assert_true(speedup_wall(0, 1, 0.5, 4, 4) == 0 && speedup_wall(1, 0, 0.5, 4, 4) == 0);
+    assert_float_equal(speedup_wall(3, 2, 0.5, 4, 0), 1.5, 1e-12);
+    assert_float_equal(speedup_wall(3, 2, 0.5, 0, 4), 1.5, 1e-12);
+    assert_float_equal(speedup_wall(3, 2, 0, 4, 4), 1.5, 1e-12);
+    assert_float_equal(speedup_wall(3, 1, 1.5, 4, 4), 2.0, 1e-12);
+    assert_true(speedup_decode(0, 1, 4, 4) == 0 && speedup_decode(1, 0, 4, 4) == 0 && speedup_decode(1, 1, 0, 4) == 0);
+    assert_float_equal(speedup_decode(1, 1, 1, 3), 3.0, 1e-12);
+}
+
+/* A row no writer of this tool makes (a negative depth, a conf position of -100000: `report` wrote
+ * out of bounds and crashed on them) is refused by the reader with the table, row and field named,
+ * and `report` exits non-zero with that message. */
+static void test_bad_rows_refused(void **state) {
+    (void)state;
+    const char *path = tmp_path("badrows.h5");
+    static const char *want[] = {"table 'nodes' row 0: depth = -3000", "table 'nodes' row 0: rank = -1",
+                                 "table 'confidence' row 0: position = -100000", "table 'confidence' row 0: survived = 2",
+                                 "table 'rounds' row 0: accepted = 4", "table 'requests' row 1: mode = 7",
+                                 "table 'positions' row 0: position = 0", "table 'requests' row 0: wall_s"};
+    for (int what = 0; what < 8; what++) {
+        trace *t = trace_create(path);
+        assert_non_null(t);
+        assert_int_equal(trace_attr(t, "config", "{\"temperature\": 0, \"gamma\": 3}"), 0);
+        trace_round r = {0, 0, MODE_SPEC, 3, 3, what == 4 ? 4 : 1, 2, 4, 100, 10, 900};
+        assert_int_equal(trace_add_round(t, &r), 0);
+        trace_request q[2] = {{0, MODE_AR, "a", "x", 0, 30, 8, 7, what == 7 ? NAN : 2.0, 1},
+                              {0, what == 5 ? 7 : MODE_SPEC, "a", "x", 0, 30, 8, 3, 1.0, 1}};
+        assert_int_equal(trace_add_request(t, &q[0]), 0);
+        assert_int_equal(trace_add_request(t, &q[1]), 0);
+        trace_node n = {0, 0, 0, what == 0 ? -3000 : 1, what == 1 ? -1 : 0, 0.5f, 1, 0};
+        assert_int_equal(trace_add_node(t, &n), 0);
+        trace_conf c = {0, 0, what == 2 ? -100000 : 1, NAN, NAN, 0.5f, what == 3 ? 2 : 1};
+        assert_int_equal(trace_add_conf(t, &c), 0);
+        trace_position p = {what == 6 ? 0 : 1, 5, 4};
+        assert_int_equal(trace_add_position(t, &p), 0);
+        assert_int_equal(trace_close(t), 0);
+        trace_data d;
+        assert_int_equal(trace_read(path, &d), -1);
+        if (!strstr(ds_errmsg(), want[what])) fail_msg("case %d: '%s' lacks '%s'", what, ds_errmsg(), want[what]);
+        const char *bin = getenv("DSPARK_BIN");
+        if (bin && *bin && (what == 0 || what == 2)) {
+            char cmd[1200];
+            snprintf(cmd, sizeof cmd, "%s report %s > /dev/null 2>&1", bin, path);
+            int st = system(cmd);
+            assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        }
+        remove(path);
+    }
+    /* every request has its own id in a mode: two speculative rows of request 0 cannot be paired */
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    trace_request q = {0, MODE_SPEC, "a", "x", 0, 30, 8, 3, 1.0, 1};
+    assert_int_equal(trace_add_request(t, &q), 0);
+    assert_int_equal(trace_add_request(t, &q), 0);
+    assert_int_equal(trace_close(t), 0);
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    metrics m;
+    assert_int_equal(metrics_compute(&d, "", &m), -1);
+    assert_non_null(strstr(ds_errmsg(), "request 0 has two speculative rows"));
+    trace_data_free(&d);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_tmp),
@@ -302,6 +427,8 @@ int main(void) {
         cmocka_unit_test(test_report_other_config),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_metrics_rates),
+        cmocka_unit_test(test_metrics_counts),
+        cmocka_unit_test(test_bad_rows_refused),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
 }
