@@ -52,42 +52,52 @@ static int num(const cJSON *j, const char *key, const char *path, int line, doub
     return 0;
 }
 
+/* steps a curve may have: the cumulative rows are an array indexed by step */
+enum { MAX_STEPS = 1 << 20 };
+
+/* a logged step as an index: an integer in 1..MAX_STEPS-1 (an eval line's step of -4e8 indexed the
+ * rows array out of bounds and crashed `report --train-curve`) */
+static int step_of(double step, const char *path, int line, int *out) {
+    if (!(step >= 1 && step < MAX_STEPS) || step != (double)(int)step) {
+        ds_error("%s:%d: step %g is not a step number (1 to %d)", path, line, step, MAX_STEPS - 1);
+        return -1;
+    }
+    *out = (int)step;
+    return 0;
+}
+
 /* train_log.jsonl: positions[step] = supervised rows of steps 1..step */
 typedef struct {
     double *cum;
-    int cap;
 } rows_ctx;
 
 static int on_train(const cJSON *j, void *vctx, const char *path, int line) {
     rows_ctx *c = vctx;
     double step, rows;
-    if (num(j, "step", path, line, &step) || num(j, "rows", path, line, &rows)) return -1;
-    if (step < 1 || step >= c->cap) {
-        ds_error("%s:%d: step %g out of range", path, line, step);
-        return -1;
-    }
-    c->cum[(int)step] = rows;
+    int s;
+    if (num(j, "step", path, line, &step) || num(j, "rows", path, line, &rows) || step_of(step, path, line, &s)) return -1;
+    c->cum[s] = rows;
     return 0;
 }
 
 static int on_eval(const cJSON *j, void *vctx, const char *path, int line) {
     curve *cv = vctx;
     double step, tau;
-    if (num(j, "step", path, line, &step) || num(j, "tau_proxy", path, line, &tau)) return -1;
+    int s;
+    if (num(j, "step", path, line, &step) || num(j, "tau_proxy", path, line, &tau) || step_of(step, path, line, &s)) return -1;
     curve_pt *p = realloc(cv->p, sizeof *p * (size_t)(cv->n + 1));
     if (!p) {
         ds_error("%s: out of memory", path);
         return -1;
     }
     cv->p = p;
-    cv->p[cv->n++] = (curve_pt){(int)step, 0, tau};
+    cv->p[cv->n++] = (curve_pt){s, 0, tau};
     return 0;
 }
 
 static int load_curve(const char *dir, curve *cv) {
-    enum { MAX_STEPS = 1 << 20 };
     char path[1200];
-    rows_ctx rc = {NULL, MAX_STEPS};
+    rows_ctx rc = {NULL};
     memset(cv, 0, sizeof *cv);
     const char *base = strrchr(dir, '/');
     snprintf(cv->name, sizeof cv->name, "%s", base && base[1] ? base + 1 : dir);

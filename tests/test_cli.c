@@ -538,7 +538,8 @@ static void test_report_sweep_and_tree(void **state) {
 }
 
 /* report --train-curve: positions seen are the logged rows summed up to each evaluation; a torn
- * log line is an error naming the file and the line, and no report is left behind. */
+ * log line or a step that is not a step number is an error naming the file and the line, and no
+ * report is left behind. */
 static void test_train_curve(void **state) {
     (void)state;
     char dir[600], p[700], args[2000];
@@ -560,6 +561,16 @@ static void test_train_curve(void **state) {
     remove(out);
     snprintf(args, sizeof args, "report --train-curve %s --out %s", dir, out);
     expect_error(args, 1, "eval_log.jsonl:2: not a JSON object");
+    assert_int_equal(access(out, F_OK), -1);
+    /* a step that is no index into the rows (it indexed them out of bounds: a segfault) */
+    put(p, "{\"step\": 2, \"tau_proxy\": 1.25}\n{\"step\": -400000000, \"tau_proxy\": 1.5}\n");
+    expect_error(args, 1, "eval_log.jsonl:2: step -4e+08 is not a step number");
+    put(p, "{\"step\": 1e30, \"tau_proxy\": 1.5}\n");
+    expect_error(args, 1, "eval_log.jsonl:1: step 1e+30 is not a step number");
+    put(p, "{\"step\": 2, \"tau_proxy\": 1.25}\n");
+    snprintf(p, sizeof p, "%s/train_log.jsonl", dir);
+    put(p, "{\"step\": 1, \"rows\": 100}\n{\"step\": 2.5, \"rows\": 90}\n");
+    expect_error(args, 1, "train_log.jsonl:2: step 2.5 is not a step number");
     assert_int_equal(access(out, F_OK), -1);
     rm_dir(dir);
 }
