@@ -189,6 +189,7 @@ fuzz: $(BIN) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 	FUZZ_MODEL_SEEDS=$(FUZZ_BUILD)/seeds/model $(FUZZ_BUILD)/fuzz_model
 	@mkdir -p $(FUZZ_BUILD)/seeds/drafter
 	FUZZ_DRAFTER_SEEDS=$(FUZZ_BUILD)/seeds/drafter $(FUZZ_BUILD)/fuzz_drafter
+	FUZZ_TRACE_SEEDS=$(FUZZ_BUILD)/seeds/trace $(FUZZ_BUILD)/fuzz_trace
 	@# a trace to start from: the quick gate's (at 200 draws its controls lack power and it says so; the file is written anyway)
 	@test -f $(FUZZ_BUILD)/seeds/trace/gate.h5 || $(BIN) lossless --quick --no-real --draws 200 \
 	  --out $(FUZZ_BUILD)/seeds/trace/gate.h5 > /dev/null 2>&1 || test -f $(FUZZ_BUILD)/seeds/trace/gate.h5

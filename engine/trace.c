@@ -352,6 +352,10 @@ static int read_table(hid_t file, table_id id, void **rows, long *n, const char 
     hid_t d = -1, sp = -1, mt = -1;
     H5TRY(d = H5Dopen2(file, TABLE_NAMES[id], H5P_DEFAULT), path);
     H5TRY(sp = H5Dget_space(d), path);
+    /* a table is one row a element: another rank would read dims[0] x dims[1] rows into dims[0] (and
+     * write a second extent past dims[]) */
+    int rank = H5Sget_simple_extent_ndims(sp);
+    DS_CHECK(rank == 1, "%s: table '%s' has %d dimensions, not 1", path, TABLE_NAMES[id], rank);
     hsize_t dims[1];
     H5TRY(H5Sget_simple_extent_dims(sp, dims, NULL), path);
     H5TRY(mt = mem_type(id), path);

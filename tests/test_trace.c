@@ -192,6 +192,29 @@ static void test_incomplete_refused(void **state) {
     remove(path);
 }
 
+/* a table of another rank than 1 (a damaged or foreign file; found by fuzz_trace seeded with a run's
+ * trace): the reader sized its rows by the first extent and HDF5 wrote all of them, past the buffer */
+static void test_table_rank_refused(void **state) {
+    (void)state;
+    const char *path = tmp_path("rank2.h5");
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t st = H5Tcopy(H5T_C_S1), as = H5Screate(H5S_SCALAR);
+    H5Tset_size(st, 4);
+    hid_t a = H5Acreate2(f, "complete", st, as, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(a >= 0 && H5Awrite(a, st, "yes") >= 0);
+    H5Aclose(a), H5Sclose(as), H5Tclose(st);
+    hsize_t dims[2] = {2, 3};
+    int v[6] = {0};
+    hid_t sp = H5Screate_simple(2, dims, NULL), d = H5Dcreate2(f, "rounds", H5T_NATIVE_INT, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(d >= 0 && H5Dwrite(d, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    H5Dclose(d), H5Sclose(sp), H5Fclose(f);
+    trace_data td;
+    assert_int_equal(trace_read(path, &td), -1);
+    if (!strstr(ds_errmsg(), "table 'rounds' has 2 dimensions, not 1")) fail_msg("%s", ds_errmsg());
+    remove(path);
+}
+
 /* report on a trace whose recorded config is not a run's (lossless --out writes one): it read
  * config fields without checking them and crashed (found by fuzz_trace) */
 static void test_report_other_config(void **state) {
@@ -424,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_abort_and_errors),
         cmocka_unit_test(test_ownership_and_failed_close),
         cmocka_unit_test(test_incomplete_refused),
+        cmocka_unit_test(test_table_rank_refused),
         cmocka_unit_test(test_report_other_config),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_metrics_rates),
