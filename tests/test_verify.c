@@ -322,6 +322,47 @@ static void test_pvalues(void **state) {
     assert_true(g.p < 1e-10);
 }
 
+static int n_cases(const gate_report *rep, const char *prefix, const char *also);
+
+/* The toy matrix's inventory (quick): the chain rule's exact cases under every scheduler at both
+ * temperatures, block verification's (and its ">= token-wise" comparison) under each scheduler and on
+ * truncated supports, greedy decoding, the batch, every tree kind and shape, the sampled and KS cases.
+ * A matrix that skipped cases stayed green: the fixed scheduler's batch case dropped by a `||` turned
+ * `&&` in gate_run passed every check (a mutation round on lossless.c). */
+static void toy_inventory(const gate_report *rep) {
+    char pre[160];
+    static const char *scheds[3] = {"fixed", "threshold", "greedy"}, *kinds[3] = {"topk", "iid", "wor"};
+    for (int ti = 0; ti < 2; ti++) {
+        const char *T = ti ? "1.0" : "0.6";
+        for (int si = 0; si < 3; si++) {
+            const char *fmt[3] = {"enumerate V=4 gamma=3 N=3 T=%s %s", "enumerate V=8 gamma=2 N=2 T=%s %s",
+                                  "enumerate block-verify V=4 gamma=3 N=3 T=%s %s"};
+            for (int f = 0; f < 3; f++) {
+                snprintf(pre, sizeof pre, fmt[f], T, scheds[si]);
+                if (n_cases(rep, pre, NULL) < 1) fail_msg("toy gate: no case '%s'", pre);
+            }
+        }
+        const char *fmt[6] = {"enumerate block-verify V=6 gamma=4 N=2 T=%s fixed", "enumerate block-verify V=4 gamma=3 N=3 T=%s top-k=3 fixed",
+                              "enumerate block-verify V=8 gamma=3 N=2 T=%s top-p=0.90 fixed", "chi2 first-two joint V=16 gamma=1 T=%s fixed",
+                              "chi2 first-two joint V=16 gamma=3 T=%s fixed", "ks first-token V=64 gamma=7 T=%s"};
+        for (int f = 0; f < 6; f++) {
+            snprintf(pre, sizeof pre, fmt[f], T);
+            if (n_cases(rep, pre, NULL) < 1) fail_msg("toy gate: no case '%s'", pre);
+        }
+    }
+    static const char *once[] = {"enumerate V=8 gamma=3 N=2 T=0.0 fixed", "enumerate block-verify V=8 gamma=3 N=2 T=0.0 fixed",
+                                 "enumerate batch of 2 requests V=4 gamma=2 greedy", "enumerate batch of 2 requests V=4 gamma=2 fixed",
+                                 "Appendix A exact, greedy"};
+    for (size_t i = 0; i < sizeof once / sizeof *once; i++)
+        if (n_cases(rep, once[i], NULL) < 1) fail_msg("toy gate: no case '%s'", once[i]);
+    if (n_cases(rep, "block-verify accepts >= token-wise ", NULL) < 13) fail_msg("toy gate: block verification's comparisons missing");
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 3; c++) {
+            snprintf(pre, sizeof pre, "enumerate tree %s shape %d %s ", kinds[k], c == 1, c == 2 ? "T=0" : "T=1");
+            if (n_cases(rep, pre, NULL) < 1) fail_msg("toy gate: no case '%s'", pre);
+        }
+}
+
 /* the gate on its quick matrix: every lossless case passes, every control is flagged */
 static void test_gate_quick(void **state) {
     (void)state;
@@ -343,6 +384,7 @@ static void test_gate_quick(void **state) {
     assert_int_equal(rc, 0);
     assert_true(controls >= 9);
     assert_true(exact >= 15);
+    toy_inventory(&rep);
     gate_report_free(&rep);
 }
 
