@@ -65,6 +65,14 @@ python3 scripts/mutants.py --drafters test:test_engine,recycling --out out/mutan
 # the drafters' q-consistency judges (dspark-markov's and medusa's q-consistency controls need a top-p setting)
 python3 scripts/mutants.py $(lim "$N") --timeout 300 --drafters ngram,recycling,vanilla,dspark-markov --out out/mutants-gate \
   engine/gate_round.c:89-150 engine/gate_round.c:349-625
+# seventh round: the toy worlds' own enumeration (the law every chain-rule exact case compares), the
+# synthetic tree cases and their controls, the toy gate's case judges, and the metrics `report` prints
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 7 --drafters toy,test:test_verify --out out/mutants-lenum \
+  verify/lossless.c:162-376
+python3 scripts/mutants.py $(lim $((N * 5 / 8))) --seed 7 --drafters toy,test:test_verify --out out/mutants-tenum verify/tree_enum.c
+python3 scripts/mutants.py $(lim "$N") --seed 11 --timeout 300 --drafters toy,test:test_verify --out out/mutants-ljudge \
+  verify/lossless.c:416-940
+python3 scripts/mutants.py --timeout 20 --drafters test:test_trace --out out/mutants-metrics engine/metrics.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
