@@ -134,7 +134,7 @@ int metrics_compute(const trace_data *d, const char *group, metrics *m) {
     for (long i = 0; i < d->n_conf; i++) {
         const trace_conf *c = &d->conf[i];
         const trace_request *r = find_req(d, &ix, c->request, MODE_SPEC);
-        if (!r || !in_group(r, group) || c->position < 0 || c->position > METRICS_MAX_POS || c->c_star != c->c_star) continue;
+        if (!r || !in_group(r, group) || c->position > METRICS_MAX_POS || c->c_star != c->c_star) continue;
         m->cstar_sum[c->position] += c->c_star;
         m->cstar_n[c->position]++;
     }
