@@ -84,9 +84,10 @@ static int layout_read(traindata_layout *l, const char *dir) {
     const cJSON *f = cJSON_GetObjectItem(j, "format"), *fp = cJSON_GetObjectItem(j, "target_fingerprint"),
                 *dim = cJSON_GetObjectItem(j, "dim"), *taps = cJSON_GetObjectItem(j, "taps"),
                 *k = cJSON_GetObjectItem(j, "top_k"), *fin = cJSON_GetObjectItem(j, "final");
-    int ok = cJSON_IsNumber(f) && f->valueint == 2 && cJSON_IsString(fp) && cJSON_IsNumber(dim) && dim->valueint > 0 &&
-             cJSON_IsArray(taps) && cJSON_GetArraySize(taps) >= 1 && cJSON_GetArraySize(taps) <= 8 && cJSON_IsNumber(k) &&
-             k->valueint >= 1 && k->valueint <= 4096 && cJSON_IsBool(fin);
+    /* every number an integer in its range (a format of 2.5 or a tap of "7" read as 2 and 0 before) */
+    int ok = jcfg_integral(f, 2, 2) && cJSON_IsString(fp) && jcfg_integral(dim, 1, 65536) && cJSON_IsArray(taps) &&
+             cJSON_GetArraySize(taps) >= 1 && cJSON_GetArraySize(taps) <= 8 && jcfg_integral(k, 1, 4096) && cJSON_IsBool(fin);
+    for (int i = 0; ok && i < cJSON_GetArraySize(taps); i++) ok = jcfg_integral(cJSON_GetArrayItem(taps, i), 0, 4095);
     if (ok) {
         snprintf(l->fp, sizeof l->fp, "%s", fp->valuestring);
         l->dim = dim->valueint, l->top_k = k->valueint, l->has_final = cJSON_IsTrue(fin);

@@ -208,7 +208,7 @@ static int try_resume(trainable *m, float **am, float **av, const train_opts *o,
     cJSON *tj = ds_read_json(p);
     if (!tj) return -1;
     const cJSON *sj = cJSON_GetObjectItemCaseSensitive(tj, "step"), *cj = cJSON_GetObjectItemCaseSensitive(tj, "contract");
-    int step = cJSON_IsNumber(sj) ? sj->valueint : -1;
+    int step = jcfg_integral(sj, 0, 1 << 30) ? sj->valueint : -1; /* 2.5 is no step, 1e30 none either */
     int differs = jcfg_diff(contract, cj, msg, sizeof msg);
     cJSON_Delete(tj);
     if (step < 0) {

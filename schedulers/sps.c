@@ -1,8 +1,10 @@
 /* sps.c — SPS(B) cost tables: steps per second of the target at B tokens per forward. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../runtime/base/common.h"
+#include "../runtime/base/jcfg.h"
 #include "scheduler.h"
 
 void sps_free(sps_table *t) {
@@ -25,8 +27,8 @@ static int sps_alloc(sps_table *t, int n) {
 
 static int sps_check(sps_table *t, const char *what) {
     for (int i = 0; i < t->n; i++) {
-        if (t->B[i] < 1 || !(t->seconds[i] > 0) || (i > 0 && t->B[i] <= t->B[i - 1])) {
-            ds_error("%s: SPS table entry %d (B=%d, %g s) is invalid: B must increase from 1, times be positive", what, i,
+        if (t->B[i] < 1 || !(t->seconds[i] > 0) || !isfinite(t->seconds[i]) || (i > 0 && t->B[i] <= t->B[i - 1])) {
+            ds_error("%s: SPS table entry %d (B=%d, %g s) is invalid: B must increase from 1, times be positive and finite", what, i,
                      t->B[i], t->seconds[i]);
             sps_free(t);
             return -1;
@@ -49,6 +51,7 @@ int sps_from_arrays(sps_table *t, const int *B, const double *steps_per_s, int n
 }
 
 int sps_from_json(sps_table *t, const cJSON *root, const char *what) {
+    memset(t, 0, sizeof *t);
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "sps");
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(s, "B"), *sec = cJSON_GetObjectItemCaseSensitive(s, "seconds");
     int n = cJSON_GetArraySize(b);
@@ -59,8 +62,9 @@ int sps_from_json(sps_table *t, const cJSON *root, const char *what) {
     if (sps_alloc(t, n)) return -1;
     for (int i = 0; i < n; i++) {
         const cJSON *bi = cJSON_GetArrayItem(b, i), *si = cJSON_GetArrayItem(sec, i);
-        if (!cJSON_IsNumber(bi) || !cJSON_IsNumber(si)) {
-            ds_error("%s: SPS entry %d is not numeric", what, i);
+        /* a B of 2.7 would be read as 2 and a time of 1e999 as infinity: both refused, never rounded */
+        if (!jcfg_integral(bi, 1, 1 << 24) || !cJSON_IsNumber(si)) {
+            ds_error("%s: SPS entry %d: B must be an integer 1..%d and seconds a number", what, i, 1 << 24);
             sps_free(t);
             return -1;
         }

@@ -326,8 +326,50 @@ static void test_bad_settings(void **state) {
     scheduler_close(&s);
 }
 
+/* an SPS table file (bench-target --out, run --sps): every entry read as written or refused with the
+ * entry named; a B of 2.7 was read as 2 and a time of 1e999 (infinity) priced every forward at zero */
+static int sps_json(sps_table *t, const char *json) {
+    cJSON *j = cJSON_Parse(json);
+    assert_non_null(j);
+    int rc = sps_from_json(t, j, "sps.json");
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void test_sps_table_file(void **state) {
+    (void)state;
+    sps_table t;
+    assert_int_equal(sps_json(&t, "{\"sps\": {\"B\": [1, 4, 8], \"seconds\": [0.05, 0.06, 0.08]}}"), 0);
+    assert_int_equal(t.n, 3);
+    assert_int_equal(t.B[1], 4);
+    assert_true(fabs(sps_seconds(&t, 6) - 0.07) < 1e-12);
+    sps_free(&t);
+    const char *bad[][2] = {
+        {"{\"sps\": {\"B\": [1, 2.7], \"seconds\": [0.05, 0.06]}}", "entry 1"},
+        {"{\"sps\": {\"B\": [1, 4], \"seconds\": [0.05, 1e999]}}", "entry 1"},
+        {"{\"sps\": {\"B\": [1, 4], \"seconds\": [0.05, \"0.06\"]}}", "entry 1"},
+        {"{\"sps\": {\"B\": [0, 4], \"seconds\": [0.05, 0.06]}}", "entry 0"},
+        {"{\"sps\": {\"B\": [1e30], \"seconds\": [0.05]}}", "entry 0"},
+        {"{\"sps\": {\"B\": [4, 2], \"seconds\": [0.05, 0.06]}}", "entry 1"},
+        {"{\"sps\": {\"B\": [1, 2], \"seconds\": [0.05, -1]}}", "entry 1"},
+        {"{\"sps\": {\"B\": [1, 2], \"seconds\": [0.05]}}", "equal non-zero length"},
+        {"{\"sps\": {\"B\": [], \"seconds\": []}}", "equal non-zero length"},
+        {"{\"B\": [1], \"seconds\": [0.05]}", "needs \"sps\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(sps_json(&t, bad[i][0]), -1);
+        if (!strstr(ds_errmsg(), bad[i][1]) || !strstr(ds_errmsg(), "sps.json")) fail_msg("%s: %s", bad[i][0], ds_errmsg());
+        assert_null(t.B);
+    }
+    /* the arrays' form too: a rate so small its time is infinite */
+    int B[2] = {1, 2};
+    double steps[2] = {10, 1e-320};
+    assert_int_equal(sps_from_arrays(&t, B, steps, 2), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sps_table_file),
         cmocka_unit_test(test_async_topk_by_hand),
         cmocka_unit_test(test_bandits_find_the_best_length),
         cmocka_unit_test(test_hedge_per_request),

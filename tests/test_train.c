@@ -507,6 +507,48 @@ static void build_cache(tiny_target *tt, const char *dir) {
     }
 }
 
+/* a shard's layout.json edited by hand or cut short: refused by name; a format of 2.5 was read as 2, a tap
+ * of "7" or 1.5 as 0 and 1, a width of 64.5 as 64 (the cache then read with the wrong stride) */
+static void test_cache_layout_refused(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char cache[512], lay[600], cmd[1200];
+    snprintf(cache, sizeof cache, "%s", tmp_path("layout-cache"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    assert_int_equal(system(cmd), 0);
+    build_cache(tt, cache);
+    snprintf(lay, sizeof lay, "%s/shard-0000/layout.json", cache);
+    char *good;
+    size_t n;
+    assert_int_equal(ds_read_file(lay, &good, &n), 0);
+    cJSON *g = cJSON_Parse(good);
+    assert_non_null(g);
+    train_cache d;
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    traindata_close(&d);
+    const char *bad[][2] = {{"format", "2.5"}, {"format", "3"}, {"dim", "64.5"}, {"dim", "0"}, {"dim", "1e30"},
+                            {"top_k", "8.5"}, {"top_k", "\"8\""}, {"taps", "[0, \"1\"]"}, {"taps", "[0, 1.5]"},
+                            {"taps", "[-1, 1]"}, {"taps", "[]"}, {"final", "1"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *j = cJSON_Duplicate(g, 1), *v = cJSON_Parse(bad[i][1]);
+        assert_non_null(v);
+        cJSON_ReplaceItemInObjectCaseSensitive(j, bad[i][0], v);
+        char *txt = cJSON_Print(j);
+        assert_int_equal(ds_write_file_atomic(lay, txt, strlen(txt)), 0);
+        free(txt);
+        cJSON_Delete(j);
+        if (traindata_open(&d, cache, &tt->t, 0) == 0) fail_msg("layout %s = %s was accepted", bad[i][0], bad[i][1]);
+        if (!strstr(ds_errmsg(), "layout.json: malformed")) fail_msg("%s = %s: %s", bad[i][0], bad[i][1], ds_errmsg());
+    }
+    cJSON_Delete(g);
+    /* the original again: it opens (nothing else was touched) */
+    assert_int_equal(ds_write_file_atomic(lay, good, n), 0);
+    free(good);
+    if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    traindata_close(&d);
+    tiny_close(tt);
+}
+
 static int run_bd(bd_model *m, const train_cache *d, const train_opts *o, train_point *h, int cap, int *n) {
     trainable tr;
     if (bd_trainable(m, &tr)) return -1;
@@ -633,6 +675,23 @@ static void test_resume_continues_the_curve(void **state) {
     assert_int_equal(run_bd(&b, &d, &o, hb2, 16, &nb2), -1);
     assert_non_null(strstr(ds_errmsg(), "lr = "));
     o.lr = lr0;
+    { /* a checkpoint whose step is not an integer (5.5 was read as step 5) is refused, then restored */
+        char tp[600], *orig;
+        size_t tn;
+        snprintf(tp, sizeof tp, "%s/last/trainer.json", runB);
+        assert_int_equal(ds_read_file(tp, &orig, &tn), 0);
+        cJSON *tj = cJSON_Parse(orig);
+        assert_non_null(tj);
+        cJSON_ReplaceItemInObjectCaseSensitive(tj, "step", cJSON_CreateNumber(5.5));
+        char *txt = cJSON_Print(tj);
+        assert_int_equal(ds_write_file_atomic(tp, txt, strlen(txt)), 0);
+        free(txt);
+        cJSON_Delete(tj);
+        assert_int_equal(run_bd(&b, &d, &o, hb2, 16, &nb2), -1);
+        assert_non_null(strstr(ds_errmsg(), "no step recorded"));
+        assert_int_equal(ds_write_file_atomic(tp, orig, tn), 0);
+        free(orig);
+    }
     /* a step logged after the checkpoint (killed before the next one) is not logged twice */
     char logp[600];
     snprintf(logp, sizeof logp, "%s/train_log.jsonl", runB);
@@ -679,7 +738,8 @@ int main(void) {
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_init_from_target_layers),
-        cmocka_unit_test(test_resume_continues_the_curve), cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_resume_continues_the_curve),
+        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_head_precision),
         cmocka_unit_test(test_draft_vocab_choose),
     };
