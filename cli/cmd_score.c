@@ -47,6 +47,14 @@ static int score_line(void *ctx, const cJSON *in, int index, int line, const cha
                 *g = cJSON_GetObjectItemCaseSensitive(in, "greedy");
     DS_CHECK(cJSON_IsObject(in) && (cJSON_IsString(p) != cJSON_IsArray(ja)),
              "%s:%d: needs one of \"prompt\" (a string) or \"ids\" (an array)", file, line);
+    { /* a misspelt key ("greddy") is an error, not a line scored without it */
+        char where[600];
+        snprintf(where, sizeof where, "%s:%d", file, line);
+        jcfg kc;
+        DS_TRY(jcfg_open(&kc, in, where));
+        jcfg_skip(&kc, "prompt"), jcfg_skip(&kc, "ids"), jcfg_skip(&kc, "greedy");
+        DS_TRY(jcfg_close(&kc));
+    }
     if (g) {
         DS_CHECK(jcfg_integral(g, 0, 1 << 16), "%s:%d: \"greedy\" must be an integer 0..65536", file, line);
         greedy = g->valueint;
@@ -60,7 +68,8 @@ static int score_line(void *ctx, const cJSON *in, int index, int line, const cha
             DS_CHECK(jcfg_integral(e, 0, V - 1), "%s:%d: an id outside the vocabulary (0..%d)", file, line, V - 1);
             DS_TRY(ivec_push(&ids, e->valueint));
         }
-    DS_CHECK(ids.n > 0 && ids.n + greedy <= t->m.cfg.max_seq, "%s:%d: %d ids and %d greedy exceed the context (%d)", file,
+    DS_CHECK(ids.n > 0, "%s:%d: no ids to score", file, line);
+    DS_CHECK(ids.n + greedy <= t->m.cfg.max_seq, "%s:%d: %d ids and %d greedy exceed the context (%d)", file,
              line, ids.n, greedy, t->m.cfg.max_seq);
     DS_TRYP(kv = kv_cache_new(t->be, &t->m.cfg, ids.n + greedy));
     DS_TRYP(z = ds_malloc(sizeof(float) * (size_t)V * (size_t)ids.n, "logits"));

@@ -226,6 +226,10 @@ static void test_real_model_commands(void **state) {
     expect_error(args, 1, ":1: malformed or truncated JSON line");
     put(in, "{\"prompt\": \"x\", \"ids\": [1]}\n");
     expect_error(args, 1, ":1: needs one of \"prompt\" (a string) or \"ids\" (an array)");
+    put(in, "{\"ids\": [1, 2], \"greddy\": 4}\n"); /* scored without its continuation before */
+    expect_error(args, 1, ":1: unknown key 'greddy' (known: prompt, ids, greedy)");
+    put(in, "{\"ids\": []}\n");
+    expect_error(args, 1, ":1: no ids to score");
     expect_error("score", 1, "--in FILE.jsonl is required");
     remove(in);
 }
