@@ -27,8 +27,9 @@ static int sps_alloc(sps_table *t, int n) {
 
 static int sps_check(sps_table *t, const char *what) {
     for (int i = 0; i < t->n; i++) {
-        if (t->B[i] < 1 || !(t->seconds[i] > 0) || !isfinite(t->seconds[i]) || (i > 0 && t->B[i] <= t->B[i - 1])) {
-            ds_error("%s: SPS table entry %d (B=%d, %g s) is invalid: B must increase from 1, times be positive and finite", what, i,
+        /* a time of 1e-310 s is a rate of infinity: nothing between a nanosecond and 11 days is a forward */
+        if (t->B[i] < 1 || !(t->seconds[i] >= 1e-9 && t->seconds[i] <= 1e6) || (i > 0 && t->B[i] <= t->B[i - 1])) {
+            ds_error("%s: SPS table entry %d (B=%d, %g s) is invalid: B must increase from 1, times be 1e-9..1e6 s", what, i,
                      t->B[i], t->seconds[i]);
             sps_free(t);
             return -1;

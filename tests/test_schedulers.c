@@ -352,6 +352,7 @@ static void test_sps_table_file(void **state) {
         {"{\"sps\": {\"B\": [1e30], \"seconds\": [0.05]}}", "entry 0"},
         {"{\"sps\": {\"B\": [4, 2], \"seconds\": [0.05, 0.06]}}", "entry 1"},
         {"{\"sps\": {\"B\": [1, 2], \"seconds\": [0.05, -1]}}", "entry 1"},
+        {"{\"sps\": {\"B\": [1, 2], \"seconds\": [1e-310, 0.06]}}", "entry 0"},
         {"{\"sps\": {\"B\": [1, 2], \"seconds\": [0.05]}}", "equal non-zero length"},
         {"{\"sps\": {\"B\": [], \"seconds\": []}}", "equal non-zero length"},
         {"{\"B\": [1], \"seconds\": [0.05]}", "needs \"sps\""},

@@ -1,5 +1,6 @@
 /* fuzz_config — libFuzzer target for every JSON config reader: the run config (file and command-line
- * merge), the train config, a drafter/checkpoint architecture object, every scheduler's settings.
+ * merge), the train config, a drafter/checkpoint architecture object, every scheduler's settings, an
+ * SPS table (bench-target --out) and its interpolation.
  * Any crash, sanitizer report or leak is a finding; errors are the expected outcome. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; scheduler_nth(i); i++) {
         scheduler s;
         if (scheduler_open(&s, scheduler_nth(i)->name, j, 1) == 0) scheduler_close(&s);
+    }
+    sps_table sps;
+    if (sps_from_json(&sps, j, "fuzz.json") == 0) {
+        for (int b = 1; b <= 64; b++)
+            if (!(sps_seconds(&sps, b) > 0)) __builtin_trap(); /* a checked table never prices a forward at zero */
+        sps_free(&sps);
     }
     cJSON_Delete(j);
     return 0;

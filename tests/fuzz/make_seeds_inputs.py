@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seed corpora for the non-GGUF fuzz targets: python3 tests/fuzz/make_seeds_inputs.py ROOT
 
-ROOT/config: the repository's experiment configs and a few hand-made ones (every key type);
+ROOT/config: the repository's experiment configs and a few hand-made ones (every key type, an SPS table);
 ROOT/dataset: small .jsonl/.json prompt files of each shape the loaders accept (made here, not
 copied from the shared datasets); ROOT/safetensors: config.json + NUL + a tiny safetensors image
 (Llama and Qwen3 shapes)."""
@@ -29,6 +29,7 @@ put("config", "train.json", json.dumps({"drafter": {"name": "dspark-rnn", "layer
     "gamma": 7, "lambda": 7, "calibration": [1.0, 1.2]}, "out": "run", "data": {"dataset": "trainmix", "limit": 10,
     "temperature": 0.2, "top_p": 0.9, "max_new_tokens": 64, "seed": 1, "rebuild": False},
     "train": {"steps": 10, "lr": 6e-4, "warm_start": True, "seed": 2}}))
+put("config", "sps.json", json.dumps({"sps": {"B": [1, 2, 4, 8, 16], "seconds": [0.05, 0.051, 0.057, 0.076, 0.127]}}))
 
 put("dataset", "a.jsonl", '{"question": "What is 2+2?"}\n{"prompt": "Write code"}\n{"turns": ["hi", "and then?"]}\n')
 put("dataset", "b.jsonl", '{"instruction": "x", "input": "y"}\n\n{"text": "z"}\n{"bad": \n')
