@@ -350,9 +350,11 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     DS_TRY(run_models_open(&rc, "serve", &t, &d));
-    for (int a = 0; a < n_arms; a++)
-        DS_CHECK(arms[a].ar || !arms[a].s.ops->needs_conf || d.has_conf,
-                 "serve: scheduler '%s' needs a drafter with confidences, and '%s' has none", arms[a].label, rc.drafter);
+    for (int a = 0; a < n_arms; a++) /* every arm's pairing before the first arm runs */
+        if (!arms[a].ar && decode_cfg_check(&(decode_cfg){rc.sp, rc.gamma, &d, &arms[a].s, NULL, NULL, MODE_SPEC})) {
+            ds_error_prefix("serve: arm '%s'", arms[a].label);
+            goto fail;
+        }
     DS_TRY(run_sps_load(&rc, 1, &sps));
     /* prompts: turn 1, chat-encoded once */
     DS_TRYP(prompts = ds_calloc((size_t)n_prompts, sizeof *prompts, "prompts"));

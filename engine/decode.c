@@ -191,13 +191,10 @@ void decode_ctx_free(decode_ctx *c) {
     free(c);
 }
 
-decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
+int decode_cfg_check(const decode_cfg *cfg) {
     drafter *d = cfg->d;
-    int V = t->m.cfg.vocab_size, dim = t->m.cfg.dim, gamma = d ? cfg->gamma : 0;
-    decode_ctx *c = NULL;
     DS_TRY(sampling_params_check(&cfg->sp));
-    DS_CHECK(R_max >= 1, "decode: a batch of %d requests", R_max);
-    DS_CHECK(!d || (cfg->s && gamma >= 1 && gamma <= 64), "decode: a drafter needs a scheduler and gamma in 1..64");
+    DS_CHECK(!d || (cfg->s && cfg->gamma >= 1 && cfg->gamma <= 64), "decode: a drafter needs a scheduler and gamma in 1..64");
     DS_CHECK(!d || !cfg->s->ops->needs_conf || d->has_conf,
               "scheduler '%s' needs a drafter with confidences, and '%s' has none", cfg->s ? cfg->s->ops->name : "?",
               d ? d->ops->name : "?");
@@ -209,6 +206,17 @@ decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
              d ? d->ops->name : "?", d ? d->tree_nodes : 0, cfg->s ? cfg->s->ops->name : "?");
     DS_CHECK(!d || d->tree_nodes <= DRAFT_TREE_MAX, "decode: a tree of %d nodes (at most %d)", d ? d->tree_nodes : 0,
              DRAFT_TREE_MAX);
+    return 0;
+fail:
+    return -1;
+}
+
+decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max) {
+    drafter *d = cfg->d;
+    int V = t->m.cfg.vocab_size, dim = t->m.cfg.dim, gamma = d ? cfg->gamma : 0;
+    decode_ctx *c = NULL;
+    DS_TRY(decode_cfg_check(cfg));
+    DS_CHECK(R_max >= 1, "decode: a batch of %d requests", R_max);
     if (d && d->tree_nodes) gamma = d->tree_nodes; /* the scheduler's length cuts nodes, not depth */
     DS_TRYP(c = ds_calloc(1, sizeof *c, "decode context"));
     c->R_max = R_max, c->gamma = gamma, c->V = V;

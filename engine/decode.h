@@ -66,6 +66,10 @@ int decode_rounds(target *t, request **reqs, int R, const decode_cfg *cfg, decod
  * one target forward, verify, commit, observe) over the na requests in act, none of them done. A
  * request that finishes sets wall_s = now - t0 and is released from the scheduler. */
 typedef struct decode_ctx decode_ctx;
+/* the settings a run can be refused for before any work: sampling, a drafter's scheduler and gamma, a
+ * scheduler that needs confidences, trees under a scheduler that cannot cut them (decode_ctx_new checks
+ * them too; run and serve ask first, so a bad pairing costs no baseline pass) */
+int decode_cfg_check(const decode_cfg *cfg);
 decode_ctx *decode_ctx_new(target *t, const decode_cfg *cfg, int R_max);
 int decode_round(decode_ctx *c, target *t, request **act, int na, const decode_cfg *cfg, decode_stats *st);
 void decode_ctx_free(decode_ctx *c);

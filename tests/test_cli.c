@@ -466,6 +466,22 @@ static void test_strict_configs(void **state) {
         expect_error(args, 1, "'vanilla' would replace the configured drafter 'dflash'");
         snprintf(args, sizeof args, "run --config %s --draft-layers 20", cfg);
         expect_error(args, 1, "unknown key 'layers'");
+        /* a tree drafter under a scheduler that cannot cut trees: refused before any prompt runs (the
+         * check lived where the first speculative pass starts, after a baseline pass), no trace written */
+        const char *th5 = tmp_path("tree-threshold.h5");
+        remove(th5);
+        put(cfg, "{\"drafter\": {\"name\": \"recycling\", \"tree_nodes\": 8}, \"scheduler\": \"threshold\", \"limit\": 1}");
+        snprintf(args, sizeof args, "run --config %s --out %s", cfg, th5);
+        expect_error(args, 1, "recycling drafts trees (tree_nodes 8), which the fixed and greedy schedulers verify, not 'threshold'");
+        run_result r;
+        run(&r, "%s", args);
+        assert_null(strstr(r.out, "prompts from")); /* the line printed before the first prompt runs */
+        struct stat sb;
+        assert_int_not_equal(stat(th5, &sb), 0);
+        put(cfg, "{\"drafter\": {\"name\": \"recycling\", \"tree_nodes\": 8}, \"limit\": 1, \"max_new_tokens\": 4, "
+                 "\"serve\": {\"arrival\": \"closed\", \"concurrency\": [1], \"requests\": 1, \"schedulers\": [\"fixed\", \"hedge\"]}}");
+        snprintf(args, sizeof args, "serve --config %s --out %s.d", cfg, th5);
+        expect_error(args, 1, "serve: arm 'hedge': decode: recycling drafts trees");
     }
     /* issue 11 (10): a malformed dataset line fails by default (d965422 warned and exited 0); with
      * --skip-bad-lines it is skipped and counted in the trace */
