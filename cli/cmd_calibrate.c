@@ -125,6 +125,14 @@ int cmd_calibrate(int argc, char **argv) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", ckpt);
         DS_TRYP(ck = ds_read_json(path));
+        { /* the temperatures belong to the head that made the trace: another family's checkpoint is refused */
+            const cJSON *dr = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "drafter") : NULL,
+                        *dn = dr ? cJSON_GetObjectItemCaseSensitive(dr, "name") : NULL,
+                        *kind = cJSON_GetObjectItemCaseSensitive(ck, "kind");
+            DS_CHECK(!cJSON_IsString(dn) || !cJSON_IsString(kind) || !strcmp(dn->valuestring, kind->valuestring),
+                     "%s: the trace ran drafter '%s' and %s is a '%s' checkpoint: its temperatures would not be this head's",
+                     pos[0], dn->valuestring, path, kind->valuestring);
+        }
         cJSON_DeleteItemFromObjectCaseSensitive(ck, "calibration");
         cJSON *arr = cJSON_AddArrayToObject(ck, "calibration");
         DS_CHECK(arr != NULL, "out of memory");

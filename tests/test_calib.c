@@ -138,6 +138,29 @@ static void test_calibrate_command(void **state) {
     cJSON_Delete(j);
     snprintf(cmd, sizeof cmd, "%s calibrate %s --objective brier 2> /dev/null", bin, trace_path);
     assert_int_not_equal(system(cmd), 0);
+    /* another family's checkpoint (--checkpoint): refused, its config.json untouched (it was rewritten
+     * with the dspark-markov head's temperatures before) */
+    char dir2[256], cfg2[300];
+    snprintf(dir2, sizeof dir2, "/tmp/dsb-%d-calib-ckpt2", (int)getpid());
+    snprintf(cfg2, sizeof cfg2, "%s/config.json", dir2);
+    assert_int_equal(ds_mkdirs(dir2, "checkpoint"), 0);
+    const char *ck2 = "{\"kind\": \"medusa\", \"heads\": 3}";
+    assert_int_equal(ds_write_file_atomic(cfg2, ck2, strlen(ck2)), 0);
+    snprintf(cmd, sizeof cmd, "%s calibrate %s --checkpoint %s > /dev/null 2> %s.err", bin, trace_path, dir2, cfg2);
+    assert_int_not_equal(system(cmd), 0);
+    char errp[320], *err, *after;
+    size_t n;
+    snprintf(errp, sizeof errp, "%s.err", cfg2);
+    assert_int_equal(ds_read_file(errp, &err, &n), 0);
+    assert_non_null(strstr(err, "the trace ran drafter 'dspark-markov'"));
+    assert_non_null(strstr(err, "is a 'medusa' checkpoint"));
+    free(err);
+    assert_int_equal(ds_read_file(cfg2, &after, &n), 0);
+    assert_string_equal(after, ck2);
+    free(after);
+    remove(errp);
+    remove(cfg2);
+    rmdir(dir2);
     remove(trace_path);
     remove(cfg_path);
     rmdir(dir);
