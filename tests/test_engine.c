@@ -242,15 +242,14 @@ static void test_tree_greedy_equals_autoregressive(void **state) {
 }
 
 /* Continuous batching: requests joining and leaving a running batch (closed loop at 2, and an open
- * loop so slow that each request runs alone) decode greedily exactly what each decodes alone, with
- * a learning per-request scheduler in the loop. */
-static void test_serve_continuous_batching(void **state) {
-    ctx *c = *state;
+ * loop so slow that each request runs alone) decode greedily exactly what each decodes alone: a chain
+ * drafter under a learning per-request scheduler, and a tree drafter verified whole. */
+static void serve_matches_alone(ctx *c, const char *dname, const char *djson, const char *sname) {
     drafter d;
     scheduler s;
-    cJSON *dc = cJSON_Parse("{\"layers\": 20}");
-    assert_int_equal(drafter_open(&d, "vanilla", dc, &c->t), 0);
-    assert_int_equal(scheduler_open(&s, "hedge", NULL, 0), 0);
+    cJSON *dc = cJSON_Parse(djson);
+    assert_int_equal(drafter_open(&d, dname, dc, &c->t), 0);
+    assert_int_equal(scheduler_open(&s, sname, NULL, 0), 0);
     sampling_params greedy = {0, 0, 1};
     int na[3];
     decode_stats sa;
@@ -316,6 +315,13 @@ static void test_serve_continuous_batching(void **state) {
     drafter_close(&d);
     scheduler_close(&s);
     cJSON_Delete(dc);
+}
+
+static void test_serve_continuous_batching(void **state) {
+    ctx *c = *state;
+    serve_matches_alone(c, "vanilla", "{\"layers\": 20}", "hedge");
+    /* a tree drafter: each request's tree rows and their compaction inside a batch whose members change */
+    serve_matches_alone(c, "recycling", "{\"tree_nodes\": 8}", "fixed"); /* fixed: whole trees, siblings accepted */
 }
 
 /* The per-position acceptance a chain run reports (the paper's alpha_k: decode_stats' pos_attempted /
