@@ -25,6 +25,12 @@ static void test_ece_by_hand(void **state) {
     double p4[] = {0.1, 0.9};
     int y4[] = {0, 1};
     assert_true(fabs(calib_brier(p4, y4, 2) - 0.01) < 1e-12);
+    /* NLL (the default fit objective, only ever compared): -(log 0.9 + log 0.9) / 2, and one of a single score */
+    assert_true(fabs(calib_nll(p4, y4, 2) + log(0.9)) < 1e-12);
+    double p5[] = {0.25};
+    int y5[] = {0};
+    assert_true(fabs(calib_nll(p5, y5, 1) + log(0.75)) < 1e-12);
+    assert_true(isnan(calib_nll(p5, y5, 0)));
 }
 
 static void test_auc_by_hand(void **state) {
@@ -70,7 +76,16 @@ static void test_sts_recovers_temperatures(void **state) {
         assert_true(fabs(fit.T[k] - Tstar[k]) < 0.15 * Tstar[k]);
         assert_true(fit.ece_after[k] < fit.ece_before[k]);
         assert_true(fit.ece_after[k] < 0.02);
+        /* each position's ECEs are that position's, recomputed on its own (an off-by-one slot left
+         * position 1's at 0, which "below 0.02" passed) */
+        float ones[CALIB_MAX_G];
+        for (int i = 0; i < CALIB_MAX_G; i++) ones[i] = 1.0f;
+        assert_true(fit.ece_after[k] == calib_sts_eval(rounds, R, k + 1, fit.T).ece);
+        assert_true(fit.ece_before[k] == calib_sts_eval(rounds, R, k + 1, ones).ece);
     }
+    /* the grid: 0.05 to 20, geometric */
+    assert_true(fabs(grid[0] - 0.05) < 1e-15 && fabs(grid[ng - 1] - 20) < 1e-12);
+    for (int g = 1; g < ng - 1; g++) assert_true(fabs(grid[g] * grid[g] / (grid[g - 1] * grid[g + 1]) - 1) < 1e-12);
     /* unknown outcomes (-1) are left out; a sparse position keeps T = 1 */
     for (long i = 0; i < R; i++) rounds[i].survived[2] = i < 50 ? rounds[i].survived[2] : -1;
     /* the paper's ECE criterion on the same data: position 1's scores spread around the base rate,

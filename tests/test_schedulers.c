@@ -362,10 +362,34 @@ static void test_sps_table_file(void **state) {
         if (!strstr(ds_errmsg(), bad[i][1]) || !strstr(ds_errmsg(), "sps.json")) fail_msg("%s: %s", bad[i][0], ds_errmsg());
         assert_null(t.B);
     }
-    /* the arrays' form too: a rate so small its time is infinite */
+    /* interpolation: inside each segment, at the knots, past the last point (the last segment's line),
+     * below zero on a falling table (the first time, never a free step), a one-entry table (linear in
+     * B from the origin), an empty one (no cost) */
+    assert_int_equal(sps_json(&t, "{\"sps\": {\"B\": [1, 4, 8], \"seconds\": [0.05, 0.06, 0.08]}}"), 0);
+    const int at[6] = {1, 3, 4, 6, 8, 16};
+    const double want[6] = {0.05, 0.05 + 0.01 * 2 / 3, 0.06, 0.07, 0.08, 0.12};
+    for (int i = 0; i < 6; i++)
+        if (fabs(sps_seconds(&t, at[i]) - want[i]) > 1e-12) fail_msg("B = %d: %.9f s, want %.9f", at[i], sps_seconds(&t, at[i]), want[i]);
+    sps_free(&t);
+    assert_int_equal(sps_json(&t, "{\"sps\": {\"B\": [1, 2], \"seconds\": [0.05, 0.01]}}"), 0);
+    assert_true(fabs(sps_seconds(&t, 10) - 0.05) < 1e-12);
+    sps_free(&t);
+    assert_int_equal(sps_json(&t, "{\"sps\": {\"B\": [2], \"seconds\": [0.04]}}"), 0);
+    assert_true(fabs(sps_seconds(&t, 1) - 0.02) < 1e-12 && fabs(sps_seconds(&t, 6) - 0.12) < 1e-12);
+    sps_free(&t);
+    assert_true(sps_seconds(&t, 4) == 0 && sps_seconds(NULL, 4) == 0);
+    /* a repeated B would make a segment of zero width (a slope of infinity) */
+    assert_int_equal(sps_json(&t, "{\"sps\": {\"B\": [1, 4, 4], \"seconds\": [0.05, 0.06, 0.07]}}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "entry 2"));
+    /* the arrays' form too: a rate so small its time is infinite; no entry at all; one entry (what `run`
+     * uses without an SPS file) */
     int B[2] = {1, 2};
     double steps[2] = {10, 1e-320};
     assert_int_equal(sps_from_arrays(&t, B, steps, 2), -1);
+    assert_int_equal(sps_from_arrays(&t, B, steps, 0), -1);
+    assert_int_equal(sps_from_arrays(&t, B, steps, 1), 0);
+    assert_true(fabs(sps_seconds(&t, 3) - 0.3) < 1e-12);
+    sps_free(&t);
 }
 
 int main(void) {

@@ -74,13 +74,16 @@ python3 scripts/mutants.py $(lim "$N") --seed 11 --timeout 300 --drafters toy,te
   verify/lossless.c:416-940
 python3 scripts/mutants.py --timeout 20 --drafters test:test_trace --out out/mutants-metrics engine/metrics.c
 # eighth round: the gate's tuned worlds (rw_tune's threshold and curve, rw_open's world), the CPU backend's
-# attention and the forward's body and passes, judged by the suites that compare logits
+# attention and the forward's body and passes, judged by the suites that compare logits; STS calibration
+# and the SPS tables greedy prices with
 python3 scripts/mutants.py $(lim $((N * 11 / 8))) --timeout 300 --drafters dspark-markov,vanilla,ngram --out out/mutants-rwopen \
   engine/gate_round.c:156-340
 python3 scripts/mutants.py $(lim $((N * 9 / 8))) --seed 3 --timeout 120 --drafters test:test_forward,test:test_reference \
   --out out/mutants-attn runtime/backends/backend_cpu.c:655-990
 python3 scripts/mutants.py $(lim "$N") --seed 5 --timeout 120 --drafters test:test_forward,test:test_reference \
   --out out/mutants-fwd runtime/forward.c:159-330
+python3 scripts/mutants.py $(lim $((N * 5 / 4))) --seed 9 --timeout 60 --drafters test:test_calib --out out/mutants-calib calib/calib.c
+python3 scripts/mutants.py --timeout 60 --drafters test:test_schedulers,ngram --out out/mutants-sps schedulers/sps.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
