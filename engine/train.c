@@ -212,7 +212,7 @@ static int try_resume(trainable *m, float **am, float **av, const train_opts *o,
     int differs = jcfg_diff(contract, cj, msg, sizeof msg);
     cJSON_Delete(tj);
     if (step < 0) {
-        ds_error("%s: no step recorded", p);
+        ds_error("%s: no step recorded (a whole number from 0)", p);
         return -1;
     }
     if (differs && !o->warm_start) {

@@ -546,6 +546,7 @@ static void test_cache_layout_refused(void **state) {
     free(good);
     if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
     traindata_close(&d);
+    assert_int_equal(system(cmd), 0); /* rm -rf the cache */
     tiny_close(tt);
 }
 
