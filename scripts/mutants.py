@@ -10,7 +10,9 @@ turned, a 0 for a 1 and back, a continue or break removed, ++ for --. Each mutan
 private copy of the working tree (tracked and untracked files: the tree itself is never edited, an
 interrupted run leaves nothing behind) and judged by the gate's production-round cases of each
 drafter in turn (`dspark-bench lossless --drafter D --no-real --quick`; the name `toy` runs the toy
-worlds instead, `lossless --toy --quick`: every verification rule's exact law) until one fails:
+worlds instead, `lossless --toy --quick`: every verification rule's exact law; `test:SUITE` a unit
+suite, `test:SUITE@GLOB` only its cases the glob names, for suites that honour DS_TEST_FILTER) until
+one fails:
 
     killed      a check went red (a lossless case rejected, a control not flagged, an error or a crash)
     equivalent  every drafter's gate passed and printed what the unmutated build prints (figures
@@ -75,7 +77,8 @@ def mutants_of(path, lo, hi):
             for m in re.finditer(pat, code):
                 if rep == "--" and re.match(r"\s*for\b", code):
                     continue  # a loop counter run backwards never ends: a timeout, not a finding
-                out.append({"file": path, "line": n, "col": m.start(), "old": m.group(0), "new": rep})
+                out.append({"file": path, "line": n, "col": m.start(), "old": m.group(0), "new": rep,
+                            "mutated": (line[:m.start()] + rep + line[m.end():]).strip()})
     return out
 
 
@@ -94,19 +97,22 @@ def gate_output(text):
 def run_gate(work, drafter, timeout):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if drafter.startswith("test:"):  # a unit suite: its cmocka cases (and what they print) judge the mutant
-        cmd = ["./build/tests/" + drafter[5:]]
+        suite, _, pattern = drafter[5:].partition("@")  # test:SUITE@GLOB: only the cases DS_TEST_FILTER matches
+        cmd = ["./build/tests/" + suite]
+        if pattern:
+            env["DS_TEST_FILTER"] = pattern
     else:
         what = ["--toy"] if drafter == "toy" else ["--drafter", drafter, "--no-real"]
         cmd = ["./build/dspark-bench", "lossless", "--quick"] + what
     try:
-        r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=timeout)
+        r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace", env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout", ""
     return r.returncode, r.stdout + r.stderr
 
 
 def build(work, suites, jobs=1):
-    targets = ["build/dspark-bench"] + ["build/tests/" + d[5:] for d in suites if d.startswith("test:")]
+    targets = ["build/dspark-bench"] + ["build/tests/" + d[5:].partition("@")[0] for d in suites if d.startswith("test:")]
     r = subprocess.run(["make", "-s", f"-j{jobs}", "CUDA=0"] + targets, cwd=work, capture_output=True, text=True)
     return r.returncode == 0, r.stdout + r.stderr
 
@@ -145,13 +151,15 @@ def main():
         muts += mutants_of(path, lo, hi)
     if a.again:
         with open(a.again) as f:
-            alive = {key(r) for r in map(json.loads, f) if r["status"] in ("equivalent", "survived")}
-        muts = [m for m in muts if key(m) in alive]
+            # by the mutated line's text, not its number: the tests and fixes made since may have moved it
+            same = lambda m: (m["file"], m["mutated"].strip(), m["col"], m["new"])
+            alive = {same(r) for r in map(json.loads, f) if r["status"] in ("equivalent", "survived")}
+        muts = [m for m in muts if same(m) in alive]
     if a.limit and a.limit < len(muts):
         muts = sorted(random.Random(a.seed).sample(muts, a.limit), key=lambda m: (m["file"], m["line"], m["col"]))
     for d in drafters:
-        if d.startswith("test:") and not os.path.isfile(f"tests/{d[5:]}.c"):
-            fail(f"{d}: no suite tests/{d[5:]}.c")
+        if d.startswith("test:") and not os.path.isfile(f"tests/{d[5:].partition('@')[0]}.c"):
+            fail(f"{d}: no suite tests/{d[5:].partition('@')[0]}.c")
     if a.list:
         for m in muts:
             print(f"{m['file']}:{m['line']}:{m['col']} {m['old']!r} -> {m['new']!r}")

@@ -266,6 +266,11 @@ static void serve_matches_alone(ctx *c, const char *dname, const char *djson, co
         uint64_t hash[5];
         serve_params sp = {closed, closed ? 2 : 4, closed ? 0 : 0.01, 5, 24, 1, hash, meta};
         serve_result res;
+        /* what cannot be simulated is an error, not an empty result */
+        serve_params bad = sp;
+        if (closed) bad.concurrency = 0;
+        else bad.rate = 0;
+        assert_int_equal(serve_simulate(&c->t, &cfg, prompts, 3, &bad, "test serve", &res), -1);
         const char *h5 = tmp_path("serve.h5");
         assert_non_null(cfg.tr = trace_create(h5));
         if (serve_simulate(&c->t, &cfg, prompts, 3, &sp, "test serve", &res)) fail_msg("%s", ds_errmsg());
@@ -296,7 +301,10 @@ static void serve_matches_alone(ctx *c, const char *dname, const char *djson, co
         double row_s = 0;
         for (long i = 0; i < td.n_rounds; i++)
             row_s += 1e-6 * (td.rounds[i].t_draft_us + td.rounds[i].t_sched_us + td.rounds[i].t_verify_us);
-        double in_rounds = res.clock_s - res.prefill_s - res.idle_s;
+        double in_rounds = res.clock_s - res.prefill_s - res.idle_s, in_batch = 0;
+        for (long i = 0; i < td.n_requests; i++) in_batch += td.requests[i].wall_s;
+        /* a request's latency is its wait plus its time in the batch (the trace's wall_s) */
+        assert_true(fabs(res.latency_s - res.wait_s - in_batch / td.n_requests) < 1e-6);
         fprintf(stderr, "serve trace: rows sum to %.3f s of %.3f s in rounds\n", row_s, in_rounds);
         assert_true(row_s > 0.5 * in_rounds && row_s <= in_rounds * 1.001);
         trace_data_free(&td);
@@ -308,6 +316,23 @@ static void serve_matches_alone(ctx *c, const char *dname, const char *djson, co
         if (closed) assert_true(res.mean_batch > 1.5 && res.mean_batch <= 2 && res.idle_s == 0);
         else assert_true(res.mean_batch < 1.2 && res.idle_s > 100 && res.wait_s < 0.5); /* arrivals ~100 s apart */
         assert_true(res.agg_tok_s > 0 && res.user_tok_s > 0 && res.tau >= 1);
+        /* the summary's accounting, by its identities: the prefill emits each request's first token and
+         * every request-round the rest; a request-round verifies its drafts beside its own token; each
+         * round's batch counts its request-rounds */
+        assert_int_equal(res.tokens, res.requests + llround(res.tau * res.req_rounds));
+        assert_int_equal(res.batch_rows, res.req_rounds + res.verified);
+        assert_true(res.verified <= res.drafted && res.accepted <= res.verified && res.batch_rounds <= res.req_rounds);
+        assert_true(fabs(res.verify_per_req * res.req_rounds - res.verified) < 1e-6 * res.verified + 1e-9);
+        assert_true(fabs(res.mean_batch * res.batch_rounds - res.req_rounds) < 1e-6 * res.req_rounds);
+        assert_true(fabs(res.agg_tok_s * res.clock_s - res.tokens) < 1e-6 * res.tokens);
+        /* the slowest of 5 users (the 10th percentile) is no faster than the mean, a request's latency
+         * includes its wait, and a closed loop admits a newcomer the moment its predecessor leaves */
+        assert_true(res.user_p10_tok_s > 0 && res.user_p10_tok_s <= res.user_tok_s);
+        assert_true(res.wait_s >= 0 && res.latency_s > res.wait_s && res.prefill_s > 0);
+        if (closed) assert_true(res.wait_s < 0.05);
+        /* an open loop's requests arrive ~100 s apart and each runs alone: the clock is mostly idle and
+         * a request's latency is its own time, far below the gaps */
+        else assert_true(res.idle_s < res.clock_s && res.latency_s < 50);
     }
     for (int i = 0; i < 3; i++) ivec_free(&prompts[i]);
     sps_free(&sps);
@@ -1076,5 +1101,6 @@ int main(void) {
         cmocka_unit_test(test_combine_chooses_the_longest_expected),
         cmocka_unit_test(test_context_limit),
     };
+    ds_test_filter();
     return cmocka_run_group_tests_name("engine (SmolLM2)", tests, setup, teardown);
 }

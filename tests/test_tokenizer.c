@@ -289,6 +289,163 @@ static void test_qwen2_pretokenizer(void **state) {
     for (int i = 0; i < nm; i++) free(merges[i]);
 }
 
+/* Every pre-tokenizer against its regular expression run by an independent engine (PyPI regex, via
+ * tests/ref/make_pretok.py into tests/fixtures/pretok_words.json): the words of Unicode-rich texts,
+ * every White_Space code point, scripts whose combining marks are not letters, numbers of every
+ * kind, 4-byte characters, contractions in both cases, line breaks after punctuation and in space
+ * runs. The ids tests above see a split only where the vocabulary happens to tell it. */
+static void test_pretokenizers_match_regex(void **state) {
+    (void)state;
+    cJSON *j = load_json(FIXTURE("pretok_words.json"));
+    const cJSON *cases = cJSON_GetObjectItem(j, "cases");
+    assert_true(cJSON_GetArraySize(cases) >= 100);
+    const char *extra[] = {"zz"}, *merges[] = {"z z"};
+    int n = 0, per_pre[5] = {0};
+    const char *pres[5] = {"gpt-2", "default", "smollm", "starcoder", "qwen2"};
+    for (const cJSON *c = cases->child; c; c = c->next, n++) {
+        const char *pre = cJSON_GetObjectItem(c, "pre")->valuestring, *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *ends = cJSON_GetObjectItem(c, "ends");
+        for (int p = 0; p < 5; p++) per_pre[p] += strcmp(pre, pres[p]) == 0;
+        tokenizer tk;
+        assert_int_equal(build_tok_pre(&tk, pre, extra, 1, merges, 1, NULL, 0), 0);
+        ivec got = {0};
+        assert_int_equal(tokenizer_words(&tk, text, strlen(text), &got), 0);
+        int ok = got.n == cJSON_GetArraySize(ends), i = 0;
+        for (const cJSON *e = ends->child; ok && e; e = e->next, i++) ok = got.v[i] == e->valueint;
+        if (!ok) {
+            char g[512] = "", w[512] = "";
+            for (int k = 0; k < got.n; k++) snprintf(g + strlen(g), sizeof g - strlen(g), " %d", got.v[k]);
+            for (const cJSON *e = ends->child; e; e = e->next) snprintf(w + strlen(w), sizeof w - strlen(w), " %d", e->valueint);
+            fail_msg("%s words of \"%s\" end at\n got %s\n want%s", pre, text, g, w);
+        }
+        ivec_free(&got);
+        tokenizer_free(&tk);
+    }
+    for (int p = 0; p < 5; p++) assert_true(per_pre[p] >= 20); /* every name the loader accepts */
+    cJSON_Delete(j);
+}
+
+/* The UTF-8 a word is re-encoded from: on a vocabulary of the 256 bytes (and one merge no text here
+ * has), well-formed text encodes to its own bytes at every length boundary, and every byte of an
+ * ill-formed sequence (a surrogate, an overlong form, past U+10FFFF, a lead byte no sequence starts
+ * with, a truncated or stray piece) becomes U+FFFD, one each, as llama.cpp replaces them */
+static void test_utf8_bytes_and_replacement(void **state) {
+    (void)state;
+    const char *extra[] = {"zz"}, *merges[] = {"z z"};
+    tokenizer tk;
+    assert_int_equal(build_tok(&tk, extra, 1, merges, 1, NULL, 0), 0);
+    static const char *const valid[] = {"\x7f", "\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xee\x80\x80",
+                                        "\xef\xbf\xbf", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf", "a \xe3\x80\x80 b\xe2\x80\xa8"};
+    for (size_t v = 0; v < sizeof valid / sizeof *valid; v++) {
+        ivec ids = {0};
+        size_t n = strlen(valid[v]);
+        assert_int_equal(tokenizer_encode(&tk, valid[v], n, 0, &ids), 0);
+        assert_int_equal(ids.n, (int)n);
+        for (size_t i = 0; i < n; i++) assert_int_equal(ids.v[i], (unsigned char)valid[v][i]);
+        ivec_free(&ids);
+    }
+    static const char *const bad[] = {"\xed\xa0\x80", "\xed\xbf\xbf", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf",
+                                      "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xf8\x88\x80",
+                                      "\xfe\x80\x80", "\xff\xbf\xbf", "\xe2\x82", "\x80", "\xbf\xbf"};
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        char text[16];
+        size_t n = strlen(bad[b]);
+        snprintf(text, sizeof text, "a%sb", bad[b]);
+        ivec ids = {0};
+        assert_int_equal(tokenizer_encode(&tk, text, n + 2, 0, &ids), 0);
+        int ok = ids.n == 2 + 3 * (int)n && ids.v[0] == 'a' && ids.v[ids.n - 1] == 'b';
+        for (size_t i = 0; ok && i < n; i++)
+            ok = ids.v[1 + 3 * i] == 0xef && ids.v[2 + 3 * i] == 0xbf && ids.v[3 + 3 * i] == 0xbd;
+        if (!ok) fail_msg("ill-formed sequence %zu (%zu bytes): %d ids, not one U+FFFD a byte", b, n, ids.n);
+        ivec_free(&ids);
+    }
+    tokenizer_free(&tk);
+}
+
+/* A vocabulary of 1 or 2 merges (the merge table's smallest sizes) encodes a text whose pairs it
+ * lacks: every lookup of a missing pair must end (a table sized to its merges alone never would) */
+static void test_few_merges(void **state) {
+    (void)state;
+    const char *extra[] = {"ab", "cd"}, *merges[] = {"a b", "c d"};
+    for (int nm = 1; nm <= 2; nm++) {
+        tokenizer tk;
+        assert_int_equal(build_tok(&tk, extra, 2, merges, nm, NULL, 0), 0);
+        ivec ids = {0};
+        assert_int_equal(tokenizer_encode(&tk, "bacdab", 6, 0, &ids), 0);
+        assert_int_equal(ids.n, nm == 1 ? 5 : 4); /* b a c d ab / b a cd ab */
+        assert_int_equal(ids.v[ids.n - 1], tokenizer_find(&tk, "ab", 2));
+        ivec_free(&ids);
+        tokenizer_free(&tk);
+    }
+}
+
+/* Special tokens and the end of generation on a vocabulary with a control token at id 0: control
+ * text splits the text only when parsed as special, a user-defined token always; the end-of-generation
+ * set is eos, eot and the five end-marker texts llama.cpp recognises, and nothing else (not id 0,
+ * not <|im_start|>, not the user token) */
+static void test_special_tokens_and_eog(void **state) {
+    (void)state;
+    static const char *const sp[] = {"<|im_start|>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>",
+                                     "<|end|>", "<tool>", "<|my_eot|>", "</s>"};
+    enum { NS = 9 };
+    static const int sp_type[NS] = {TOK_CONTROL, TOK_CONTROL, TOK_CONTROL, TOK_CONTROL, TOK_CONTROL,
+                                    TOK_CONTROL, TOK_USER, TOK_CONTROL, TOK_CONTROL};
+    int n = NS + 256 + 1;
+    char **toks = malloc(sizeof(char *) * (size_t)n);
+    int32_t *types = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        toks[i] = malloc(16);
+        types[i] = TOK_NORMAL;
+    }
+    for (int i = 0; i < NS; i++) strcpy(toks[i], sp[i]), types[i] = sp_type[i];
+    for (int b = 0; b < 256; b++) byte_text(b, toks[NS + b]);
+    strcpy(toks[n - 1], "zz");
+    const char *merges[] = {"z z"};
+    gguf_builder g;
+    gb_init(&g);
+    gb_str(&g, "tokenizer.ggml.model", "gpt2");
+    gb_str(&g, "tokenizer.ggml.pre", "qwen2");
+    gb_arr_str(&g, "tokenizer.ggml.tokens", (const char *const *)toks, n);
+    gb_arr_i32(&g, "tokenizer.ggml.token_type", types, n);
+    gb_arr_str(&g, "tokenizer.ggml.merges", merges, 1);
+    gb_u32(&g, "tokenizer.ggml.eos_token_id", 8);
+    gb_u32(&g, "tokenizer.ggml.eot_token_id", 7);
+    size_t sz;
+    uint8_t *img = gb_finish(&g, &sz);
+    gguf_file f;
+    assert_int_equal(gguf_parse(&f, img, sz, "special.gguf"), 0);
+    tokenizer tk;
+    assert_int_equal(tokenizer_load_gguf(&tk, &f), 0);
+    gguf_close(&f);
+    free(img);
+    gb_free(&g);
+    for (int i = 0; i < n; i++) free(toks[i]);
+    free(toks), free(types);
+    for (int i = 0; i < n; i++) {
+        int want = i == 8 || i == 7 || (i >= 1 && i <= 5);
+        if (tokenizer_is_eog(&tk, i) != want) fail_msg("id %d: end of generation %d, want %d", i, !want, want);
+    }
+    const char *text = "<|im_start|>x<tool><|endoftext|>";
+    ivec ids = {0};
+    assert_int_equal(tokenizer_encode(&tk, text, strlen(text), 1, &ids), 0);
+    assert_int_equal(ids.n, 4);
+    assert_int_equal(ids.v[0], 0);
+    assert_int_equal(ids.v[1], NS + 'x');
+    assert_int_equal(ids.v[2], 6);
+    assert_int_equal(ids.v[3], 1);
+    ids.n = 0;
+    assert_int_equal(tokenizer_encode(&tk, text, strlen(text), 0, &ids), 0); /* control text as bytes, <tool> still */
+    int tool = -1;
+    for (int i = 0; i < ids.n; i++) {
+        assert_true(ids.v[i] >= NS || ids.v[i] == 6);
+        if (ids.v[i] == 6) tool = i;
+    }
+    assert_int_equal(ids.n, 12 + 1 + 1 + 13);
+    assert_int_equal(tool, 13);
+    ivec_free(&ids);
+    tokenizer_free(&tk);
+}
+
 /* Qwen's chat template: its default system message is the literal after two other
  * '<|im_start|>system' (tool use, the caller's own), and a conversation renders as Qwen's does */
 static void test_qwen_chat_template(void **state) {
@@ -369,6 +526,22 @@ static void test_malformed_metadata(void **state) {
     const char *bad_utf8[] = {"ab", "\xff\xfe"};
     assert_int_equal(build_tok(&tk, bad_utf8, 2, ok_merge, 1, NULL, 0), -1);
     assert_non_null(strstr(ds_errmsg(), "is not valid UTF-8"));
+    /* well-formed in shape, ill-formed in value: surrogates, overlong forms, past U+10FFFF */
+    static const char *const ill[] = {"\xed\xa0\x80", "\xed\xbf\xbf", "\xc0\xaf", "\xe0\x9f\xbf", "\xf0\x8f\xbf\xbf",
+                                      "\xf4\x90\x80\x80", "\xf5\x80\x80\x80"};
+    for (size_t i = 0; i < sizeof ill / sizeof *ill; i++) {
+        const char *v[] = {"ab", ill[i]};
+        assert_int_equal(build_tok(&tk, v, 2, ok_merge, 1, NULL, 0), -1);
+        assert_non_null(strstr(ds_errmsg(), "token 257 text is not valid UTF-8"));
+    }
+    const char *edges[] = {"ab", "\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf"};
+    assert_int_equal(build_tok(&tk, edges, 2, ok_merge, 1, NULL, 0), 0); /* every length's first and last */
+    tokenizer_free(&tk);
+    /* a merge with no space is named, whatever its neighbour in the file (a 32-byte string's length
+     * starts with the byte of a space) */
+    const char *nospace[] = {"ab", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    assert_int_equal(build_tok(&tk, extra, 1, nospace, 2, NULL, 0), -1);
+    assert_non_null(strstr(ds_errmsg(), "merge 0 ('ab') has no separating space"));
 }
 
 /* issue 11 (9): a chat template we do not recognise is reported, not a load failure (d965422 made
@@ -406,6 +579,10 @@ int main(void) {
         cmocka_unit_test(test_malformed_metadata),
         cmocka_unit_test(test_unknown_chat_template),
         cmocka_unit_test(test_qwen2_pretokenizer),
+        cmocka_unit_test(test_pretokenizers_match_regex),
+        cmocka_unit_test(test_utf8_bytes_and_replacement),
+        cmocka_unit_test(test_few_merges),
+        cmocka_unit_test(test_special_tokens_and_eog),
         cmocka_unit_test(test_qwen_chat_template),
     };
     int fails = cmocka_run_group_tests_name("tokenizer (built vocabularies)", local, NULL, NULL);

@@ -28,6 +28,13 @@
 /* every helper is static; not every suite uses all of them */
 #pragma GCC diagnostic ignored "-Wunused-function"
 
+/* DS_TEST_FILTER=PATTERN (cmocka's glob) runs only the matching cases: a mutation campaign judging
+ * one file by the one case that runs it (scripts/mutants.py test:SUITE@PATTERN) */
+static void ds_test_filter(void) {
+    const char *f = getenv("DS_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
+}
+
 /* raw bytes and GGUF images come from runtime/gguf_writer (shared with the library) */
 typedef gw_buf tbuf;
 #define tb_put gw_put

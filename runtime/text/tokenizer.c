@@ -1,5 +1,6 @@
 #include "tokenizer.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "../base/common.h"
@@ -58,7 +59,8 @@ static uint32_t utf8_next(const uint8_t *s, size_t n, size_t *i) {
         (*i)++;
         return c;
     }
-    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+    /* lead bytes: C2..DF, E0..EF, F0..F4; C0, C1 and F5..FF start no well-formed sequence */
+    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
     if (len == 0 || *i + (size_t)len > n) goto bad;
     uint32_t cp = c & (0x7F >> len);
     for (int k = 1; k < len; k++) {
@@ -505,8 +507,9 @@ static size_t word_qwen2(const uint32_t *cp, size_t m, size_t i) {
     return w > i ? w : i + 1;              /* \s+ */
 }
 
-/* Split one fragment into words by the file's pre-tokenizer and BPE each. */
-static int split_words(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out) {
+/* Split one fragment into words by the file's pre-tokenizer and BPE each; with `ends`, record where
+ * each word ends instead (byte offsets from `base`, the fragment's own offset in the text). */
+static int split_words(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out, ivec *ends, size_t base) {
     /* decode once: code points and their byte offsets */
     size_t cap = n + 1, m = 0;
     uint32_t *cp = ds_malloc(sizeof(uint32_t) * cap, "code points");
@@ -525,7 +528,7 @@ static int split_words(const tokenizer *tk, const uint8_t *s, size_t n, ivec *ou
         size_t j = tk->pre == PRE_QWEN2 ? word_qwen2(cp, m, i) : word_gpt2(cp, m, i);
         size_t fl = 0;
         for (size_t k = i; k < j; k++) fl += (size_t)utf8_put(cp[k], (char *)fix + fl);
-        if (bpe_word(tk, fix, fl, out)) goto done;
+        if (ends ? ivec_push(ends, (int)(base + off[j])) : bpe_word(tk, fix, fl, out)) goto done;
         i = j;
     }
     rc = 0;
@@ -538,22 +541,30 @@ done:
 }
 #undef CAT
 
-/* Pre-tokenize one text piece (no special tokens inside) and BPE every word. */
-static int encode_piece(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out) {
-    if (tk->pre != PRE_SMOLLM) return split_words(tk, s, n, out);
+/* Pre-tokenize one text piece (no special tokens inside) and BPE every word (or, with `ends`, record
+ * the words' ends: split_words). */
+static int encode_piece(const tokenizer *tk, const uint8_t *s, size_t n, ivec *out, ivec *ends) {
+    if (tk->pre != PRE_SMOLLM) return split_words(tk, s, n, out, ends, 0);
     /* smollm: every \p{N} code point becomes its own fragment first */
     size_t start = 0;
     for (size_t i = 0; i < n;) {
         size_t at = i;
         uint32_t c = utf8_next(s, n, &i);
         if (is_number(c)) {
-            if (at > start && split_words(tk, s + start, at - start, out)) return -1;
-            if (split_words(tk, s + at, i - at, out)) return -1;
+            if (at > start && split_words(tk, s + start, at - start, out, ends, start)) return -1;
+            if (split_words(tk, s + at, i - at, out, ends, at)) return -1;
             start = i;
         }
     }
-    if (n > start) return split_words(tk, s + start, n - start, out);
+    if (n > start) return split_words(tk, s + start, n - start, out, ends, start);
     return 0;
+}
+
+int tokenizer_words(const tokenizer *tk, const char *text, size_t len, ivec *ends) {
+    DS_CHECK(len <= INT_MAX, "tokenizer: a text of %zu bytes is too long to split", len);
+    return encode_piece(tk, (const uint8_t *)text, len, NULL, ends);
+fail:
+    return -1;
 }
 
 int tokenizer_encode(const tokenizer *tk, const char *text, size_t len, int parse_special, ivec *out) {
@@ -575,12 +586,12 @@ int tokenizer_encode(const tokenizer *tk, const char *text, size_t len, int pars
             i++;
             continue;
         }
-        if (i > start && encode_piece(tk, s + start, i - start, out)) return -1;
+        if (i > start && encode_piece(tk, s + start, i - start, out, NULL)) return -1;
         if (ivec_push(out, hit)) return -1;
         i += (size_t)tk->text_len[hit];
         start = i;
     }
-    if (len > start) return encode_piece(tk, s + start, len - start, out);
+    if (len > start) return encode_piece(tk, s + start, len - start, out, NULL);
     return 0;
 }
 

@@ -49,6 +49,10 @@ void tokenizer_free(tokenizer *tk);
 
 /* Append the ids of text[0..len) to out. parse_special: special-token text maps to its id. */
 int tokenizer_encode(const tokenizer *tk, const char *text, size_t len, int parse_special, ivec *out);
+/* The pre-tokenizer's words of text[0..len) (no special tokens inside): appends to `ends` the byte
+ * offset where each word ends, in order. What tokenizer_encode BPEs word by word; the tests compare it
+ * with the pre-tokenizer's regular expression. */
+int tokenizer_words(const tokenizer *tk, const char *text, size_t len, ivec *ends);
 /* Bytes of one token; control tokens give "" unless render_special. Returns the byte count
  * written (at most cap), or -1 for an id outside the vocabulary. */
 int tokenizer_piece(const tokenizer *tk, int id, int render_special, char *buf, size_t cap);
