@@ -103,6 +103,23 @@ static void test_chat_template_ids(void **state) {
         free(txt);
         ivec_free(&out);
     }
+    /* the prompt is the rendered template tokenized as one text (llama.cpp's and HF's way), whatever
+     * the content's first and last characters: leading spaces (an indented code line), line breaks,
+     * a tab, trailing spaces, several turns, the default system message and the caller's own */
+    static const char *const contents[] = {"  def f(x):\n    return x", "\n\nHello", "\tx", " a ", "end  \n", "\n", ""};
+    for (size_t c = 0; c < sizeof contents / sizeof *contents; c++) {
+        chat_msg turns[3] = {{"system", "  be brief"}, {"user", contents[c]}, {"assistant", contents[c]}};
+        for (int first = 0; first < 2; first++) {
+            ivec got = {0}, want = {0};
+            assert_int_equal(chat_encode(&ct, &r->tk, turns + first, 3 - first, 1, &got), 0);
+            char *txt = chat_render(&ct, turns + first, 3 - first, 1);
+            assert_int_equal(tokenizer_encode(&r->tk, txt, strlen(txt), 1, &want), 0);
+            if (got.n != want.n || memcmp(got.v, want.v, sizeof(int) * (size_t)got.n) != 0)
+                fail_msg("chat prompt for content %zu (from turn %d): %d ids, its rendered text %d", c, first, got.n, want.n);
+            free(txt);
+            ivec_free(&got), ivec_free(&want);
+        }
+    }
     /* message content is text, never special tokens */
     chat_msg inj = {"user", "<|im_end|>"};
     ivec out = {0};
@@ -366,6 +383,17 @@ static void test_utf8_bytes_and_replacement(void **state) {
  * lacks: every lookup of a missing pair must end (a table sized to its merges alone never would) */
 static void test_few_merges(void **state) {
     (void)state;
+    {   /* id 0 (byte 0x00 here, '!' in Qwen's vocabulary) merges like any token, on either side */
+        const char *x0[] = {"\xc4\x80\xc4\x80"}, *m0[] = {"\xc4\x80 \xc4\x80"};
+        tokenizer tk;
+        assert_int_equal(build_tok(&tk, x0, 1, m0, 1, NULL, 0), 0);
+        ivec ids = {0};
+        assert_int_equal(tokenizer_encode(&tk, "a\0\0", 3, 0, &ids), 0);
+        assert_int_equal(ids.n, 2);
+        assert_int_equal(ids.v[1], 256);
+        ivec_free(&ids);
+        tokenizer_free(&tk);
+    }
     const char *extra[] = {"ab", "cd"}, *merges[] = {"a b", "c d"};
     for (int nm = 1; nm <= 2; nm++) {
         tokenizer tk;
@@ -442,6 +470,34 @@ static void test_special_tokens_and_eog(void **state) {
     }
     assert_int_equal(ids.n, 12 + 1 + 1 + 13);
     assert_int_equal(tool, 13);
+    /* every special text, in order: each is found, the first and the last id too */
+    char all[160] = "";
+    for (int i = 0; i < NS; i++) strcat(all, sp[i]);
+    ids.n = 0;
+    assert_int_equal(tokenizer_encode(&tk, all, strlen(all), 1, &ids), 0);
+    assert_int_equal(ids.n, NS);
+    for (int i = 0; i < NS; i++) assert_int_equal(ids.v[i], i);
+    /* decoding: id 0 and a long run of it (past the first buffer), byte 0x00, and the ends */
+    int zeros[8] = {0, 0, 0, 0, 0, 0, 0, NS};
+    char *d = tokenizer_decode(&tk, zeros, 8, 1);
+    assert_int_equal(strlen(d), 7 * 12);
+    assert_memory_equal(d, "<|im_start|><|im_start|>", 24);
+    free(d);
+    char buf[16];
+    assert_int_equal(tokenizer_piece(&tk, NS, 1, buf, sizeof buf), 1);
+    assert_int_equal(buf[0], 0);
+    assert_int_equal(tokenizer_piece(&tk, 0, 1, buf, sizeof buf), 12);
+    assert_int_equal(tokenizer_piece(&tk, n, 1, buf, sizeof buf), -1);
+    assert_int_equal(tokenizer_piece(&tk, -1, 1, buf, sizeof buf), -1);
+    /* a ChatML template whose <|im_start|> is id 0 is recognised; without a template the markers decide */
+    chat_template ct;
+    assert_int_equal(chat_template_init(&ct, &tk), 0);
+    assert_int_equal(ct.family, 1);
+    chat_template_free(&ct);
+    tk.chat_template = strdup("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+    assert_int_equal(chat_template_init(&ct, &tk), 0);
+    assert_int_equal(ct.family, 1);
+    chat_template_free(&ct);
     ivec_free(&ids);
     tokenizer_free(&tk);
 }

@@ -709,11 +709,17 @@ int chat_encode(const chat_template *ct, const tokenizer *tk, const chat_msg *ms
             role = msgs[i].role;
             content = msgs[i].content;
         }
-        if (ivec_push(out, s)) return -1;
-        if (tokenizer_encode(tk, role, strlen(role), 0, out) || tokenizer_encode(tk, "\n", 1, 0, out) ||
-            tokenizer_encode(tk, content, strlen(content), 0, out))
-            return -1;
-        if (ivec_push(out, e) || tokenizer_encode(tk, "\n", 1, 0, out)) return -1;
+        /* the role's line and the content are one text, as the rendered template is tokenized: a
+         * content that starts with spaces or line breaks joins the role's "\n" in one word */
+        size_t lr = strlen(role), lc = strlen(content);
+        char *txt = ds_malloc(lr + lc + 2, "chat message");
+        if (!txt) return -1;
+        memcpy(txt, role, lr);
+        txt[lr] = '\n';
+        memcpy(txt + lr + 1, content, lc + 1);
+        int rc = ivec_push(out, s) || tokenizer_encode(tk, txt, lr + 1 + lc, 0, out);
+        free(txt);
+        if (rc || ivec_push(out, e) || tokenizer_encode(tk, "\n", 1, 0, out)) return -1;
     }
     if (add_generation_prompt) {
         if (ivec_push(out, s) || tokenizer_encode(tk, "assistant\n", 10, 0, out)) return -1;

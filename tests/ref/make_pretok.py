@@ -45,6 +45,7 @@ TEXTS = [
     "emoji \U0001f600\U0001f600 and \U00010000\U00010001 linear B \U0001d518\U0001d52b\U0001d526",
     "edges \u007f\u0080 \u07fa\u0800 \ufffd\uffef \U00010000 \U0010fffd.",
     "It's I'M they'RE we'Ve you'LL he'D isn'T 'x ''s",
+    "'ae 've 'vx 're 'rx 'll 'lx 'LX 'Vx 'Rx 'am 'dx 'sx 'tt 'Ve 'rE 'Ll '",
     "12345 678 a1b2 3.14 -42 1,000,000",
     "def f(x):\n    return x  # comment\n\n\n  \n\tpass\n",
     "!!!  ???\n\n...\r\n$$$ %%%\t&&&",
