@@ -301,10 +301,18 @@ static void serve_matches_alone(ctx *c, const char *dname, const char *djson, co
         double row_s = 0;
         for (long i = 0; i < td.n_rounds; i++)
             row_s += 1e-6 * (td.rounds[i].t_draft_us + td.rounds[i].t_sched_us + td.rounds[i].t_verify_us);
-        double in_rounds = res.clock_s - res.prefill_s - res.idle_s, in_batch = 0;
-        for (long i = 0; i < td.n_requests; i++) in_batch += td.requests[i].wall_s;
-        /* a request's latency is its wait plus its time in the batch (the trace's wall_s) */
+        double in_rounds = res.clock_s - res.prefill_s - res.idle_s, in_batch = 0, speed = 0, slowest = INFINITY;
+        for (long i = 0; i < td.n_requests; i++) {
+            const trace_request *q = &td.requests[i];
+            in_batch += q->wall_s;
+            speed += q->output_tokens / q->wall_s;
+            slowest = fmin(slowest, q->output_tokens / q->wall_s);
+        }
+        /* a request's latency is its wait plus its time in the batch (the trace's wall_s), a user's
+         * speed its output over that time; the 10th percentile of 5 users is the slowest */
         assert_true(fabs(res.latency_s - res.wait_s - in_batch / td.n_requests) < 1e-6);
+        assert_true(fabs(res.user_tok_s - speed / td.n_requests) < 1e-9 * res.user_tok_s);
+        assert_true(fabs(res.user_p10_tok_s - slowest) < 1e-9 * slowest);
         fprintf(stderr, "serve trace: rows sum to %.3f s of %.3f s in rounds\n", row_s, in_rounds);
         assert_true(row_s > 0.5 * in_rounds && row_s <= in_rounds * 1.001);
         trace_data_free(&td);

@@ -106,7 +106,10 @@ static void test_chat_template_ids(void **state) {
     /* the prompt is the rendered template tokenized as one text (llama.cpp's and HF's way), whatever
      * the content's first and last characters: leading spaces (an indented code line), line breaks,
      * a tab, trailing spaces, several turns, the default system message and the caller's own */
-    static const char *const contents[] = {"  def f(x):\n    return x", "\n\nHello", "\tx", " a ", "end  \n", "\n", ""};
+    char longer[400];
+    memset(longer, 'w', sizeof longer - 1), longer[sizeof longer - 1] = 0;
+    for (size_t i = 7; i < sizeof longer - 1; i += 8) longer[i] = ' ';
+    const char *const contents[] = {"  def f(x):\n    return x", "\n\nHello", "\tx", " a ", "end  \n", "\n", "", longer};
     for (size_t c = 0; c < sizeof contents / sizeof *contents; c++) {
         chat_msg turns[3] = {{"system", "  be brief"}, {"user", contents[c]}, {"assistant", contents[c]}};
         for (int first = 0; first < 2; first++) {
@@ -407,6 +410,30 @@ static void test_few_merges(void **state) {
     }
 }
 
+/* A vocabulary's text outside the byte alphabet decodes as itself; ChatML needs both its markers, and
+ * a model without them sends the content as it is */
+static void test_plain_vocabulary(void **state) {
+    (void)state;
+    const char *extra[] = {"ab", "\xe2\x86\x92", "<|im_start|>"}, *merges[] = {"a b"};
+    tokenizer tk;
+    assert_int_equal(build_tok(&tk, extra, 3, merges, 1, NULL, 0), 0);
+    char buf[8];
+    assert_int_equal(tokenizer_piece(&tk, 257, 0, buf, sizeof buf), 3);
+    assert_memory_equal(buf, "\xe2\x86\x92", 3);
+    chat_template ct;
+    assert_int_equal(chat_template_init(&ct, &tk), 0);
+    assert_int_equal(ct.family, 0); /* <|im_start|> alone is not ChatML */
+    chat_msg m = {"user", "ab ab"};
+    ivec got = {0}, want = {0};
+    assert_int_equal(chat_encode(&ct, &tk, &m, 1, 1, &got), 0);
+    assert_int_equal(tokenizer_encode(&tk, "ab ab", 5, 0, &want), 0);
+    assert_int_equal(got.n, want.n);
+    assert_memory_equal(got.v, want.v, sizeof(int) * (size_t)got.n);
+    ivec_free(&got), ivec_free(&want);
+    chat_template_free(&ct);
+    tokenizer_free(&tk);
+}
+
 /* Special tokens and the end of generation on a vocabulary with a control token at id 0: control
  * text splits the text only when parsed as special, a user-defined token always; the end-of-generation
  * set is eos, eot and the five end-marker texts llama.cpp recognises, and nothing else (not id 0,
@@ -639,6 +666,7 @@ int main(void) {
         cmocka_unit_test(test_utf8_bytes_and_replacement),
         cmocka_unit_test(test_few_merges),
         cmocka_unit_test(test_special_tokens_and_eog),
+        cmocka_unit_test(test_plain_vocabulary),
         cmocka_unit_test(test_qwen_chat_template),
     };
     int fails = cmocka_run_group_tests_name("tokenizer (built vocabularies)", local, NULL, NULL);

@@ -46,6 +46,7 @@ TEXTS = [
     "edges \u007f\u0080 \u07fa\u0800 \ufffd\uffef \U00010000 \U0010fffd.",
     "It's I'M they'RE we'Ve you'LL he'D isn'T 'x ''s",
     "'ae 've 'vx 're 'rx 'll 'lx 'LX 'Vx 'Rx 'am 'dx 'sx 'tt 'Ve 'rE 'Ll '",
+    "'v1 'v! 'r! 'l! 'R1 'L. '1e '!e 'e 's1 'd!",
     "12345 678 a1b2 3.14 -42 1,000,000",
     "def f(x):\n    return x  # comment\n\n\n  \n\tpass\n",
     "!!!  ???\n\n...\r\n$$$ %%%\t&&&",
