@@ -441,6 +441,90 @@ static void test_bad_rows_refused(void **state) {
     remove(path);
 }
 
+/* Every field rows_check guards, one at a time: a trace whose rows sit on the boundaries a writer of
+ * this project reaches (zero counts, a request that ended at its prefill, depth 1, rank 0, survival
+ * unknown, zero times, names that fill their fields) is read back whole, and each field moved one
+ * step past its boundary is refused with the table, row and field named (test_bad_rows_refused has
+ * the far-off values) */
+enum { EDGE_OK = 0, RD_RQ, RD_MODE, RD_ROUND, RD_PROP, RD_EMIT, RD_BT, RD_VER, RD_ACC, RD_ACCV, RD_TD, RD_TS, RD_TV,
+       Q_RQ, Q_MODE, Q_PT, Q_OT, Q_RN, Q_WALL, P_POS, P_ACC, P_ACCV, C_RQ, C_RN, C_POS, C_SLO, C_SHI,
+       N_RQ, N_RN, N_ND, N_DEP, N_RANK, N_ACC, N_ACCLO, N_LED, N_FIELDS };
+static void write_edge_trace(const char *path, int bad) {
+    trace *t = trace_create(path);
+    assert_non_null(t);
+    assert_int_equal(trace_attr(t, "config", "{\"temperature\": 0, \"gamma\": 3}"), 0);
+    trace_round r = {bad == RD_RQ ? -1 : 0, bad == RD_ROUND ? -1 : 0, bad == RD_MODE ? 2 : MODE_SPEC, bad == RD_PROP ? -1 : 0,
+                     bad == RD_VER ? -1 : 0, bad == RD_ACC ? -1 : bad == RD_ACCV ? 1 : 0, bad == RD_EMIT ? -1 : 0,
+                     bad == RD_BT ? -1 : 0, bad == RD_TD ? -1 : 0, bad == RD_TS ? -1 : 0, bad == RD_TV ? INFINITY : 0};
+    assert_int_equal(trace_add_round(t, &r), 0);
+    trace_request q = {bad == Q_RQ ? -1 : 0, bad == Q_MODE ? -1 : MODE_AR, "", "", 0, bad == Q_PT ? -1 : 0,
+                       bad == Q_OT ? -1 : 0, bad == Q_RN ? -1 : 0, bad == Q_WALL ? -1e-9 : 0, 0};
+    memset(q.dataset, 'd', sizeof q.dataset); /* no terminator: the reader ends the string inside its field */
+    memset(q.domain, 'm', sizeof q.domain);
+    assert_int_equal(trace_add_request(t, &q), 0);
+    trace_position p = {bad == P_POS ? 0 : 1, 0, bad == P_ACC ? -1 : bad == P_ACCV ? 1 : 0};
+    assert_int_equal(trace_add_position(t, &p), 0);
+    trace_conf c = {bad == C_RQ ? -1 : 0, bad == C_RN ? -1 : 0, bad == C_POS ? 0 : 1, NAN, NAN, NAN,
+                    bad == C_SLO ? -2 : bad == C_SHI ? 2 : -1};
+    assert_int_equal(trace_add_conf(t, &c), 0);
+    trace_node n = {bad == N_RQ ? -1 : 0, bad == N_RN ? -1 : 0, bad == N_ND ? -1 : 0, bad == N_DEP ? 0 : 1,
+                    bad == N_RANK ? -1 : 0, 0.5f, bad == N_ACC ? 2 : bad == N_ACCLO ? -1 : 0, bad == N_LED ? 2 : 1};
+    assert_int_equal(trace_add_node(t, &n), 0);
+    trace_node on = {0, 0, 1, 2, 1, 0.5f, 1, 0}; /* accepted, led nowhere */
+    assert_int_equal(trace_add_node(t, &on), 0);
+    trace_lossless l;
+    memset(&l, 0, sizeof l);
+    memset(l.test, 't', sizeof l.test);
+    memset(l.kind, 'k', sizeof l.kind);
+    assert_int_equal(trace_add_lossless(t, &l), 0);
+    assert_int_equal(trace_close(t), 0);
+}
+
+static void test_row_boundaries(void **state) {
+    (void)state;
+    const char *path = tmp_path("edges.h5");
+    static const char *const field[N_FIELDS] = {
+        "", "'rounds' row 0: request = -1", "'rounds' row 0: mode = 2", "'rounds' row 0: round / proposed / emitted / batch_tokens = -1",
+        "round / proposed / emitted / batch_tokens = -1", "round / proposed / emitted / batch_tokens = -1",
+        "round / proposed / emitted / batch_tokens = -1", "'rounds' row 0: accepted = 0", "'rounds' row 0: accepted = -1",
+        "'rounds' row 0: accepted = 1", "'rounds' row 0: times -1 / 0 / 0", "'rounds' row 0: times 0 / -1 / 0",
+        "'rounds' row 0: times 0 / 0 / inf", "'requests' row 0: request = -1", "'requests' row 0: mode = -1",
+        "prompt_tokens / output_tokens / rounds = -1", "prompt_tokens / output_tokens / rounds = -1",
+        "prompt_tokens / output_tokens / rounds = -1", "'requests' row 0: wall_s = -1e-09", "'positions' row 0: position = 0",
+        "'positions' row 0: accepted = -1", "'positions' row 0: accepted = 1", "'confidence' row 0: request / round = -1",
+        "'confidence' row 0: request / round = -1", "'confidence' row 0: position = 0", "'confidence' row 0: survived = -2",
+        "'confidence' row 0: survived = 2", "'nodes' row 0: request / round / node = -1", "'nodes' row 0: request / round / node = -1",
+        "'nodes' row 0: request / round / node = -1", "'nodes' row 0: depth = 0", "'nodes' row 0: rank = -1",
+        "'nodes' row 0: accepted / led_on = 2", "'nodes' row 0: accepted / led_on = -1", "'nodes' row 0: accepted / led_on = 2"};
+    for (int bad = 0; bad < N_FIELDS; bad++) {
+        write_edge_trace(path, bad);
+        trace_data d;
+        int rc = trace_read(path, &d);
+        if (bad == EDGE_OK) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(d.n_rounds + d.n_requests + d.n_positions + d.n_conf + d.n_nodes + d.n_lossless, 7);
+            assert_int_equal(strlen(d.requests[0].dataset), sizeof d.requests[0].dataset - 1);
+            assert_int_equal(strlen(d.requests[0].domain), sizeof d.requests[0].domain - 1);
+            assert_int_equal(strlen(d.lossless[0].test), sizeof d.lossless[0].test - 1);
+            assert_int_equal(strlen(d.lossless[0].kind), sizeof d.lossless[0].kind - 1);
+            assert_int_equal(d.requests[0].dataset[0], 'd');
+            assert_int_equal(d.lossless[0].kind[0], 'k');
+            assert_int_equal(d.nodes[0].rank, 0);
+            assert_int_equal(d.conf[0].survived, -1);
+            trace_data_free(&d);
+        } else {
+            assert_int_equal(rc, -1);
+            if (!strstr(ds_errmsg(), field[bad])) fail_msg("field %d: '%s' lacks '%s'", bad, ds_errmsg(), field[bad]);
+        }
+    }
+    /* a trace written again over an existing one replaces it */
+    write_edge_trace(path, EDGE_OK);
+    trace_data d;
+    assert_int_equal(trace_read(path, &d), 0);
+    trace_data_free(&d);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_tmp),
@@ -453,6 +537,7 @@ int main(void) {
         cmocka_unit_test(test_metrics_rates),
         cmocka_unit_test(test_metrics_counts),
         cmocka_unit_test(test_bad_rows_refused),
+        cmocka_unit_test(test_row_boundaries),
     };
     return cmocka_run_group_tests_name("trace", tests, NULL, NULL);
 }

@@ -84,6 +84,20 @@ python3 scripts/mutants.py $(lim "$N") --seed 5 --timeout 120 --drafters test:te
   --out out/mutants-fwd runtime/forward.c:159-330
 python3 scripts/mutants.py $(lim $((N * 5 / 4))) --seed 9 --timeout 60 --drafters test:test_calib --out out/mutants-calib calib/calib.c
 python3 scripts/mutants.py --timeout 60 --drafters test:test_schedulers,ngram --out out/mutants-sps schedulers/sps.c
+# ninth round: what the target reads before any token is drafted (the tokenizer: UTF-8, the pre-tokenizers,
+# BPE, special tokens, chat prompts; the quantizers and decoders; the CPU kernels of every path this
+# machine has) and the serving simulation's accounting, judged by the suites that compare them with
+# independent implementations (gguf-py, PyPI regex, the float64 reference) and by serve's identities
+python3 scripts/mutants.py $(lim $((N * 15 / 4))) --seed 13 --timeout 60 --drafters test:test_tokenizer --out out/mutants-tok \
+  runtime/text/tokenizer.c
+K=test:test_kernels,test:test_quant,test:test_reference,test:test_forward
+python3 scripts/mutants.py $(lim "$N") --seed 13 --timeout 120 --drafters $K --out out/mutants-quant runtime/formats/quant.c
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 13 --timeout 120 --drafters $K --out out/mutants-kscalar runtime/kernels/kernels_scalar.c
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 13 --timeout 120 --drafters $K --out out/mutants-kcpu runtime/kernels/kernels_cpu.c
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 13 --timeout 120 --drafters $K --out out/mutants-amx runtime/kernels/kernels_amx.c
+python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 13 --timeout 120 --drafters $K --out out/mutants-simd runtime/kernels/kernels_x86.inc
+python3 scripts/mutants.py --timeout 200 --drafters 'test:test_engine@test_serve*' --out out/mutants-serve engine/serve.c
+python3 scripts/mutants.py $(lim "$((N * 3))") --seed 13 --timeout 60 --drafters test:test_trace --out out/mutants-trace9 engine/trace.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
