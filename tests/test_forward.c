@@ -617,6 +617,22 @@ static void test_model_errors(void **state) {
     assert_non_null(strstr(ds_errmsg(), "missing metadata key 'llama.block_count'"));
     free(img);
     gb_free(&g);
+    /* a tiny model without its norm epsilon or its context: refused (llama.cpp requires both), not
+     * guessed; each key renamed in place by its last letter */
+    static const char *const needed[] = {"llama.attention.layer_norm_rms_epsilon", "llama.context_length"};
+    for (int k = 0; k < 2; k++) {
+        tiny_spec ts = SPEC_Q41;
+        img = tiny_model_gguf(&ts, 1, &n);
+        uint8_t *at = memmem(img, n, needed[k], strlen(needed[k]));
+        assert_non_null(at);
+        at[strlen(needed[k]) - 1] = 'X';
+        write_file(p, img, n);
+        assert_int_equal(model_load(&m, p), -1);
+        char want[96];
+        snprintf(want, sizeof want, "missing metadata key '%s'", needed[k]);
+        if (!strstr(ds_errmsg(), want)) fail_msg("'%s' lacks \"%s\"", ds_errmsg(), want);
+        free(img);
+    }
     /* a tensor with the wrong shape: drop one dim from a tiny model by rewriting a header field is
      * awkward; instead build a model whose embedding width disagrees with embedding_length */
     tiny_spec s = SPEC_Q41;

@@ -164,6 +164,10 @@ static int hp_float(model *m, const char *arch, const char *key, double def, flo
     double x;
     int rc = gguf_get_float(&m->gguf, full, &x);
     if (rc < 0) return -1;
+    if (rc == 1 && isnan(def)) {
+        ds_error("%s: missing metadata key '%s'", m->path, full);
+        return -1;
+    }
     *out = (float)(rc == 1 ? def : x);
     return 0;
 }
@@ -191,7 +195,9 @@ int model_load_gguf(model *m, const char *path) {
     DS_TRY(hp_int(m, arch, "attention.head_count", -1, 1024, &c->n_heads));
     DS_TRY(hp_int(m, arch, "attention.head_count_kv", c->n_heads, 1024, &c->n_kv_heads));
     DS_TRY(hp_int(m, arch, "feed_forward_length", -1, 1 << 20, &c->hidden_dim));
-    DS_TRY(hp_int(m, arch, "context_length", 2048, 1 << 24, &c->max_seq));
+    /* the context and the norm's epsilon have no default, as in llama.cpp: a guessed epsilon moves every
+     * logit of a file that lacks it, silently (Qwen2's is 1e-6, Llama's 1e-5) */
+    DS_TRY(hp_int(m, arch, "context_length", -1, 1 << 24, &c->max_seq));
     DS_CHECK(c->n_heads > 0 && c->dim % c->n_heads == 0, "%s: hidden size %d is not a multiple of the head count %d",
              path, c->dim, c->n_heads);
     DS_TRY(hp_int(m, arch, "attention.key_length", c->dim / c->n_heads, 1024, &c->head_dim));
@@ -199,7 +205,7 @@ int model_load_gguf(model *m, const char *path) {
     DS_TRY(hp_int(m, arch, "attention.value_length", c->head_dim, 1024, &vlen));
     DS_CHECK(vlen == c->head_dim, "%s: value head size %d differs from key head size %d (unsupported)", path, vlen,
              c->head_dim);
-    DS_TRY(hp_float(m, arch, "attention.layer_norm_rms_epsilon", 1e-5, &c->norm_eps));
+    DS_TRY(hp_float(m, arch, "attention.layer_norm_rms_epsilon", NAN, &c->norm_eps));
     DS_TRY(hp_float(m, arch, "rope.freq_base", 10000.0, &c->rope_theta));
     DS_TRY(hp_int(m, arch, "rope.dimension_count", c->head_dim, 1024, &rope_dims));
     DS_CHECK(rope_dims == c->head_dim, "%s: partial rotary embedding (%d of %d dims) is not supported", path, rope_dims,
