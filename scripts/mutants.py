@@ -94,10 +94,16 @@ def gate_output(text):
     return "\n".join(keep)
 
 
+def suite_of(drafter):
+    """test:SUITE@GLOB -> (SUITE, GLOB); GLOB is "" for a whole suite"""
+    suite, _, pattern = drafter[5:].partition("@")
+    return suite, pattern
+
+
 def run_gate(work, drafter, timeout):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if drafter.startswith("test:"):  # a unit suite: its cmocka cases (and what they print) judge the mutant
-        suite, _, pattern = drafter[5:].partition("@")  # test:SUITE@GLOB: only the cases DS_TEST_FILTER matches
+        suite, pattern = suite_of(drafter)  # test:SUITE@GLOB: only the cases DS_TEST_FILTER matches
         cmd = ["./build/tests/" + suite]
         if pattern:
             env["DS_TEST_FILTER"] = pattern
@@ -112,7 +118,7 @@ def run_gate(work, drafter, timeout):
 
 
 def build(work, suites, jobs=1):
-    targets = ["build/dspark-bench"] + ["build/tests/" + d[5:].partition("@")[0] for d in suites if d.startswith("test:")]
+    targets = ["build/dspark-bench"] + ["build/tests/" + suite_of(d)[0] for d in suites if d.startswith("test:")]
     r = subprocess.run(["make", "-s", f"-j{jobs}", "CUDA=0"] + targets, cwd=work, capture_output=True, text=True)
     return r.returncode == 0, r.stdout + r.stderr
 
@@ -158,8 +164,8 @@ def main():
     if a.limit and a.limit < len(muts):
         muts = sorted(random.Random(a.seed).sample(muts, a.limit), key=lambda m: (m["file"], m["line"], m["col"]))
     for d in drafters:
-        if d.startswith("test:") and not os.path.isfile(f"tests/{d[5:].partition('@')[0]}.c"):
-            fail(f"{d}: no suite tests/{d[5:].partition('@')[0]}.c")
+        if d.startswith("test:") and not os.path.isfile(f"tests/{suite_of(d)[0]}.c"):
+            fail(f"{d}: no suite tests/{suite_of(d)[0]}.c")
     if a.list:
         for m in muts:
             print(f"{m['file']}:{m['line']}:{m['col']} {m['old']!r} -> {m['new']!r}")
@@ -206,7 +212,7 @@ def main():
             if l[m["col"]:m["col"] + len(m["old"])] != m["old"]:
                 fail(f"{m['file']}:{m['line']}: the line changed since the mutants were listed")
             lines[m["line"] - 1] = l[:m["col"]] + m["new"] + l[m["col"] + len(m["old"]):]
-            res = dict(m, mutated=lines[m["line"] - 1].strip())
+            res = dict(m)  # with its mutated line, as listed
             try:
                 with open(src_path, "w") as f:
                     f.write("\n".join(lines))
