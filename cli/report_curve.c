@@ -31,9 +31,10 @@ static int each_line(const char *path, int (*fn)(const cJSON *, void *, const ch
         *e = 0;
         line++;
         if (!s[0]) continue;
-        cJSON *j = cJSON_Parse(s);
+        int trailing;
+        cJSON *j = ds_json_parse(s, (size_t)(e - s), NULL, &trailing);
         if (!j || !cJSON_IsObject(j)) {
-            ds_error("%s:%d: not a JSON object", path, line);
+            ds_error("%s:%d: %s", path, line, trailing ? "text after the JSON object (one a line)" : "not a JSON object");
             rc = -1;
         } else rc = fn(j, ctx, path, line);
         cJSON_Delete(j);

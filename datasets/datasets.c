@@ -206,9 +206,12 @@ static int load_file(const dataset_def *def, const char *path, int limit, int sk
     size_t i = 0;
     while (i < n && (txt[i] == ' ' || txt[i] == '\n' || txt[i] == '\r' || txt[i] == '\t')) i++;
     if (i < n && txt[i] == '[') { /* one JSON array of records */
-        cJSON *arr = cJSON_ParseWithLength(txt, n);
+        size_t stop;
+        int trailing;
+        cJSON *arr = ds_json_parse(txt, n, &stop, &trailing);
         if (!arr || !cJSON_IsArray(arr)) {
-            ds_error("%s: not a valid JSON array of records", path);
+            if (trailing) ds_error("%s: text after the JSON array of records (byte %zu)", path, stop);
+            else ds_error("%s: not a valid JSON array of records", path);
             cJSON_Delete(arr);
             free(txt);
             return -1;
@@ -229,8 +232,13 @@ static int load_file(const dataset_def *def, const char *path, int limit, int sk
         while (a < b && (txt[a] == ' ' || txt[a] == '\t' || txt[a] == '\r')) a++;
         while (b > a && (txt[b - 1] == ' ' || txt[b - 1] == '\t' || txt[b - 1] == '\r')) b--;
         if (b > a) {
-            cJSON *rec = cJSON_ParseWithLength(txt + a, b - a);
-            if (!rec) rc = problem(out, skip_bad, "%s:%d: malformed or truncated JSON line", path, line);
+            size_t stop;
+            int trailing;
+            cJSON *rec = ds_json_parse(txt + a, b - a, &stop, &trailing);
+            if (!rec && trailing) /* two records glued on one line: the second was dropped silently */
+                rc = problem(out, skip_bad, "%s:%d: text after the record at column %zu (one JSON record a line)", path,
+                             line, a - start + stop + 1);
+            else if (!rec) rc = problem(out, skip_bad, "%s:%d: malformed or truncated JSON line", path, line);
             else rc = add_record(out, rec, def, path, line, index, skip_bad);
             cJSON_Delete(rec);
             index++;

@@ -263,7 +263,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
     const char *gc = o->tree == 2 ? dops->gate_config_tree2
                      : o->tree   ? dops->gate_config_tree
                      : o->real && dops->gate_config_real ? dops->gate_config_real : dops->gate_config;
-    cJSON *dc = cJSON_Parse(gc ? gc : "");
+    cJSON *dc = gc ? ds_json_parse(gc, strlen(gc), NULL, NULL) : NULL; /* the whole string: a typo'd tail is no config */
     if (!dc) {
         ds_error("drafter '%s' has no valid gate_config (every registered drafter needs one)", dops->name);
         goto fail;
@@ -311,7 +311,7 @@ static int rw_open(rworld *w, const drafter_ops *dops, const world_opts *o) {
         goto fail;
     if (sched) {
         const scheduler_ops *so = scheduler_find(sched, 1);
-        cJSON *sc = so && so->gate_config ? cJSON_Parse(so->gate_config) : NULL;
+        cJSON *sc = so && so->gate_config ? ds_json_parse(so->gate_config, strlen(so->gate_config), NULL, NULL) : NULL;
         DS_CHECK(!so || !so->gate_config || sc, "scheduler '%s': its gate_config is not valid JSON", sched);
         int src = so ? scheduler_open(&w->s, sched, sc, 1) : -1;
         cJSON_Delete(sc);

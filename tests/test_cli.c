@@ -224,6 +224,8 @@ static void test_real_model_commands(void **state) {
     expect_error(args, 1, ":2: an id outside the vocabulary (0..49151)");
     put(in, "{\"ids\": [1, 2]\n");
     expect_error(args, 1, ":1: malformed or truncated JSON line");
+    put(in, "{\"ids\": [1, 2]}\n{\"ids\": [1, 2]} {\"ids\": [3, 4]}\n"); /* the second record went unscored */
+    expect_error(args, 1, ":2: text after the record at column 17 (one JSON record a line)");
     put(in, "{\"prompt\": \"x\", \"ids\": [1]}\n");
     expect_error(args, 1, ":1: needs one of \"prompt\" (a string) or \"ids\" (an array)");
     put(in, "{\"ids\": [1, 2], \"greddy\": 4}\n"); /* scored without its continuation before */
@@ -441,6 +443,11 @@ static void test_strict_configs(void **state) {
     expect_error(args, 1, "key 'gamma' appears twice");
     put(cfg, "{\"seed\": 1.5}");
     expect_error(args, 1, "'seed' must be an integer");
+    /* a second object after the first (a pasted fragment): it and its unknown key went unread */
+    put(cfg, "{\"seed\": 3}\n \n{\"seed\": 5, \"bogus\": 1}\n");
+    expect_error(args, 1, "strict.json: text after the JSON value (line 3): one value per file");
+    put(cfg, "{\"seed\": 3}}");
+    expect_error(args, 1, "strict.json: text after the JSON value (line 1)");
     put(cfg, "{\"scheduler\": {\"name\": \"bandit-ucb1\", \"arms\": [1, -1e300]}}");
     expect_error(args, 1, "scheduler.arms[1]");
     put(cfg, "{\"scheduler\": {\"name\": \"threshold\", \"treshold\": 0.3}}");
@@ -581,6 +588,9 @@ static void test_train_curve(void **state) {
     remove(out);
     snprintf(args, sizeof args, "report --train-curve %s --out %s", dir, out);
     expect_error(args, 1, "eval_log.jsonl:2: not a JSON object");
+    /* two objects on one line were read as the first (its step's tau_proxy 1.5 lost) */
+    put(p, "{\"step\": 2, \"tau_proxy\": 1.25} {\"step\": 4, \"tau_proxy\": 1.5}\n");
+    expect_error(args, 1, "eval_log.jsonl:1: text after the JSON object (one a line)");
     assert_int_equal(access(out, F_OK), -1);
     /* a step that is no index into the rows (it indexed them out of bounds: a segfault) */
     put(p, "{\"step\": 2, \"tau_proxy\": 1.25}\n{\"step\": -400000000, \"tau_proxy\": 1.5}\n");
@@ -659,5 +669,6 @@ int main(void) {
         cmocka_unit_test(test_train_curve),
         cmocka_unit_test(test_serve),
     };
+    ds_test_filter(); /* DS_TEST_FILTER=GLOB: only the cases it names (mutants.py test:test_cli@GLOB) */
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

@@ -38,6 +38,20 @@ static void test_malformed_lines(void **state) {
     assert_int_equal(dataset_load(p, NULL, 2, 0, &s), 0);
     assert_int_equal(s.n, 2);
     prompt_set_free(&s);
+    /* two records glued on one line: cJSON stops after the first value, so "x" was dropped and the
+     * line counted as one good prompt; trailing blanks and a CRLF are fine */
+    const char *glued = "{\"prompt\": \"a\"} \t\r\n  {\"prompt\": \"hi\"} {\"prompt\": \"x\"}\n{\"prompt\": \"b\"}\r\n"
+                        "{\"prompt\": \"c\"}]\n";
+    write_file(p, glued, strlen(glued));
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
+    snprintf(want, sizeof want, "%s:2: text after the record at column 20 (one JSON record a line)", p);
+    if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.skipped, 2); /* line 2 and line 4's stray ']' */
+    assert_string_equal(s.v[0].text, "a");
+    assert_string_equal(s.v[1].text, "b");
+    prompt_set_free(&s);
     remove(p);
 }
 
@@ -56,6 +70,16 @@ static void test_json_array_and_errors(void **state) {
     write_file(p, "[{\"instruction\": ", 17);
     assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "not a valid JSON array"));
+    /* an array and then more text (a second array, a JSONL tail): refused, not read as its first array */
+    const char *two = "[{\"instruction\": \"a\"}]\n[{\"instruction\": \"b\"}]\n";
+    write_file(p, two, strlen(two));
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
+    assert_non_null(strstr(ds_errmsg(), "text after the JSON array of records (byte 23)"));
+    const char *padded = "  [{\"instruction\": \"a\"}] \r\n\n";
+    write_file(p, padded, strlen(padded));
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
+    assert_int_equal(s.n, 1);
+    prompt_set_free(&s);
     remove(p);
     assert_int_equal(dataset_load("gsm9k", NULL, 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "unknown dataset 'gsm9k'"));

@@ -85,6 +85,9 @@ static void test_broken_files(void **state) {
     (void)state;
     reject("[1,2]", 0, "does not start with '{'");
     reject("{\"a\": ", 0, "not a valid JSON object");
+    /* a second object inside the header's length was ignored (cJSON stops after the first); spaces pad */
+    reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{\"b\":{}}", 4, "text after its JSON object");
+    reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   x", 4, "text after its JSON object");
     reject("{\"a\":{\"dtype\":\"F99\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype 'F99'");
     reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "not a non-negative integer");
     reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "not a non-negative integer");
@@ -121,7 +124,7 @@ static void test_broken_files(void **state) {
     /* empty and zero-rank tensors are allowed */
     size_t n;
     uint8_t *img = st_image("{\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]},\"s\":{\"dtype\":\"F32\","
-                            "\"shape\":[],\"data_offsets\":[0,4]}}",
+                            "\"shape\":[],\"data_offsets\":[0,4]}}       ",
                             4, &n);
     if (st_parse(&f, img, n, "ok.safetensors")) fail_msg("%s", ds_errmsg());
     st_close(&f);
@@ -291,6 +294,10 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     write_file(p, "{not json", 9);
     assert_int_equal(model_load(&m, dir), -1);
     assert_non_null(strstr(ds_errmsg(), "not a valid JSON object"));
+    cl = snprintf(cfg, sizeof cfg, "{\"model_type\": \"gpt2\"}\n{\"model_type\": \"%s\"}\n", arch);
+    write_file(p, cfg, (size_t)cl);
+    assert_int_equal(model_load(&m, dir), -1);
+    assert_non_null(strstr(ds_errmsg(), "config.json: text after the JSON object"));
     remove(p);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     remove(p);

@@ -194,16 +194,34 @@ fail:
     return -1;
 }
 
-cJSON *ds_read_json(const char *path) {
-    char *txt;
-    size_t n;
-    if (ds_read_file(path, &txt, &n)) return NULL;
+cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *trailing) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(txt, n, &end, 0);
+    size_t at = end && end >= txt && end <= txt + n ? (size_t)(end - txt) : 0;
+    if (trailing) *trailing = 0;
+    if (stop) *stop = at;
+    if (!j) return NULL;
+    while (at < n && (txt[at] == ' ' || txt[at] == '\t' || txt[at] == '\r' || txt[at] == '\n')) at++;
+    if (at < n) { /* text after the value */
+        if (stop) *stop = at;
+        if (trailing) *trailing = 1;
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+cJSON *ds_read_json(const char *path) {
+    char *txt;
+    size_t n, stop;
+    int trailing;
+    if (ds_read_file(path, &txt, &n)) return NULL;
+    cJSON *j = ds_json_parse(txt, n, &stop, &trailing);
     if (!j) {
         int line = 1;
-        for (const char *q = txt; end && q < end && q < txt + n; q++) line += *q == '\n';
-        ds_error("%s: not valid JSON (line %d)", path, line);
+        for (size_t q = 0; q < stop && q < n; q++) line += txt[q] == '\n';
+        if (trailing) ds_error("%s: text after the JSON value (line %d): one value per file", path, line);
+        else ds_error("%s: not valid JSON (line %d)", path, line);
     }
     free(txt);
     return j;

@@ -84,6 +84,11 @@ int ds_read_file(const char *path, char **out, size_t *len);
  * bad JSON, the line where the parser stopped. */
 struct cJSON;
 struct cJSON *ds_read_json(const char *path);
+/* txt[0..n) parsed as exactly one JSON value with nothing but whitespace after it (cJSON alone stops
+ * at the end of the first value, so `{"a": 1} {"b": 2}` read as its first object and the rest was
+ * lost). NULL if not; then *stop (optional) = the offset where it failed and *trailing (optional) = 1
+ * when the value parsed but text follows it, 0 for a parse error. */
+struct cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *trailing);
 /* j written to path, indented, whole or not at all (ds_write_file_atomic). */
 int ds_write_json(const struct cJSON *j, const char *path);
 

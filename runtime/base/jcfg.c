@@ -209,11 +209,14 @@ int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx) {
     int rc = 0, index = 0;
     while (i < n && (txt[i] == ' ' || txt[i] == '\n' || txt[i] == '\r' || txt[i] == '\t')) i++;
     if (i < n && txt[i] == '[') {
-        cJSON *arr = cJSON_ParseWithLength(txt, n);
+        size_t stop;
+        int trailing;
+        cJSON *arr = ds_json_parse(txt, n, &stop, &trailing);
         free(txt);
         if (!cJSON_IsArray(arr)) {
             cJSON_Delete(arr);
-            ds_error("%s: not a valid JSON array of records", path);
+            if (trailing) ds_error("%s: text after the JSON array of records (byte %zu)", path, stop);
+            else ds_error("%s: not a valid JSON array of records", path);
             return -1;
         }
         for (const cJSON *r = arr->child; r && rc == 0; r = r->next, index++) rc = fn(ctx, r, index, index + 1, path);
@@ -226,9 +229,12 @@ int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx) {
         size_t b = nl ? (size_t)(nl - txt) : n;
         line++;
         if (b > a) {
-            cJSON *r = cJSON_ParseWithLength(txt + a, b - a);
+            size_t stop;
+            int trailing;
+            cJSON *r = ds_json_parse(txt + a, b - a, &stop, &trailing);
             if (!r) {
-                ds_error("%s:%d: malformed or truncated JSON line", path, line);
+                if (trailing) ds_error("%s:%d: text after the record at column %zu (one JSON record a line)", path, line, stop + 1);
+                else ds_error("%s:%d: malformed or truncated JSON line", path, line);
                 rc = -1;
             } else
                 rc = fn(ctx, r, index++, line, path);
