@@ -31,10 +31,10 @@ static int each_line(const char *path, int (*fn)(const cJSON *, void *, const ch
         *e = 0;
         line++;
         if (!s[0]) continue;
-        int trailing;
-        cJSON *j = ds_json_parse(s, (size_t)(e - s), NULL, &trailing);
+        int why;
+        cJSON *j = ds_json_parse(s, (size_t)(e - s), NULL, &why);
         if (!j || !cJSON_IsObject(j)) {
-            ds_error("%s:%d: %s", path, line, trailing ? "text after the JSON object (one a line)" : "not a JSON object");
+            ds_error("%s:%d: %s", path, line, j || why == DS_JSON_BAD ? "not a JSON object" : ds_json_why(why));
             rc = -1;
         } else rc = fn(j, ctx, path, line);
         cJSON_Delete(j);

@@ -207,11 +207,11 @@ static int load_file(const dataset_def *def, const char *path, int limit, int sk
     while (i < n && (txt[i] == ' ' || txt[i] == '\n' || txt[i] == '\r' || txt[i] == '\t')) i++;
     if (i < n && txt[i] == '[') { /* one JSON array of records */
         size_t stop;
-        int trailing;
-        cJSON *arr = ds_json_parse(txt, n, &stop, &trailing);
+        int why;
+        cJSON *arr = ds_json_parse(txt, n, &stop, &why);
         if (!arr || !cJSON_IsArray(arr)) {
-            if (trailing) ds_error("%s: text after the JSON array of records (byte %zu)", path, stop);
-            else ds_error("%s: not a valid JSON array of records", path);
+            if (arr || why == DS_JSON_BAD) ds_error("%s: not a valid JSON array of records", path);
+            else ds_error("%s: %s at byte %zu", path, ds_json_why(why), stop);
             cJSON_Delete(arr);
             free(txt);
             return -1;
@@ -233,11 +233,11 @@ static int load_file(const dataset_def *def, const char *path, int limit, int sk
         while (b > a && (txt[b - 1] == ' ' || txt[b - 1] == '\t' || txt[b - 1] == '\r')) b--;
         if (b > a) {
             size_t stop;
-            int trailing;
-            cJSON *rec = ds_json_parse(txt + a, b - a, &stop, &trailing);
-            if (!rec && trailing) /* two records glued on one line: the second was dropped silently */
-                rc = problem(out, skip_bad, "%s:%d: text after the record at column %zu (one JSON record a line)", path,
-                             line, a - start + stop + 1);
+            int why;
+            cJSON *rec = ds_json_parse(txt + a, b - a, &stop, &why);
+            if (!rec && why != DS_JSON_BAD) /* two records glued on a line, or a prompt a NUL would cut short */
+                rc = problem(out, skip_bad, "%s:%d: %s at column %zu (one JSON record a line)", path, line, ds_json_why(why),
+                             a - start + stop + 1);
             else if (!rec) rc = problem(out, skip_bad, "%s:%d: malformed or truncated JSON line", path, line);
             else rc = add_record(out, rec, def, path, line, index, skip_bad);
             cJSON_Delete(rec);

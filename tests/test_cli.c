@@ -225,7 +225,7 @@ static void test_real_model_commands(void **state) {
     put(in, "{\"ids\": [1, 2]\n");
     expect_error(args, 1, ":1: malformed or truncated JSON line");
     put(in, "{\"ids\": [1, 2]}\n{\"ids\": [1, 2]} {\"ids\": [3, 4]}\n"); /* the second record went unscored */
-    expect_error(args, 1, ":2: text after the record at column 17 (one JSON record a line)");
+    expect_error(args, 1, ":2: text after the JSON value at column 17 (one JSON record a line)");
     put(in, "{\"prompt\": \"x\", \"ids\": [1]}\n");
     expect_error(args, 1, ":1: needs one of \"prompt\" (a string) or \"ids\" (an array)");
     put(in, "{\"ids\": [1, 2], \"greddy\": 4}\n"); /* scored without its continuation before */
@@ -448,6 +448,8 @@ static void test_strict_configs(void **state) {
     expect_error(args, 1, "strict.json: text after the JSON value (line 3): one value per file");
     put(cfg, "{\"seed\": 3}}");
     expect_error(args, 1, "strict.json: text after the JSON value (line 1)");
+    put(cfg, "{\"seed\": 3,\n \"out\": \"a.h5\\u0000.txt\"}"); /* the trace went to a.h5 */
+    expect_error(args, 1, "strict.json: a \\u0000 escape (U+0000 would end the text there) (line 2)");
     put(cfg, "{\"scheduler\": {\"name\": \"bandit-ucb1\", \"arms\": [1, -1e300]}}");
     expect_error(args, 1, "scheduler.arms[1]");
     put(cfg, "{\"scheduler\": {\"name\": \"threshold\", \"treshold\": 0.3}}");
@@ -590,7 +592,7 @@ static void test_train_curve(void **state) {
     expect_error(args, 1, "eval_log.jsonl:2: not a JSON object");
     /* two objects on one line were read as the first (its step's tau_proxy 1.5 lost) */
     put(p, "{\"step\": 2, \"tau_proxy\": 1.25} {\"step\": 4, \"tau_proxy\": 1.5}\n");
-    expect_error(args, 1, "eval_log.jsonl:1: text after the JSON object (one a line)");
+    expect_error(args, 1, "eval_log.jsonl:1: text after the JSON value");
     assert_int_equal(access(out, F_OK), -1);
     /* a step that is no index into the rows (it indexed them out of bounds: a segfault) */
     put(p, "{\"step\": 2, \"tau_proxy\": 1.25}\n{\"step\": -400000000, \"tau_proxy\": 1.5}\n");

@@ -44,13 +44,25 @@ static void test_malformed_lines(void **state) {
                         "{\"prompt\": \"c\"}]\n";
     write_file(p, glued, strlen(glued));
     assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
-    snprintf(want, sizeof want, "%s:2: text after the record at column 20 (one JSON record a line)", p);
+    snprintf(want, sizeof want, "%s:2: text after the JSON value at column 20 (one JSON record a line)", p);
     if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
     assert_int_equal(dataset_load(p, NULL, 0, 1, &s), 0);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.skipped, 2); /* line 2 and line 4's stray ']' */
     assert_string_equal(s.v[0].text, "a");
     assert_string_equal(s.v[1].text, "b");
+    prompt_set_free(&s);
+    /* a \u0000 escape: the prompt's C string ended there ("abc" ran, "def" was lost); an escaped
+     * backslash before "u0000" is six plain characters */
+    const char *nul = "{\"prompt\": \"a\\\\u0000\\\\\"}\n{\"prompt\": \"abc\\u0000def\"}\n{\"prompt\": \"\\u00001\"}\n";
+    write_file(p, nul, strlen(nul));
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
+    snprintf(want, sizeof want, "%s:2: a \\u0000 escape (U+0000 would end the text there) at column 16", p);
+    if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), 0);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.skipped, 2);
+    assert_string_equal(s.v[0].text, "a\\u0000\\");
     prompt_set_free(&s);
     remove(p);
 }
@@ -74,7 +86,7 @@ static void test_json_array_and_errors(void **state) {
     const char *two = "[{\"instruction\": \"a\"}]\n[{\"instruction\": \"b\"}]\n";
     write_file(p, two, strlen(two));
     assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
-    assert_non_null(strstr(ds_errmsg(), "text after the JSON array of records (byte 23)"));
+    assert_non_null(strstr(ds_errmsg(), "text after the JSON value at byte 23"));
     const char *padded = "  [{\"instruction\": \"a\"}] \r\n\n";
     write_file(p, padded, strlen(padded));
     assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);

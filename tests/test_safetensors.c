@@ -86,8 +86,8 @@ static void test_broken_files(void **state) {
     reject("[1,2]", 0, "does not start with '{'");
     reject("{\"a\": ", 0, "not a valid JSON object");
     /* a second object inside the header's length was ignored (cJSON stops after the first); spaces pad */
-    reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{\"b\":{}}", 4, "text after its JSON object");
-    reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   x", 4, "text after its JSON object");
+    reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{\"b\":{}}", 4, "header: text after the JSON value at byte 54");
+    reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}   x", 4, "header: text after the JSON value at byte 57");
     reject("{\"a\":{\"dtype\":\"F99\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype 'F99'");
     reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "not a non-negative integer");
     reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "not a non-negative integer");
@@ -297,7 +297,7 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     cl = snprintf(cfg, sizeof cfg, "{\"model_type\": \"gpt2\"}\n{\"model_type\": \"%s\"}\n", arch);
     write_file(p, cfg, (size_t)cl);
     assert_int_equal(model_load(&m, dir), -1);
-    assert_non_null(strstr(ds_errmsg(), "config.json: text after the JSON object"));
+    assert_non_null(strstr(ds_errmsg(), "config.json: text after the JSON value at byte 23"));
     remove(p);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     remove(p);

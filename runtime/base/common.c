@@ -194,17 +194,38 @@ fail:
     return -1;
 }
 
-cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *trailing) {
+const char *ds_json_why(int why) {
+    return why == DS_JSON_TRAILING ? "text after the JSON value"
+           : why == DS_JSON_NUL    ? "a \\u0000 escape (U+0000 would end the text there)"
+           : why == DS_JSON_BAD    ? "not valid JSON"
+                                   : "valid JSON";
+}
+
+/* offset of the first \u0000 escape in a parsed JSON text, or n: outside strings a valid text has no
+ * backslash, so skipping each escape's next character is enough to read "\\u0000" as no NUL */
+static size_t json_nul_escape(const char *txt, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)
+        if (txt[i] == '\\') {
+            if (txt[i + 1] == 'u' && i + 5 < n && !memcmp(txt + i + 2, "0000", 4)) return i;
+            i++;
+        }
+    return n;
+}
+
+cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *why) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(txt, n, &end, 0);
     size_t at = end && end >= txt && end <= txt + n ? (size_t)(end - txt) : 0;
-    if (trailing) *trailing = 0;
-    if (stop) *stop = at;
-    if (!j) return NULL;
-    while (at < n && (txt[at] == ' ' || txt[at] == '\t' || txt[at] == '\r' || txt[at] == '\n')) at++;
-    if (at < n) { /* text after the value */
-        if (stop) *stop = at;
-        if (trailing) *trailing = 1;
+    int w = DS_JSON_OK;
+    if (!j) w = DS_JSON_BAD;
+    else {
+        while (at < n && (txt[at] == ' ' || txt[at] == '\t' || txt[at] == '\r' || txt[at] == '\n')) at++;
+        if (at < n) w = DS_JSON_TRAILING;
+        else if ((at = json_nul_escape(txt, n)) < n) w = DS_JSON_NUL;
+    }
+    if (why) *why = w;
+    if (stop) *stop = w == DS_JSON_OK ? n : at;
+    if (w != DS_JSON_OK) {
         cJSON_Delete(j);
         return NULL;
     }
@@ -214,14 +235,13 @@ cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *trailing) {
 cJSON *ds_read_json(const char *path) {
     char *txt;
     size_t n, stop;
-    int trailing;
+    int why;
     if (ds_read_file(path, &txt, &n)) return NULL;
-    cJSON *j = ds_json_parse(txt, n, &stop, &trailing);
+    cJSON *j = ds_json_parse(txt, n, &stop, &why);
     if (!j) {
         int line = 1;
         for (size_t q = 0; q < stop && q < n; q++) line += txt[q] == '\n';
-        if (trailing) ds_error("%s: text after the JSON value (line %d): one value per file", path, line);
-        else ds_error("%s: not valid JSON (line %d)", path, line);
+        ds_error("%s: %s (line %d)%s", path, ds_json_why(why), line, why == DS_JSON_TRAILING ? ": one value per file" : "");
     }
     free(txt);
     return j;

@@ -84,11 +84,14 @@ int ds_read_file(const char *path, char **out, size_t *len);
  * bad JSON, the line where the parser stopped. */
 struct cJSON;
 struct cJSON *ds_read_json(const char *path);
-/* txt[0..n) parsed as exactly one JSON value with nothing but whitespace after it (cJSON alone stops
- * at the end of the first value, so `{"a": 1} {"b": 2}` read as its first object and the rest was
- * lost). NULL if not; then *stop (optional) = the offset where it failed and *trailing (optional) = 1
- * when the value parsed but text follows it, 0 for a parse error. */
-struct cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *trailing);
+/* txt[0..n) parsed as exactly one JSON value with nothing but whitespace after it and no \u0000 in it
+ * (cJSON alone stops at the end of the first value, so `{"a": 1} {"b": 2}` read as its first object
+ * and the rest was lost; and a "\u0000" ends its C string, so "abc\u0000def" read as "abc"). NULL if
+ * not; then *stop (optional) = the byte offset of the problem and *why (optional) one of DS_JSON_*,
+ * which ds_json_why names ("text after the JSON value", ...). */
+enum { DS_JSON_OK, DS_JSON_BAD, DS_JSON_TRAILING, DS_JSON_NUL };
+struct cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *why);
+const char *ds_json_why(int why);
 /* j written to path, indented, whole or not at all (ds_write_file_atomic). */
 int ds_write_json(const struct cJSON *j, const char *path);
 

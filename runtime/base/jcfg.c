@@ -210,13 +210,13 @@ int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx) {
     while (i < n && (txt[i] == ' ' || txt[i] == '\n' || txt[i] == '\r' || txt[i] == '\t')) i++;
     if (i < n && txt[i] == '[') {
         size_t stop;
-        int trailing;
-        cJSON *arr = ds_json_parse(txt, n, &stop, &trailing);
+        int why;
+        cJSON *arr = ds_json_parse(txt, n, &stop, &why);
         free(txt);
         if (!cJSON_IsArray(arr)) {
             cJSON_Delete(arr);
-            if (trailing) ds_error("%s: text after the JSON array of records (byte %zu)", path, stop);
-            else ds_error("%s: not a valid JSON array of records", path);
+            if (arr || why == DS_JSON_BAD) ds_error("%s: not a valid JSON array of records", path);
+            else ds_error("%s: %s at byte %zu", path, ds_json_why(why), stop);
             return -1;
         }
         for (const cJSON *r = arr->child; r && rc == 0; r = r->next, index++) rc = fn(ctx, r, index, index + 1, path);
@@ -230,11 +230,11 @@ int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx) {
         line++;
         if (b > a) {
             size_t stop;
-            int trailing;
-            cJSON *r = ds_json_parse(txt + a, b - a, &stop, &trailing);
+            int why;
+            cJSON *r = ds_json_parse(txt + a, b - a, &stop, &why);
             if (!r) {
-                if (trailing) ds_error("%s:%d: text after the record at column %zu (one JSON record a line)", path, line, stop + 1);
-                else ds_error("%s:%d: malformed or truncated JSON line", path, line);
+                if (why == DS_JSON_BAD) ds_error("%s:%d: malformed or truncated JSON line", path, line);
+                else ds_error("%s:%d: %s at column %zu (one JSON record a line)", path, line, ds_json_why(why), stop + 1);
                 rc = -1;
             } else
                 rc = fn(ctx, r, index++, line, path);

@@ -53,9 +53,11 @@ int st_parse(st_file *f, const uint8_t *image, size_t size, const char *name) {
     DS_CHECK(hlen <= size - 8, "%s: header length %llu runs past the end of the file (%zu bytes)", name,
              (unsigned long long)hlen, size);
     DS_CHECK(hlen >= 2 && image[8] == '{', "%s: header does not start with '{'", name);
-    int trailing;
-    root = ds_json_parse((const char *)image + 8, (size_t)hlen, NULL, &trailing);
-    DS_CHECK(!trailing, "%s: header has text after its JSON object (it may be padded with spaces only)", name);
+    size_t stop;
+    int why;
+    root = ds_json_parse((const char *)image + 8, (size_t)hlen, &stop, &why);
+    DS_CHECK(root || why == DS_JSON_BAD, "%s: header: %s at byte %zu (it may be padded with spaces only)", name,
+             ds_json_why(why), stop);
     DS_CHECK(root && cJSON_IsObject(root), "%s: header is not a valid JSON object", name);
     uint64_t data_size = size - 8 - hlen;
     int n = 0;

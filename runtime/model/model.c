@@ -353,9 +353,10 @@ int model_load_safetensors(model *m, const char *dir) {
     DS_CHECK(snprintf(path, sizeof path, "%s/config.json", dir) < (int)sizeof path, "%s: path too long", dir);
     size_t tl;
     DS_TRY(ds_read_file(path, &text, &tl));
-    int trailing;
-    cfg = ds_json_parse(text, tl, NULL, &trailing);
-    DS_CHECK(!trailing, "%s: text after the JSON object (one object per file)", path);
+    size_t stop;
+    int why;
+    cfg = ds_json_parse(text, tl, &stop, &why);
+    DS_CHECK(cfg || why == DS_JSON_BAD, "%s: %s at byte %zu", path, ds_json_why(why), stop);
     DS_CHECK(cfg && cJSON_IsObject(cfg), "%s: not a valid JSON object", path);
     model_config *c = &m->cfg;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
