@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +41,8 @@ void args_registries(FILE *f) {
 static int set_value(const opt_def *o, const char *v) {
     char *end;
     errno = 0;
+    /* strtoull reads " -1" as 2^64 - 1 (it skips blanks, then negates): numbers start at their first character */
+    if ((o->type == OPT_INT || o->type == OPT_U64 || o->type == OPT_FLOAT) && isspace((unsigned char)*v)) goto bad;
     switch (o->type) {
     case OPT_INT: {
         long x = strtol(v, &end, 10);

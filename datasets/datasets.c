@@ -133,7 +133,8 @@ static const char *category_domain(const char *c) {
     return "chat";
 }
 
-/* the prompt of one record: a named field, or the first that exists of the usual ones */
+/* the prompt of one record: a named field, or the first that exists of the usual ones. A list holds
+ * one or two turns, all strings: a third turn or a number in the list was dropped without a word. */
 static int record_prompt(const cJSON *rec, const char *field, const char **t1, const char **t2) {
     static const char *fields[] = {"turns", "prompt", "question", "problem", "instruction", "text"};
     *t1 = *t2 = NULL;
@@ -146,10 +147,11 @@ static int record_prompt(const cJSON *rec, const char *field, const char **t1, c
             *t1 = v->valuestring;
             return 0;
         }
-        if (cJSON_IsArray(v) && cJSON_IsString(cJSON_GetArrayItem(v, 0))) {
-            *t1 = cJSON_GetArrayItem(v, 0)->valuestring;
-            const cJSON *b = cJSON_GetArrayItem(v, 1);
-            if (cJSON_IsString(b)) *t2 = b->valuestring;
+        int k = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+        const cJSON *a = cJSON_GetArrayItem(v, 0), *b = cJSON_GetArrayItem(v, 1);
+        if ((k == 1 || k == 2) && cJSON_IsString(a) && (k == 1 || cJSON_IsString(b))) {
+            *t1 = a->valuestring;
+            if (k == 2) *t2 = b->valuestring;
             return 0;
         }
         return -1;
@@ -185,8 +187,9 @@ static int add_record(prompt_set *out, const cJSON *rec, const dataset_def *def,
         snprintf(key, sizeof key, ",%.60s,", c->valuestring);
         if (!strstr(def->cats, key)) return 0;
     }
-    if (record_prompt(rec, def->field, &t1, &t2) || !*t1)
-        return problem(out, skip_bad, "%s:%d: no non-empty '%s' prompt field", path, line, def->field ? def->field : "turns/prompt/question/...");
+    if (record_prompt(rec, def->field, &t1, &t2) || !*t1 || (t2 && !*t2))
+        return problem(out, skip_bad, "%s:%d: no non-empty '%s' prompt field (a string, or a list of one or two strings)", path,
+                       line, def->field ? def->field : "turns/prompt/question/...");
     const char *domain = def->domain;
     if (!domain) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(rec, "category");

@@ -60,6 +60,9 @@ static void test_bad_usage(void **state) {
     expect_error("generate --raw=1", 1, "takes no value");
     expect_error("info a b", 1, "unexpected argument 'b'");
     expect_error("bench-target --reps -1", 1, "outside the allowed range");
+    expect_error("run --seed ' -1'", 1, "--seed: ' -1' is not a valid integer"); /* ran with seed 2^64 - 1 */
+    expect_error("run --seed -1", 1, "--seed: '-1' is not a valid integer");
+    expect_error("run --gamma ' 4'", 1, "--gamma: ' 4' is not a valid integer");
     /* --toy is the toy worlds alone: a production-round selection beside it is refused, not ignored */
     expect_error("lossless --toy --drafter ngram", 1, "--toy runs the toy worlds alone");
     expect_error("lossless --toy --both-contracts", 1, "--toy runs the toy worlds alone");

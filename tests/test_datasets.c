@@ -64,6 +64,21 @@ static void test_malformed_lines(void **state) {
     assert_int_equal(s.skipped, 2);
     assert_string_equal(s.v[0].text, "a\\u0000\\");
     prompt_set_free(&s);
+    /* a turn list is one or two non-empty strings: a third turn or a number was dropped silently */
+    const char *turns = "{\"turns\": [\"a\", 5]}\n{\"turns\": [\"a\", \"b\", \"c\"]}\n{\"turns\": []}\n"
+                        "{\"turns\": [\"a\", \"\"]}\n{\"turns\": [[\"a\"]]}\n{\"turns\": [\"x\", \"y\"]}\n{\"turns\": [\"z\"]}\n";
+    write_file(p, turns, strlen(turns));
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), -1);
+    snprintf(want, sizeof want, "%s:1: no non-empty 'turns/prompt/question/...' prompt field (a string, or a list of one or two strings)", p);
+    if (!strstr(ds_errmsg(), want)) fail_msg("message \"%s\" lacks \"%s\"", ds_errmsg(), want);
+    assert_int_equal(dataset_load(p, NULL, 0, 1, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.skipped, 5);
+    assert_string_equal(s.v[0].text, "x");
+    assert_string_equal(s.v[0].text2, "y");
+    assert_string_equal(s.v[1].text, "z");
+    assert_null(s.v[1].text2);
+    prompt_set_free(&s);
     remove(p);
 }
 
