@@ -226,15 +226,16 @@ int jcfg_each_record(const char *path, jcfg_record_fn fn, void *ctx) {
     int line = 0;
     for (size_t a = 0; a < n && rc == 0;) {
         char *nl = memchr(txt + a, '\n', n - a);
-        size_t b = nl ? (size_t)(nl - txt) : n;
+        size_t b = nl ? (size_t)(nl - txt) : n, s = a;
         line++;
-        if (b > a) {
+        while (s < b && (txt[s] == ' ' || txt[s] == '\t' || txt[s] == '\r')) s++; /* a blank line of a CRLF file */
+        if (b > s) {
             size_t stop;
             int why;
-            cJSON *r = ds_json_parse(txt + a, b - a, &stop, &why);
+            cJSON *r = ds_json_parse(txt + s, b - s, &stop, &why);
             if (!r) {
                 if (why == DS_JSON_BAD) ds_error("%s:%d: malformed or truncated JSON line", path, line);
-                else ds_error("%s:%d: %s at column %zu (one JSON record a line)", path, line, ds_json_why(why), stop + 1);
+                else ds_error("%s:%d: %s at column %zu (one JSON record a line)", path, line, ds_json_why(why), s - a + stop + 1);
                 rc = -1;
             } else
                 rc = fn(ctx, r, index++, line, path);
