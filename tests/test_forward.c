@@ -633,6 +633,31 @@ static void test_model_errors(void **state) {
         if (!strstr(ds_errmsg(), want)) fail_msg("'%s' lacks \"%s\"", ds_errmsg(), want);
         free(img);
     }
+    /* a tensor the loader would not read: refused, as llama.cpp refuses it. A block_count of 1 over two
+     * layers' tensors ran as a one-layer model; a Qwen2 file relabelled llama ran without its biases */
+    {
+        tiny_spec ts = SPEC_Q41;
+        img = tiny_model_gguf(&ts, 1, &n);
+        uint8_t *bc = memmem(img, n, "llama.block_count", 17);
+        assert_non_null(bc);
+        uint32_t one = 1;
+        memcpy(bc + 17 + 4, &one, 4);
+        write_file(p, img, n);
+        assert_int_equal(model_load(&m, p), -1);
+        if (!strstr(ds_errmsg(), "tensor 'blk.1.") || !strstr(ds_errmsg(), "is not part of a llama model as this runtime runs it (9 of 20 tensors unread)"))
+            fail_msg("block_count 1 over 2 layers: %s", ds_errmsg());
+        free(img);
+        ts = SPEC_QWEN2;
+        img = tiny_model_gguf(&ts, 1, &n);
+        int renamed = 0;
+        for (uint8_t *q = img; (q = memmem(q, n - (size_t)(q - img), "qwen2", 5)) != NULL; q += 5, renamed++) memcpy(q, "llama", 5);
+        assert_true(renamed >= 8);
+        write_file(p, img, n);
+        assert_int_equal(model_load(&m, p), -1);
+        if (!strstr(ds_errmsg(), "tensor 'blk.0.attn_q.bias' is not part of a llama model"))
+            fail_msg("qwen2 as llama: %s", ds_errmsg());
+        free(img);
+    }
     /* a tensor with the wrong shape: drop one dim from a tiny model by rewriting a header field is
      * awkward; instead build a model whose embedding width disagrees with embedding_length */
     tiny_spec s = SPEC_Q41;

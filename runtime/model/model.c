@@ -85,9 +85,16 @@ fail:
 
 /* ------------------------------------------------------------------------------------------ GGUF */
 
+static uint64_t tensors_taken(const model *m) {
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < m->gguf.n_tensors; i++) n += m->taken[i];
+    return n;
+}
+
 /* 0 = found, 1 = absent and optional, -1 = absent and required (message set) */
 static int gguf_lookup(model *m, const char *name, int required, const gguf_tensor **t) {
     *t = gguf_find_tensor(&m->gguf, name);
+    if (*t && m->taken) m->taken[*t - m->gguf.tensors] = 1;
     if (*t) return 0;
     if (!required) return 1;
     ds_error("%s: missing tensor '%s'", m->path, name);
@@ -176,6 +183,7 @@ int model_load_gguf(model *m, const char *path) {
     memset(m, 0, sizeof *m);
     DS_TRYP(m->path = ds_strndup(path, strlen(path), "path"));
     DS_TRY(gguf_open(&m->gguf, path));
+    DS_TRYP(m->taken = ds_calloc(m->gguf.n_tensors ? m->gguf.n_tensors : 1, 1, "tensor flags"));
     model_config *c = &m->cfg;
     const char *as;
     uint64_t al;
@@ -267,6 +275,14 @@ int model_load_gguf(model *m, const char *path) {
         }
 #undef BIAS
     }
+    /* a tensor nobody reads is a part of the model this runtime would leave out (a bias, a layer past
+     * block_count, an expert): refused as llama.cpp refuses it ("wrong number of tensors") */
+    for (uint64_t i = 0; i < m->gguf.n_tensors; i++)
+        DS_CHECK(m->taken[i], "%s: tensor '%s' is not part of a %s model as this runtime runs it (%llu of %llu tensors "
+                 "unread): it would be left out of the forward", path, m->gguf.tensors[i].name, arch,
+                 (unsigned long long)(m->gguf.n_tensors - tensors_taken(m)), (unsigned long long)m->gguf.n_tensors);
+    free(m->taken);
+    m->taken = NULL;
     set_fingerprint(m, m->gguf.image, (size_t)m->gguf.data_offset, m->gguf.size);
     m->format = 0;
     return 0;
@@ -552,6 +568,7 @@ size_t model_release_mapped(const model *m, const void *p, size_t n) {
 }
 
 void model_free(model *m) {
+    free(m->taken);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);

@@ -52,6 +52,7 @@ typedef struct model {
     st_file st;
     void **owned;                /* buffers converted at load, freed with the model */
     int n_owned;
+    uint8_t *taken;              /* while a GGUF loads: 1 for each of its tensors the loader took */
 } model;
 
 /* Load by path: a .gguf file, or a directory (or its model.safetensors) holding config.json; or by a
