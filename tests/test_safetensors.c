@@ -185,7 +185,7 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     rng_seed(&r, 77);
     int hd = s->dim / s->heads, q = s->heads * hd, kv = s->kv_heads * hd, L = s->layers;
     int n_t = 2 + L * (s->qwen3 ? 11 : 9);
-    st_write_tensor *st = calloc((size_t)n_t, sizeof *st);
+    st_write_tensor *st = calloc((size_t)n_t + 1, sizeof *st); /* + an inv_freq buffer below */
     float **bufs = calloc((size_t)n_t * 2, sizeof(float *));
     char (*names)[96] = calloc((size_t)n_t, 96);
     int nb = 0, k = 0;
@@ -266,12 +266,14 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     assert_int_equal(st_write(p, st, k, dtype, NULL, 0), 0);
     snprintf(p, sizeof p, "%s/config.json", dir);
     char cfg[1024];
-    int cl = snprintf(cfg, sizeof cfg,
-                      "{\"model_type\": \"%s\", \"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d,"
-                      " \"num_key_value_heads\": %d, \"intermediate_size\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-6,"
-                      " \"rope_theta\": 50000, \"max_position_embeddings\": 256, \"tie_word_embeddings\": true,"
-                      " \"hidden_act\": \"silu\", \"rope_scaling\": null}",
-                      arch, s->dim, L, s->heads, s->kv_heads, s->hidden, s->vocab);
+#define CONFIG(layers)                                                                                                   \
+    snprintf(cfg, sizeof cfg,                                                                                            \
+             "{\"model_type\": \"%s\", \"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d,"          \
+             " \"num_key_value_heads\": %d, \"intermediate_size\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-6,"           \
+             " \"rope_theta\": 50000, \"max_position_embeddings\": 256, \"tie_word_embeddings\": true,"                      \
+             " \"hidden_act\": \"silu\", \"rope_scaling\": null}",                                                          \
+             arch, s->dim, layers, s->heads, s->kv_heads, s->hidden, s->vocab)
+    int cl = CONFIG(L);
     write_file(p, cfg, (size_t)cl);
     int T = 12, tk[12];
     for (int i = 0; i < T; i++) tk[i] = (int)(rng_u64(&r) % (uint64_t)s->vocab);
@@ -281,8 +283,30 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     size_t w;
     float d = max_abs_diff(a, b, (size_t)T * s->vocab, &w);
     if (d > 1e-4f) fail_msg("%s %s: HF checkpoint and GGUF differ by %g (token %zu)", arch, st_dtype_name(dtype), d, w / (size_t)s->vocab);
-    /* broken variants of the same checkpoint */
+    /* a weight the loader would not read: the last layer under num_hidden_layers L - 1 was left out
+     * silently; an inv_freq buffer (transformers skips it too) is read past */
     model m;
+    cl = CONFIG(L - 1);
+    write_file(p, cfg, (size_t)cl);
+    assert_int_equal(model_load(&m, dir), -1);
+    char want[160];
+    snprintf(want, sizeof want, "tensor 'model.layers.%d.", L - 1);
+    if (!strstr(ds_errmsg(), want) || !strstr(ds_errmsg(), "is not part of a"))
+        fail_msg("%d layers read of %d: %s", L - 1, L, ds_errmsg());
+    cl = CONFIG(L);
+    write_file(p, cfg, (size_t)cl);
+    char stp[700];
+    snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
+    st[k] = (st_write_tensor){"model.layers.0.self_attn.rotary_emb.inv_freq", bufs[0], 1, {hd / 2}};
+    assert_int_equal(st_write(stp, st, k + 1, dtype, NULL, 0), 0);
+    if (model_load(&m, dir)) fail_msg("with an inv_freq buffer: %s", ds_errmsg());
+    model_free(&m);
+    st[k] = (st_write_tensor){"model.layers.0.self_attn.q_proj.bias", bufs[0], 1, {q}};
+    assert_int_equal(st_write(stp, st, k + 1, dtype, NULL, 0), 0);
+    assert_int_equal(model_load(&m, dir), -1);
+    assert_non_null(strstr(ds_errmsg(), "tensor 'model.layers.0.self_attn.q_proj.bias' is not part of a"));
+#undef CONFIG
+    /* broken variants of the same checkpoint */
     cl = snprintf(cfg, sizeof cfg, "{\"model_type\": \"gpt2\", \"hidden_size\": 8}");
     write_file(p, cfg, (size_t)cl);
     assert_int_equal(model_load(&m, dir), -1);

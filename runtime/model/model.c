@@ -328,6 +328,7 @@ static int js_float(const cJSON *root, const char *key, double def, float *out, 
 
 static int st_mat(model *m, const char *name, int rows, int cols, qmat *w, int required) {
     const st_tensor *t = st_find(&m->st, name);
+    if (t && m->taken) m->taken[t - m->st.tensors] = 1;
     if (!t) {
         if (!required) return 1;
         ds_error("%s: missing tensor '%s'", m->st.name, name);
@@ -351,6 +352,7 @@ fail:
 
 static int st_vec(model *m, const char *name, int n, float **out) {
     const st_tensor *t = st_find(&m->st, name);
+    if (t && m->taken) m->taken[t - m->st.tensors] = 1;
     DS_CHECK(t != NULL, "%s: missing tensor '%s'", m->st.name, name);
     DS_CHECK(t->n_dims == 1 && t->shape[0] == n, "%s: tensor '%s' is not a vector of %d", m->st.name, name, n);
     DS_TRYP(*out = own_floats(m, (size_t)n, name));
@@ -413,6 +415,7 @@ int model_load_safetensors(model *m, const char *dir) {
 
     DS_CHECK(snprintf(path, sizeof path, "%s/model.safetensors", dir) < (int)sizeof path, "%s: path too long", dir);
     DS_TRY(st_open(&m->st, path));
+    DS_TRYP(m->taken = ds_calloc(m->st.n_tensors ? (size_t)m->st.n_tensors : 1, 1, "tensor flags"));
     DS_TRY(st_mat(m, "model.embed_tokens.weight", c->vocab_size, c->dim, &m->tok_embd, 1));
     if (!c->tied) DS_TRY(st_mat(m, "lm_head.weight", c->vocab_size, c->dim, &m->output, 1));
     else m->output = m->tok_embd;
@@ -445,6 +448,18 @@ int model_load_safetensors(model *m, const char *dir) {
         }
 #undef BIAS
     }
+    /* a weight nobody reads would be left out of the forward (a layer past num_hidden_layers, a bias):
+     * refused; what transformers itself skips is not: rotary_emb.inv_freq buffers, a tied lm_head */
+    for (int i = 0; i < m->st.n_tensors; i++) {
+        const char *tn = m->st.tensors[i].name;
+        size_t tl2 = strlen(tn);
+        int skipped = (tl2 >= 20 && strcmp(tn + tl2 - 20, ".rotary_emb.inv_freq") == 0) ||
+                      (c->tied && strcmp(tn, "lm_head.weight") == 0);
+        DS_CHECK(m->taken[i] || skipped, "%s: tensor '%s' is not part of a %s model as this runtime runs it: it would be "
+                 "left out of the forward", path, tn, mt->valuestring);
+    }
+    free(m->taken);
+    m->taken = NULL;
     {
         uint64_t hl;
         memcpy(&hl, m->st.image, 8);
