@@ -412,8 +412,10 @@ int bd_save(const bd_model *m, const char *dir) {
 int bd_read_params(bd_model *m, const char *dir) {
     char p[4096];
     st_file f;
+    uint8_t *taken = NULL;
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     if (st_open(&f, p)) return -1;
+    DS_TRYP(taken = ds_calloc((size_t)f.n_tensors + 1, 1, "tensor flags"));
     for (int i = 0; i < m->n_t; i++) {
         const bd_tensor *t = &m->t[i];
         const st_tensor *s = st_find(&f, t->name);
@@ -421,10 +423,14 @@ int bd_read_params(bd_model *m, const char *dir) {
         DS_CHECK(s->n_dims == t->n_dims && s->shape[0] == t->shape[0] && (t->n_dims == 1 || s->shape[1] == t->shape[1]),
                  "%s: tensor '%s' has the wrong shape", p, t->name);
         DS_TRY(st_to_f32(&f, s, m->params + t->offset));
+        taken[s - f.tensors] = 1;
     }
+    DS_TRY(st_check_taken(&f, taken, "vocab.ids")); /* the draft vocabulary's, read by the contract */
+    free(taken);
     st_close(&f);
     return 0;
 fail:
+    free(taken);
     st_close(&f);
     return -1;
 }

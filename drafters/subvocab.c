@@ -263,8 +263,10 @@ cJSON *subvocab_read_config(const char *dir, const char *kind) {
 int subvocab_read_checkpoint(const subvocab *s, const char *dir, const st_write_tensor *w, int nw) {
     char p[4096];
     st_file f;
+    uint8_t *taken = NULL;
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     if (st_open(&f, p)) return -1;
+    DS_TRYP(taken = ds_calloc((size_t)f.n_tensors + 1, 1, "tensor flags"));
     for (int i = 0; i < nw; i++) {
         const st_tensor *t = st_find(&f, w[i].name);
         DS_CHECK(t != NULL, "%s: missing tensor '%s'", p, w[i].name);
@@ -272,10 +274,14 @@ int subvocab_read_checkpoint(const subvocab *s, const char *dir, const st_write_
         for (int d = 0; ok && d < w[i].n_dims; d++) ok = t->shape[d] == w[i].shape[d];
         DS_CHECK(ok, "%s: tensor '%s' has the wrong shape", p, w[i].name);
         DS_TRY(st_to_f32(&f, t, (float *)w[i].data)); /* the model's own parameters, written in place */
+        taken[t - f.tensors] = 1;
     }
+    DS_TRY(st_check_taken(&f, taken, "vocab.ids")); /* subvocab_check_file reads that one */
+    free(taken);
     st_close(&f);
     return subvocab_check_file(s, p); /* resuming: the checkpoint drafts over the same vocabulary */
 fail:
+    free(taken);
     st_close(&f);
     return -1;
 }

@@ -390,6 +390,19 @@ static void test_checkpoint_roundtrip(void **state) {
         assert_int_equal(bd_load(&m3, dir, &tt->t.m), -1);
         if (!strstr(ds_errmsg(), geo[i][2])) fail_msg("%s %s: got '%s'", geo[i][0], geo[i][1], ds_errmsg());
     }
+    /* one layer over a file of two: layers.1.* went unread, a shallower drafter served silently */
+    {
+        cJSON *cj = cJSON_Parse(orig);
+        assert_non_null(cj);
+        assert_true(cJSON_GetObjectItem(cj, "layers")->valueint >= 2);
+        cJSON_ReplaceItemInObject(cj, "layers", cJSON_CreateNumber(1));
+        char *out = cJSON_Print(cj);
+        write_file(p, out, strlen(out));
+        free(out), cJSON_Delete(cj);
+        assert_int_equal(bd_load(&m3, dir, &tt->t.m), -1);
+        if (!strstr(ds_errmsg(), "tensor 'layers.1.") || !strstr(ds_errmsg(), "is not read by this model's configuration"))
+            fail_msg("1 layer of 2: %s", ds_errmsg());
+    }
     free(orig);
     bd_model_free(&m);
     bd_model_free(&m2);

@@ -460,6 +460,12 @@ static void test_checkpoint(void **state) {
     write_file(p, three, strlen(three));
     assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), -1);
     assert_non_null(strstr(ds_errmsg(), "missing tensor 'layers.2."));
+    /* one layer over a file of 2: the second was left unread, a shorter drafter served silently */
+    const char *one = "{\"kind\": \"vanilla\", \"n_layers\": 1}";
+    write_file(p, one, strlen(one));
+    assert_int_equal(vlm_load(&m2, dir, &tt->t.m, 0), -1);
+    if (!strstr(ds_errmsg(), "tensor 'layers.1.") || !strstr(ds_errmsg(), "is not read by this model's configuration"))
+        fail_msg("1 layer of 2: %s", ds_errmsg());
     /* a tensor of the wrong shape: the FFN width the file does not have */
     c.c.hidden_dim = 32, c.init_layers = 0;
     assert_int_equal(vlm_model_init(&m2, &c, &tt->t.m, 7, 0, NULL), 0);

@@ -168,6 +168,19 @@ void st_close(st_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+int st_check_taken(const st_file *f, const uint8_t *taken, const char *except) {
+    int left = 0, first = -1;
+    for (int i = 0; i < f->n_tensors; i++)
+        if (!taken[i] && !(except && strcmp(f->tensors[i].name, except) == 0)) {
+            left++;
+            if (first < 0) first = i;
+        }
+    if (!left) return 0;
+    ds_error("%s: tensor '%s' is not read by this model's configuration (%d of %d tensors unread): the "
+             "checkpoint and its config.json disagree", f->name, f->tensors[first].name, left, f->n_tensors);
+    return -1;
+}
+
 const st_tensor *st_find(const st_file *f, const char *name) {
     /* tensors are sorted by name after parsing */
     int lo = 0, hi = f->n_tensors - 1;

@@ -38,6 +38,10 @@ int st_open(st_file *f, const char *path);
 int st_parse(st_file *f, const uint8_t *image, size_t size, const char *name);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
+/* After a reader took its tensors (taken[i] = 1 for f->tensors[i]; except: one more name it accepts
+ * unread, or NULL): -1 naming the first tensor left, which the reader would silently not use (a
+ * layer a hand-edited config.json no longer counts). */
+int st_check_taken(const st_file *f, const uint8_t *taken, const char *except);
 const char *st_dtype_name(st_dtype t);
 int st_dtype_size(st_dtype t);
 uint64_t st_numel(const st_tensor *t);
