@@ -258,7 +258,7 @@ int cmd_run(int argc, char **argv) {
     DS_TRY(scheduler_open(&s, rc.scheduler, rc.scheduler_cfg, 0));
     if (rc.drafter[0]) /* the drafter and scheduler as a pair: refused here, not after a baseline pass */
         DS_TRY(decode_cfg_check(&(decode_cfg){rc.sp, rc.gamma, &d, &s, NULL, NULL, MODE_SPEC}));
-    DS_TRY(run_sps_load(&rc, s.ops->needs_conf, &sps));
+    DS_TRY(run_sps_load(&rc, s.ops->needs_conf, t.m.fingerprint, &sps));
     DS_TRYP(tr = run_trace_open(&rc, rc.out, &t, &d, NULL));
     if (rc.prompts_out[0]) { /* written as PATH.tmp, renamed when the run succeeds */
         snprintf(pf_tmp, sizeof pf_tmp, "%s.tmp", rc.prompts_out);

@@ -355,7 +355,7 @@ int cmd_serve(int argc, char **argv) {
             ds_error_prefix("serve: arm '%s'", arms[a].label);
             goto fail;
         }
-    DS_TRY(run_sps_load(&rc, 1, &sps));
+    DS_TRY(run_sps_load(&rc, 1, t.m.fingerprint, &sps));
     /* prompts: turn 1, chat-encoded once */
     DS_TRYP(prompts = ds_calloc((size_t)n_prompts, sizeof *prompts, "prompts"));
     for (int i = 0, g = 0; i < rp.n_sets; i++)

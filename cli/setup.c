@@ -43,13 +43,39 @@ fail:
     return -1;
 }
 
-int run_sps_load(const run_config *rc, int needed, sps_table *sps) {
+int run_sps_load(const run_config *rc, int needed, const char *target_fingerprint, sps_table *sps) {
     const char *path = rc->sps[0] ? rc->sps : "bench/bench-target.json";
     struct stat st;
-    if (rc->sps[0] || stat(path, &st) == 0) return sps_load(sps, path);
-    if (!needed) return 0;
-    fprintf(stderr, "note: no SPS table (%s is missing): the schedulers see a flat cost per round; "
-                    "`make bench-target` measures one\n", path);
+    memset(sps, 0, sizeof *sps);
+    if (rc->sps[0] || stat(path, &st) == 0) {
+        cJSON *j = ds_read_json(path);
+        if (!j) return -1;
+        /* the default table is SmolLM2's: priced on it, a 1.5B target's rounds cost what a 135M's do */
+        const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "fingerprint"), *mo = cJSON_GetObjectItemCaseSensitive(j, "model");
+        int other = cJSON_IsString(fp) && strcmp(fp->valuestring, target_fingerprint) != 0;
+        if (other && rc->sps[0]) {
+            ds_error("%s: an SPS table measured on another model (%s, fingerprint %s; this target's is %s): "
+                     "`dspark-bench bench-target --model MODEL --out FILE.json` measures this one",
+                     path, cJSON_IsString(mo) ? mo->valuestring : "?", fp->valuestring, target_fingerprint);
+            cJSON_Delete(j);
+            return -1;
+        }
+        if (!other) {
+            int rc2 = sps_from_json(sps, j, path);
+            cJSON_Delete(j);
+            return rc2;
+        }
+        if (needed)
+            fprintf(stderr, "note: %s was measured on another model (fingerprint %s, this target's %s): the schedulers "
+                            "see a flat cost per round; `dspark-bench bench-target --model MODEL --out FILE.json` and "
+                            "--sps FILE.json price this one\n", path, fp->valuestring, target_fingerprint);
+        cJSON_Delete(j);
+        if (!needed) return 0;
+    } else {
+        if (!needed) return 0;
+        fprintf(stderr, "note: no SPS table (%s is missing): the schedulers see a flat cost per round; "
+                        "`make bench-target` measures one\n", path);
+    }
     int B[1] = {1};
     double one[1] = {1};
     return sps_from_arrays(sps, B, one, 1);

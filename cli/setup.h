@@ -28,7 +28,10 @@ int run_models_open(const run_config *rc, const char *cmd, target *t, drafter *d
 
 /* The SPS(B) table: the configured file; else bench/bench-target.json when it exists; else, when
  * `needed`, a flat unit-cost table (one step per second at every batch); else left empty. */
-int run_sps_load(const run_config *rc, int needed, sps_table *sps);
+/* The SPS(B) table: --sps FILE, else bench/bench-target.json where present. A table that records
+ * another model's fingerprint is refused when named, and passed over (with a note, when the
+ * scheduler prices rounds) when it is only the default; with none, a needed table is flat. */
+int run_sps_load(const run_config *rc, int needed, const char *target_fingerprint, sps_table *sps);
 
 /* A new trace at `path` (its folder made) with the root attributes every run writes: the resolved
  * config, target and drafter fingerprints, backend, kernels, version, seed. `scheduler`, when not

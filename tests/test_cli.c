@@ -460,6 +460,14 @@ static void test_strict_configs(void **state) {
     put(cfg, "{\"scheduler\": {\"name\": \"greedy\", \"lenght\": 2}}");
     expect_error(args, 1, "unknown key 'lenght'");
     if (need_real_model()) { /* drafter objects are read when the drafter opens, after the model */
+        /* an SPS table of another model, named: refused (its costs would have priced SmolLM2's rounds) */
+        const char *tbl = tmp_path("other-sps.json");
+        put(tbl, "{\"model\": \"other.gguf\", \"fingerprint\": \"0123456789abcdef\", \"sps\": {\"B\": [1, 8], \"seconds\": [0.01, 0.02]}}");
+        char sargs[1400];
+        snprintf(sargs, sizeof sargs, "run --drafter ngram --scheduler greedy --sps %s --limit 1 --max-new-tokens 2 --out %s", tbl,
+                 tmp_path("other-sps.h5"));
+        expect_error(sargs, 1, "other-sps.json: an SPS table measured on another model (other.gguf, fingerprint 0123456789abcdef;");
+        remove(tbl);
         put(cfg, "{\"drafter\": {\"name\": \"vanilla\", \"layer\": 20}, \"limit\": 1}");
         expect_error(args, 1, "unknown key 'layer'");
         put(cfg, "{\"drafter\": {\"name\": \"dspark-markov\", \"vocab_ids\": [3, 1e300]}, \"limit\": 1}");
