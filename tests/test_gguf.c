@@ -433,6 +433,162 @@ static void test_truncation_every_byte(void **state) {
     free(img);
 }
 
+/* arrays nested `levels` deep (the innermost one U8 {5}) as the only key of a tensorless file */
+static tbuf nested(int levels) {
+    tbuf t = header(3, 0, 1);
+    tb_str(&t, "k");
+    tb_u32(&t, GGUF_ARRAY);
+    for (int l = 1; l < levels; l++) {
+        tb_u32(&t, GGUF_ARRAY);
+        tb_u64(&t, 1);
+    }
+    tb_u32(&t, GGUF_U8);
+    tb_u64(&t, 1);
+    tb_put(&t, "\x05", 1);
+    return t;
+}
+
+/* The typed getters at each end of their ranges and on each wrong type, the array readers, and the
+ * parser's limits exactly at the limit: a loosened or tightened bound here passed every other case
+ * (the model's hyperparameters are read through gguf_get_int with ranges) */
+static void test_getters_at_their_ends(void **state) {
+    (void)state;
+    gguf_builder g;
+    gb_init(&g);
+    int32_t i32;
+    gb_key(&g, "i.lo", GGUF_I32), i32 = -5, tb_put(&g.kv, &i32, 4);
+    gb_key(&g, "i.hi", GGUF_I32), i32 = 7, tb_put(&g.kv, &i32, 4);
+    gb_u32(&g, "u.lo", 3);
+    gb_u32(&g, "u.hi", 9);
+    gb_key(&g, "u64.max", GGUF_U64), tb_u64(&g.kv, (uint64_t)INT64_MAX);
+    gb_key(&g, "u64.over", GGUF_U64), tb_u64(&g.kv, (uint64_t)INT64_MAX + 1);
+    gb_f32(&g, "f", 1.5f);
+    gb_bool(&g, "b", 0);
+    gb_str(&g, "s", "x");
+    float f32s[2] = {0.5f, -2.0f};
+    gb_key(&g, "a.f32", GGUF_ARRAY), tb_u32(&g.kv, GGUF_F32), tb_u64(&g.kv, 2), tb_put(&g.kv, f32s, 8);
+    double f64 = 1e-300;
+    gb_key(&g, "a.f64", GGUF_ARRAY), tb_u32(&g.kv, GGUF_F64), tb_u64(&g.kv, 1), tb_put(&g.kv, &f64, 8);
+    uint64_t u64s[2] = {(uint64_t)INT64_MAX, (uint64_t)INT64_MAX + 1};
+    gb_key(&g, "a.u64", GGUF_ARRAY), tb_u32(&g.kv, GGUF_U64), tb_u64(&g.kv, 2), tb_put(&g.kv, u64s, 16);
+    const char *strs[] = {"1"};
+    gb_arr_str(&g, "a.str", strs, 1);
+    size_t n;
+    uint8_t *img = gb_finish(&g, &n);
+    gb_free(&g);
+    gguf_file f;
+    if (gguf_parse(&f, img, n, "ends.gguf")) fail_msg("%s", ds_errmsg());
+    int64_t iv = 42;
+    double dv;
+    int b;
+    const char *s;
+    uint64_t sl;
+    /* integers: both ends in, one step past each out */
+    assert_int_equal(gguf_get_int(&f, "i.lo", -5, 7, &iv), 0);
+    assert_int_equal(iv, -5);
+    assert_int_equal(gguf_get_int(&f, "i.hi", -5, 7, &iv), 0);
+    assert_int_equal(iv, 7);
+    assert_int_equal(gguf_get_int(&f, "i.lo", -4, 7, &iv), -1);
+    assert_non_null(strstr(ds_errmsg(), "ends.gguf: key 'i.lo' = -5 is outside the valid range -4..7"));
+    assert_int_equal(gguf_get_int(&f, "i.hi", -5, 6, &iv), -1);
+    assert_int_equal(gguf_get_int(&f, "u.lo", 3, 9, &iv), 0);
+    assert_int_equal(iv, 3);
+    assert_int_equal(gguf_get_int(&f, "u.hi", 3, 9, &iv), 0);
+    assert_int_equal(iv, 9);
+    assert_int_equal(gguf_get_int(&f, "u.lo", 4, 9, &iv), -1);
+    assert_int_equal(gguf_get_int(&f, "u.hi", 3, 8, &iv), -1);
+    assert_int_equal(gguf_get_int(&f, "u64.max", 0, INT64_MAX, &iv), 0);
+    assert_true(iv == INT64_MAX);
+    assert_int_equal(gguf_get_int(&f, "u64.over", INT64_MIN, INT64_MAX, &iv), -1);
+    /* each getter on each other type: -1 naming the type; absent: 1 */
+    assert_int_equal(gguf_get_int(&f, "f", INT64_MIN, INT64_MAX, &iv), -1);
+    assert_non_null(strstr(ds_errmsg(), "key 'f' has type f32, expected an integer"));
+    assert_int_equal(gguf_get_int(&f, "b", INT64_MIN, INT64_MAX, &iv), -1);
+    assert_int_equal(gguf_get_int(&f, "s", INT64_MIN, INT64_MAX, &iv), -1);
+    assert_int_equal(gguf_get_int(&f, "a.u64", INT64_MIN, INT64_MAX, &iv), -1);
+    assert_int_equal(gguf_get_float(&f, "f", &dv), 0);
+    assert_true(dv == 1.5);
+    assert_int_equal(gguf_get_float(&f, "u.lo", &dv), 0); /* an integer is a number (a freq_base of 10000 as u32) */
+    assert_true(dv == 3.0);
+    assert_int_equal(gguf_get_float(&f, "i.lo", &dv), 0);
+    assert_true(dv == -5.0);
+    assert_int_equal(gguf_get_float(&f, "s", &dv), -1);
+    assert_non_null(strstr(ds_errmsg(), "key 's' has type string, expected a number"));
+    assert_int_equal(gguf_get_float(&f, "b", &dv), -1);
+    assert_int_equal(gguf_get_bool(&f, "b", &b), 0);
+    assert_int_equal(b, 0);
+    assert_int_equal(gguf_get_bool(&f, "u.lo", &b), -1);
+    assert_non_null(strstr(ds_errmsg(), "key 'u.lo' has type u32, expected bool"));
+    assert_int_equal(gguf_get_str(&f, "s", &s, &sl), 0);
+    assert_int_equal(gguf_get_str(&f, "a.str", &s, &sl), -1);
+    assert_non_null(strstr(ds_errmsg(), "key 'a.str' has type array, expected string"));
+    assert_int_equal(gguf_get_int(&f, "none", 0, 1, &iv), 1);
+    assert_int_equal(gguf_get_float(&f, "none", &dv), 1);
+    assert_int_equal(gguf_get_bool(&f, "none", &b), 1);
+    assert_int_equal(gguf_get_str(&f, "none", &s, &sl), 1);
+    /* array elements: the index's end, the element type, a scalar is no array */
+    const gguf_value *a = gguf_get(&f, "a.f32");
+    assert_int_equal(gguf_arr_float(a, 0, &dv), 0);
+    assert_true(dv == 0.5);
+    assert_int_equal(gguf_arr_float(a, 1, &dv), 0);
+    assert_true(dv == -2.0);
+    assert_int_equal(gguf_arr_float(a, 2, &dv), -1);
+    assert_int_equal(gguf_arr_int(a, 0, &iv), -1);
+    assert_int_equal(gguf_arr_float(gguf_get(&f, "a.f64"), 0, &dv), 0);
+    assert_true(dv == 1e-300);
+    a = gguf_get(&f, "a.u64");
+    assert_int_equal(gguf_arr_float(a, 0, &dv), -1);
+    assert_int_equal(gguf_arr_int(a, 0, &iv), 0);
+    assert_true(iv == INT64_MAX);
+    assert_int_equal(gguf_arr_int(a, 1, &iv), -1); /* 2^63 does not fit */
+    assert_int_equal(gguf_arr_int(a, 2, &iv), -1);
+    assert_int_equal(gguf_arr_int(gguf_get(&f, "a.str"), 0, &iv), -1);
+    assert_int_equal(gguf_arr_float(gguf_get(&f, "a.str"), 0, &dv), -1);
+    assert_int_equal(gguf_arr_int(gguf_get(&f, "u.lo"), 0, &iv), -1);
+    assert_int_equal(gguf_arr_float(gguf_get(&f, "f"), 0, &dv), -1);
+    gguf_close(&f);
+    free(img);
+    assert_string_equal(gguf_vtype_name(0), "u8");
+    assert_string_equal(gguf_vtype_name(GGUF_F64), "f64");
+    assert_string_equal(gguf_vtype_name(GGUF_NVTYPES), "invalid");
+
+    /* the parser's limits exactly: GGUF_MAX_DEPTH levels of arrays in, one more out */
+    tbuf t = nested(GGUF_MAX_DEPTH);
+    if (gguf_parse(&f, t.b, t.n, "deep.gguf")) fail_msg("%d levels refused: %s", GGUF_MAX_DEPTH, ds_errmsg());
+    a = gguf_get(&f, "k");
+    for (int l = 1; l < GGUF_MAX_DEPTH; l++) a = &a->arr.items[0];
+    assert_int_equal(gguf_arr_int(a, 0, &iv), 0);
+    assert_int_equal(iv, 5);
+    gguf_close(&f);
+    free(t.b);
+    t = nested(GGUF_MAX_DEPTH + 1);
+    expect_reject(t.b, t.n, &(broken_case){"one level too deep", "deeper than 8 levels"});
+    free(t.b);
+    /* element type 13, the first past the last: refused; a bool array's first element checked too */
+    uint8_t zeros[16] = {0};
+    t = header(3, 0, 1);
+    tb_str(&t, "k");
+    tb_u32(&t, GGUF_ARRAY);
+    tb_u32(&t, GGUF_NVTYPES);
+    tb_u64(&t, 1);
+    tb_put(&t, zeros, 16);
+    expect_reject(t.b, t.n, &(broken_case){"element type 13", "invalid element type 13"});
+    free(t.b);
+    t = header(3, 0, 1);
+    tb_str(&t, "k");
+    tb_u32(&t, GGUF_ARRAY);
+    tb_u32(&t, GGUF_BOOL);
+    tb_u64(&t, 2);
+    tb_put(&t, "\x02\x01", 2);
+    expect_reject(t.b, t.n, &(broken_case){"bool array led by 2", "element 0 is bool value 2"});
+    free(t.b);
+    /* a bad magic is shown byte for byte */
+    t = header(3, 0, 0);
+    memcpy(t.b, "GQUF", 4);
+    expect_reject(t.b, t.n, &(broken_case){"bad magic", "47 51 55 46"});
+    free(t.b);
+}
+
 /* gguf_open on files: missing, not GGUF, a directory */
 static void test_open_errors(void **state) {
     (void)state;
@@ -452,6 +608,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_all_types),
         cmocka_unit_test(test_broken_files),
+        cmocka_unit_test(test_getters_at_their_ends),
         cmocka_unit_test(test_truncation_every_byte),
         cmocka_unit_test(test_open_errors),
     };
