@@ -90,6 +90,7 @@ def gate_output(text):
             continue
         if re.search(r"tok/s|requests/s|\bETA\b|mean batch", l):  # a suite's rates and progress (serve's timing)
             continue
+        l = re.sub(r"/dsb-[0-9]+-", "/dsb-PID-", l)  # testutil's tmp_path: a suite's scratch files carry its pid
         keep.append(re.sub(r"[0-9.]+ s\b", "", l))
     return "\n".join(keep)
 

@@ -362,7 +362,7 @@ static void test_records(void **state) {
     assert_int_equal(walk("{\"v\": 1}\n\n{\"v\": 2}\r\n \r\n\t{\"v\": 3}", &l, -1), 0);
     assert_string_equal(l.seen, "0:1:1;1:3:2;2:5:3;");
     /* an array: line = index + 1, leading blanks allowed */
-    assert_int_equal(walk(" \n[{\"v\": 1}, {\"v\": 2}]\n", &l, -1), 0);
+    assert_int_equal(walk(" \t\r\n[{\"v\": 1}, {\"v\": 2}]\n", &l, -1), 0);
     assert_string_equal(l.seen, "0:1:1;1:2:2;");
     /* fn's error stops the walk, in either form */
     assert_int_equal(walk("{\"v\": 1}\n{\"v\": 2}\n{\"v\": 3}\n", &l, 1), -1);
