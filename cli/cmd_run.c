@@ -92,10 +92,17 @@ static cJSON *overrides(int argc, char **argv, const char **config_path, int *rc
     if (scheduler) cJSON_AddStringToObject(j, "scheduler", scheduler);
     if (gamma) cJSON_AddNumberToObject(j, "gamma", gamma);
     if (datasets) {
+        /* split at every comma, empty names kept: the config check names them (strtok dropped them) */
         cJSON *a = cJSON_AddArrayToObject(j, "datasets");
-        char buf[1024];
-        snprintf(buf, sizeof buf, "%s", datasets);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+        for (const char *s = datasets;; s++) {
+            const char *e = strchr(s, ',');
+            size_t len = e ? (size_t)(e - s) : strlen(s);
+            char *name = ds_strndup(s, len, "dataset name");
+            if (name) cJSON_AddItemToArray(a, cJSON_CreateString(name));
+            free(name);
+            if (!e) break;
+            s = e;
+        }
     }
     if (limit >= 0) cJSON_AddNumberToObject(j, "limit", limit);
     if (skip_bad) cJSON_AddTrueToObject(j, "skip_bad_lines");

@@ -124,6 +124,17 @@ int run_config_apply(run_config *c, const cJSON *j, const char *what, int merge)
             ds_error("%s: datasets must be a name or an array of 1..16 names", what);
             return -1;
         }
+        for (int i = 0; i < c->n_datasets; i++) { /* a name twice ran its prompts twice, into one table */
+            if (!c->datasets[i][0]) {
+                ds_error("%s: dataset %d of %d has an empty name", what, i + 1, c->n_datasets);
+                return -1;
+            }
+            for (int k = 0; k < i; k++)
+                if (strcmp(c->datasets[k], c->datasets[i]) == 0) {
+                    ds_error("%s: dataset '%s' is named twice", what, c->datasets[i]);
+                    return -1;
+                }
+        }
     }
     double temp = c->sp.temperature, top_p = c->sp.top_p, min_p = c->sp.min_p;
     if (jcfg_int(&r, "gamma", 1, 64, &c->gamma) || jcfg_int(&r, "limit", 0, 1000000, &c->limit) ||

@@ -63,6 +63,10 @@ static void test_bad_usage(void **state) {
     expect_error("run --seed ' -1'", 1, "--seed: ' -1' is not a valid integer"); /* ran with seed 2^64 - 1 */
     expect_error("run --seed -1", 1, "--seed: '-1' is not a valid integer");
     expect_error("run --gamma ' 4'", 1, "--gamma: ' 4' is not a valid integer");
+    /* a dataset list: an empty name was dropped and a repeated one ran its prompts twice */
+    expect_error("run --dataset builtin, --drafter ngram", 1, "command line: dataset 2 of 2 has an empty name");
+    expect_error("run --dataset builtin,,sbmini-qa --drafter ngram", 1, "command line: dataset 2 of 3 has an empty name");
+    expect_error("run --dataset sbmini-qa,builtin,sbmini-qa --drafter ngram", 1, "command line: dataset 'sbmini-qa' is named twice");
     /* --toy is the toy worlds alone: a production-round selection beside it is refused, not ignored */
     expect_error("lossless --toy --drafter ngram", 1, "--toy runs the toy worlds alone");
     expect_error("lossless --toy --both-contracts", 1, "--toy runs the toy worlds alone");
