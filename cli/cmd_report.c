@@ -293,6 +293,19 @@ int cmd_report(int argc, char **argv) {
         ds_error("report: give at least one %s (see dspark-bench report --help)", curve ? "run folder" : "trace file");
         return -1;
     }
+    /* an output renamed over an input (`report run.h5 --out run.h5`) destroyed the trace it reported */
+    for (int i = 0; i < npos; i++)
+        for (int k = 0; k < 2; k++) {
+            const char *o = k ? json : out;
+            if (o && ds_same_file(o, pos[i])) {
+                ds_error("report: --%s %s is an input of the report: it would replace it", k ? "json" : "out", o);
+                return -1;
+            }
+        }
+    if (out && json && ds_same_file(out, json)) {
+        ds_error("report: --out and --json name one file (%s)", out);
+        return -1;
+    }
     if (plot && ds_mkdirs(plot, "the plot folder")) return -1;
     if (json && curve) {
         ds_error("report: --json is for traces, not --train-curve");

@@ -256,6 +256,18 @@ int cmd_run(int argc, char **argv) {
     DS_CHECK(rc.drafter[0] || rc.baseline, "nothing to run: no drafter, and the baseline is off (--no-baseline)");
     DS_CHECK(!rc.serve_cfg, "%s: the \"serve\" settings are read by `dspark-bench serve`, not `run`",
              config_path ? config_path : "the config");
+    /* the prompts file is renamed into place at the end: over the trace, it replaced it; and neither
+     * output may land on an input (the config, the SPS table, a dataset file) */
+    DS_CHECK(!rc.prompts_out[0] || !ds_same_file(rc.prompts_out, rc.out),
+             "--prompts-out %s is the trace's own file (--out %s): the prompts would replace the trace", rc.prompts_out, rc.out);
+    for (int k = 0; k < 2; k++) {
+        const char *o = k ? rc.prompts_out : rc.out, *flag = k ? "--prompts-out" : "--out";
+        if (!o[0]) continue;
+        DS_CHECK(!config_path || !ds_same_file(o, config_path), "%s %s is the config file: it would replace it", flag, o);
+        DS_CHECK(!rc.sps[0] || !ds_same_file(o, rc.sps), "%s %s is the SPS table: it would replace it", flag, o);
+        for (int i = 0; i < rc.n_datasets; i++)
+            DS_CHECK(!ds_same_file(o, rc.datasets[i]), "%s %s is a dataset file: it would replace it", flag, o);
+    }
     /* everything that can be checked before the model loads */
     DS_TRY(run_prompts_load(&rc, &rp));
     int total = rp.total, skipped = rp.skipped;

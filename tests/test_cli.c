@@ -67,6 +67,26 @@ static void test_bad_usage(void **state) {
     expect_error("run --dataset builtin, --drafter ngram", 1, "command line: dataset 2 of 2 has an empty name");
     expect_error("run --dataset builtin,,sbmini-qa --drafter ngram", 1, "command line: dataset 2 of 3 has an empty name");
     expect_error("run --dataset sbmini-qa,builtin,sbmini-qa --drafter ngram", 1, "command line: dataset 'sbmini-qa' is named twice");
+    /* the prompts file renamed over the trace replaced it, exit 0 */
+    char same[1300];
+    const char *tr = tmp_path("same.h5");
+    snprintf(same, sizeof same, "run --drafter ngram --out %s --prompts-out %s", tr, tr);
+    expect_error(same, 1, "the prompts would replace the trace");
+    const char *dsf = tmp_path("own.jsonl");
+    put(dsf, "{\"prompt\": \"hi\"}\n");
+    snprintf(same, sizeof same, "run --drafter ngram --dataset %s --out %s", dsf, dsf);
+    expect_error(same, 1, "own.jsonl is a dataset file: it would replace it");
+    const char *cf = tmp_path("own.json");
+    put(cf, "{\"gamma\": 3}");
+    snprintf(same, sizeof same, "run --config %s --drafter ngram --prompts-out %s", cf, cf);
+    expect_error(same, 1, "own.json is the config file: it would replace it");
+    remove(cf);
+    char *txt;
+    size_t tn;
+    assert_int_equal(ds_read_file(dsf, &txt, &tn), 0);
+    assert_string_equal(txt, "{\"prompt\": \"hi\"}\n");
+    free(txt);
+    remove(dsf);
     /* --toy is the toy worlds alone: a production-round selection beside it is refused, not ignored */
     expect_error("lossless --toy --drafter ngram", 1, "--toy runs the toy worlds alone");
     expect_error("lossless --toy --both-contracts", 1, "--toy runs the toy worlds alone");
@@ -263,6 +283,23 @@ static void test_run_and_report(void **state) {
     expect_error("run --no-baseline", 1, "nothing to run");
     expect_error("report", 1, "give at least one trace file");
     expect_error("report /nonexistent/t.h5", 1, "no such file");
+    { /* an output over an input: `report run.h5 --out run.h5` replaced the trace it reported; untouched now */
+        const char *in = tmp_path("input.h5");
+        put(in, "a trace");
+        snprintf(args, sizeof args, "report %s --out %s", in, in);
+        expect_error(args, 1, "--out");
+        expect_error(args, 1, "input.h5 is an input of the report: it would replace it");
+        snprintf(args, sizeof args, "report %s --json /tmp/../%s", in, in);
+        expect_error(args, 1, "is an input of the report");
+        snprintf(args, sizeof args, "report %s --json %s.json --out %s.json", in, in, in);
+        expect_error(args, 1, "--out and --json name one file");
+        char *txt;
+        size_t n;
+        assert_int_equal(ds_read_file(in, &txt, &n), 0);
+        assert_string_equal(txt, "a trace");
+        free(txt);
+        remove(in);
+    }
     if (!need_real_model()) return;
     /* end to end on the embedded default: a trace, then a report of it */
     const char *h5 = tmp_path("run.h5");

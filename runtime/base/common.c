@@ -247,6 +247,12 @@ cJSON *ds_read_json(const char *path) {
     return j;
 }
 
+int ds_same_file(const char *a, const char *b) {
+    struct stat x, y;
+    if (strcmp(a, b) == 0) return 1;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 int ds_write_json(const cJSON *j, const char *path) {
     char *txt = cJSON_Print(j);
     if (!txt) {

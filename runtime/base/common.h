@@ -92,6 +92,9 @@ struct cJSON *ds_read_json(const char *path);
 enum { DS_JSON_OK, DS_JSON_BAD, DS_JSON_TRAILING, DS_JSON_NUL };
 struct cJSON *ds_json_parse(const char *txt, size_t n, size_t *stop, int *why);
 const char *ds_json_why(int why);
+/* 1 when a and b name one file: the same text, or both present with the same device and inode (an
+ * output about to replace an input is refused with it) */
+int ds_same_file(const char *a, const char *b);
 /* j written to path, indented, whole or not at all (ds_write_file_atomic). */
 int ds_write_json(const struct cJSON *j, const char *path);
 
