@@ -98,6 +98,18 @@ python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 13 --timeout 120 --draft
 python3 scripts/mutants.py $(lim $((N * 3 / 4))) --seed 13 --timeout 120 --drafters $K --out out/mutants-simd runtime/kernels/kernels_x86.inc
 python3 scripts/mutants.py --timeout 200 --drafters 'test:test_engine@test_serve*' --out out/mutants-serve engine/serve.c
 python3 scripts/mutants.py $(lim "$((N * 3))") --seed 13 --timeout 60 --drafters test:test_trace --out out/mutants-trace9 engine/trace.c
+# tenth round: what the user hands the workbench (the JSON reader and config getters, prompt files,
+# GGUF and safetensors containers, the model and checkpoint loaders) and the rest of the schedulers,
+# every mutant of each file, judged by the suites that feed them bad input at each boundary
+python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_jcfg,test:test_contract,'test:test_cli@test_strict_configs',test:test_cli \
+  --out out/mutants-jcfg runtime/base/jcfg.c
+python3 scripts/mutants.py --seed 17 --timeout 120 --drafters test:test_gguf,test:test_forward,test:test_models --out out/mutants-gguf runtime/formats/gguf.c
+python3 scripts/mutants.py --seed 17 --timeout 60 --drafters test:test_datasets,'test:test_cli@test_strict_configs' --out out/mutants-datasets datasets/datasets.c
+python3 scripts/mutants.py --seed 17 --timeout 120 --drafters test:test_safetensors,test:test_train,test:test_vanilla --out out/mutants-st runtime/formats/safetensors.c
+python3 scripts/mutants.py --seed 17 --timeout 120 --drafters test:test_forward,test:test_safetensors,test:test_models --out out/mutants-model runtime/model/model.c
+python3 scripts/mutants.py --seed 17 --timeout 120 --drafters test:test_schedulers,dspark-markov,ngram --out out/mutants-sched10 \
+  schedulers/hedge.c schedulers/bandit.c schedulers/async_topk.c
+python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_training_free,ngram,recycling,suffix --out out/mutants-accstats drafters/accept_stats.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
