@@ -199,7 +199,7 @@ int vocab_compatible(const target *t, const model *m, const tokenizer *tk, const
     }
     if (!tk || !t->has_tokenizer) return 0; /* no tokenizer in the checkpoint: the size is all there is to check */
     const tokenizer *tt = &t->tk;
-    for (int i = 5; i < V; i++)
+    for (int i = 0; i < V; i++) /* every id: a draft model whose first ids differ is another vocabulary */
         if (tk->text_len[i] != tt->text_len[i] || memcmp(tk->text[i], tt->text[i], (size_t)tt->text_len[i]) != 0) {
             ds_error("%s: vocabulary differs from the target's at token id %d ('%.40s' vs '%.40s')", what, i, tk->text[i],
                      tt->text[i]);

@@ -579,6 +579,27 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(ds_errmsg(), "vocabulary of 300 tokens, the target has 49152"));
     cJSON_Delete(bad);
     remove(p);
+    /* the target's own file with token 0's text changed: the same size, another vocabulary (ids below 5
+     * went unchecked) */
+    {
+        char *img2;
+        size_t n2;
+        assert_int_equal(ds_read_file(real_model_path(), &img2, &n2), 0);
+        char *k = memmem(img2, n2, "tokenizer.ggml.tokens", 21);
+        assert_non_null(k);
+        char *first = k + 21 + 4 + 4 + 8 + 8; /* array type, element type, count, first string's length */
+        assert_int_equal(first[0], '<');
+        first[0] = '[';
+        const char *p2 = tmp_path("other-vocab.gguf");
+        write_file(p2, img2, n2);
+        free(img2);
+        snprintf(cfg, sizeof cfg, "{\"model\": \"%s\"}", p2);
+        bad = cJSON_Parse(cfg);
+        assert_int_equal(drafter_open(&d, "vanilla", bad, &c->t), -1);
+        assert_non_null(strstr(ds_errmsg(), "vocabulary differs from the target's at token id 0 ('[|endoftext|>' vs '<|endoftext|>')"));
+        cJSON_Delete(bad);
+        remove(p2);
+    }
     /* a scheduler that needs confidences with a drafter that has none (DFlash: no confidence head) */
     cJSON *ok = cJSON_Parse("{\"layers\": 1, \"gamma\": 3, \"taps\": [0, 1]}");
     assert_int_equal(drafter_open(&d, "dflash", ok, &c->t), 0);
