@@ -72,6 +72,17 @@ fail:
     return -1;
 }
 
+void contract_weights_tag(const draft_contract *k, const float *params, size_t n, char *fp, size_t cap) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *p = (const unsigned char *)params;
+    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    p = (const unsigned char *)k->calib;
+    for (size_t i = 0; i < (size_t)k->n_calib * sizeof(float); i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    for (const char *s = k->vocab_hash; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    size_t l = strlen(fp);
+    snprintf(fp + l, cap - l, "-w%016llx", (unsigned long long)h);
+}
+
 int contract_vocab_read(const draft_contract *k, subvocab *sv, int V, const char *path) {
     return subvocab_read(sv, path, V, contract_rows(k, V), k->vocab_hash);
 }

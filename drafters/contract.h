@@ -48,5 +48,9 @@ int contract_check_serving(const draft_contract *k, const target *t, const char 
  * checkpoint's safetensors file at path, checked against the recorded hash */
 int contract_vocab_set(const draft_contract *k, subvocab *sv, int V, const int *ids, const char *what);
 int contract_vocab_read(const draft_contract *k, subvocab *sv, int V, const char *path);
+/* "-w" and 16 hex digits of FNV-1a over the weights, the calibration temperatures and the draft
+ * vocabulary, appended to a drafter's fingerprint: two checkpoints of one architecture told apart in a
+ * trace (kind and parameter count alone named them alike) */
+void contract_weights_tag(const draft_contract *k, const float *params, size_t n, char *fp, size_t cap);
 
 #endif

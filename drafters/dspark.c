@@ -117,6 +117,7 @@ static int dspark_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->tap, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%016llx", c->kind, (unsigned long long)s->m.n_params);
+    contract_weights_tag(&c->contract, s->m.params, s->m.n_params, d->fingerprint, sizeof d->fingerprint);
     s->tk = &t->tk;
     if (s->tree_nodes) {
         /* an RNN head's state is its path's: every node would carry its own, which this tree does not */

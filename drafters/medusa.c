@@ -307,6 +307,7 @@ static int medusa_open(drafter *d, const cJSON *cfg, target *t) {
     d->n_capture = 1;
     d->capture_layers[0] = c->tap;
     snprintf(d->fingerprint, sizeof d->fingerprint, "medusa-%d-%016llx", c->heads, (unsigned long long)s->m.n_params);
+    contract_weights_tag(&c->contract, s->m.params, s->m.n_params, d->fingerprint, sizeof d->fingerprint);
     s->tk = &t->tk;
     if (s->tree_nodes) tree_mark(d, "a best-first tree", s->tree_nodes, s->tree_width); /* over the heads' top tokens */
     int K = c->heads, D = c->dim, V = c->vocab, Vd = s->m.sv.Vd;

@@ -477,6 +477,7 @@ int mtp_drafter_open(drafter *d, const cJSON *cfg, target *t, const char *kind) 
     d->n_capture = c->n_tap;
     memcpy(d->capture_layers, c->taps, sizeof(int) * (size_t)c->n_tap);
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s-%d-%016llx", kind, c->depth, (unsigned long long)s->m.n_params);
+    contract_weights_tag(&c->contract, s->m.params, s->m.n_params, d->fingerprint, sizeof d->fingerprint);
     s->tk = &t->tk;
     int D = c->dim, V = c->vocab, Vd = s->m.sv.Vd, W = s->tree_nodes ? s->tree_width : 1;
     if (s->tree_nodes) { /* EAGLE-2's tree: candidates W at depth 1, W x W at every depth after */

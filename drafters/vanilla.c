@@ -205,6 +205,7 @@ static int open_lm(vanilla *v, drafter *d, jcfg *r, const char *ck, target *t) {
              drafter_type_key(v->bt), v->lm.sv.Vd);
     snprintf(d->fingerprint, sizeof d->fingerprint, "vanilla-lm-%d-%016llx", v->lm.cfg.n_layers,
              (unsigned long long)v->lm.n_params);
+    contract_weights_tag(&c->contract, v->lm.params, v->lm.n_params, d->fingerprint, sizeof d->fingerprint);
     v->svp = &v->lm.sv;
     return 0;
 fail:

@@ -444,6 +444,28 @@ static void test_checkpoint(void **state) {
     drafter d;
     checkpoint_serves(&tt->t, "vanilla", dir, "\"layers\": 3", "one of", &d); /* a self-draft and a checkpoint at once */
     assert_int_equal(d.n_capture, 0);
+    /* the fingerprint a trace records names the weights: the same checkpoint twice alike, one weight
+     * moved another (kind and parameter count alone named every 2-layer checkpoint alike) */
+    {
+        char fp1[64], fp2[64], dir2[640];
+        snprintf(fp1, sizeof fp1, "%s", d.fingerprint);
+        drafter_close(&d);
+        assert_non_null(strstr(fp1, "-w"));
+        checkpoint_serves(&tt->t, "vanilla", dir, "\"layers\": 3", "one of", &d);
+        assert_string_equal(d.fingerprint, fp1);
+        drafter_close(&d);
+        vlm_model m4;
+        assert_int_equal(vlm_load(&m4, dir, &tt->t.m, 0), 0);
+        m4.params[m4.n_params / 2] += 1e-3f;
+        snprintf(dir2, sizeof dir2, "%s2", dir);
+        assert_int_equal(vlm_save(&m4, dir2), 0);
+        vlm_model_free(&m4);
+        checkpoint_serves(&tt->t, "vanilla", dir2, "\"layers\": 3", "one of", &d);
+        snprintf(fp2, sizeof fp2, "%s", d.fingerprint);
+        if (!strcmp(fp1, fp2) || strncmp(fp1, fp2, (size_t)(strstr(fp1, "-w") - fp1)))
+            fail_msg("one weight moved: fingerprints '%s' and '%s' (the prefix should agree, the weights tag not)", fp1, fp2);
+        rm_dir(dir2);
+    }
     drafter_close(&d);
     const char *const bad[][2] = {{"{\"kind\": \"vanilla\", \"n_layers\": 2, \"dim\": 64}", "dim"},
                             {"{\"kind\": \"vanilla\", \"n_layers\": 2, \"n_kv_heads\": 4}", "heads"},
