@@ -102,10 +102,27 @@ static void test_json_array_and_errors(void **state) {
     write_file(p, two, strlen(two));
     assert_int_equal(dataset_load(p, NULL, 0, 1, &s), -1);
     assert_non_null(strstr(ds_errmsg(), "text after the JSON value at byte 23"));
-    const char *padded = "  [{\"instruction\": \"a\"}] \r\n\n";
+    const char *padded = " \t\r\n [{\"instruction\": \"a\"}] \r\n\n";
     write_file(p, padded, strlen(padded));
     assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
     assert_int_equal(s.n, 1);
+    prompt_set_free(&s);
+    /* an array's limit, and a category's domain (math, code; anything else is chat) */
+    const char *cats = "[{\"prompt\": \"m\", \"category\": \"math\"}, {\"prompt\": \"c\", \"category\": \"code\"}, "
+                       "{\"prompt\": \"w\", \"category\": \"writing\"}, {\"prompt\": \"n\", \"category\": 7}]";
+    write_file(p, cats, strlen(cats));
+    assert_int_equal(dataset_load(p, NULL, 0, 0, &s), 0);
+    assert_int_equal(s.n, 4);
+    assert_string_equal(s.v[0].domain, "math");
+    assert_string_equal(s.v[1].domain, "code");
+    assert_string_equal(s.v[2].domain, "chat");
+    assert_string_equal(s.v[3].domain, "chat");
+    prompt_set_free(&s);
+    assert_int_equal(dataset_load(p, NULL, 1, 0, &s), 0);
+    assert_int_equal(s.n, 1);
+    prompt_set_free(&s);
+    assert_int_equal(dataset_load("builtin", NULL, 2, 0, &s), 0);
+    assert_int_equal(s.n, 2);
     prompt_set_free(&s);
     remove(p);
     assert_int_equal(dataset_load("gsm9k", NULL, 0, 1, &s), -1);

@@ -131,6 +131,35 @@ static void test_broken_files(void **state) {
     free(img);
 }
 
+/* st_check_taken: the first tensor left (by the file's order, which st_parse sorts by name), how many,
+ * and the one name a reader may leave */
+static void test_unread_tensors(void **state) {
+    (void)state;
+    size_t n;
+    uint8_t *img = st_image("{\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},\"a\":{\"dtype\":\"F32\",\"shape\":[1],"
+                            "\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                            12, &n);
+    st_file f;
+    if (st_parse(&f, img, n, "ck.safetensors")) fail_msg("%s", ds_errmsg());
+    assert_int_equal(f.n_tensors, 3);
+    int ia = (int)(st_find(&f, "a") - f.tensors), ib = (int)(st_find(&f, "b") - f.tensors), ic = (int)(st_find(&f, "c") - f.tensors);
+    uint8_t taken[3] = {0};
+    taken[ib] = taken[ic] = 1;
+    assert_int_equal(st_check_taken(&f, taken, NULL), -1);
+    assert_non_null(strstr(ds_errmsg(), "ck.safetensors: tensor 'a' is not read by this model's configuration (1 of 3 tensors unread)"));
+    assert_int_equal(st_check_taken(&f, taken, "a"), 0);
+    memset(taken, 0, 3);
+    taken[ia] = 1;
+    assert_int_equal(st_check_taken(&f, taken, NULL), -1);
+    assert_non_null(strstr(ds_errmsg(), "tensor 'b' is not read by this model's configuration (2 of 3 tensors unread)"));
+    assert_int_equal(st_check_taken(&f, taken, "b"), -1);
+    assert_non_null(strstr(ds_errmsg(), "tensor 'c' is not read by this model's configuration (1 of 3 tensors unread)"));
+    memset(taken, 1, 3);
+    assert_int_equal(st_check_taken(&f, taken, NULL), 0);
+    st_close(&f);
+    free(img);
+}
+
 static void test_truncation_every_byte(void **state) {
     (void)state;
     float a[5] = {1, 2, 3, 4, 5};
@@ -347,7 +376,8 @@ static void test_hf_qwen3_f16(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_dtypes),  cmocka_unit_test(test_f16_all_values),
-        cmocka_unit_test(test_broken_files),      cmocka_unit_test(test_truncation_every_byte),
+        cmocka_unit_test(test_broken_files),
+        cmocka_unit_test(test_unread_tensors),      cmocka_unit_test(test_truncation_every_byte),
         cmocka_unit_test(test_hf_llama_f32),      cmocka_unit_test(test_hf_llama_bf16),
         cmocka_unit_test(test_hf_qwen3_f16),
     };
