@@ -617,10 +617,12 @@ static void test_model_errors(void **state) {
     assert_non_null(strstr(ds_errmsg(), "missing metadata key 'llama.block_count'"));
     free(img);
     gb_free(&g);
-    /* a tiny model without its norm epsilon or its context: refused (llama.cpp requires both), not
-     * guessed; each key renamed in place by its last letter */
-    static const char *const needed[] = {"llama.attention.layer_norm_rms_epsilon", "llama.context_length"};
-    for (int k = 0; k < 2; k++) {
+    /* a tiny model without a required hyperparameter (its norm epsilon and context too: llama.cpp
+     * requires both) is refused naming it, not guessed; each key renamed in place by its last letter */
+    static const char *const needed[] = {"llama.attention.layer_norm_rms_epsilon", "llama.context_length",
+                                         "llama.embedding_length", "llama.block_count", "llama.attention.head_count",
+                                         "llama.feed_forward_length"};
+    for (int k = 0; k < 6; k++) {
         tiny_spec ts = SPEC_Q41;
         img = tiny_model_gguf(&ts, 1, &n);
         uint8_t *at = memmem(img, n, needed[k], strlen(needed[k]));
@@ -631,6 +633,80 @@ static void test_model_errors(void **state) {
         char want[96];
         snprintf(want, sizeof want, "missing metadata key '%s'", needed[k]);
         if (!strstr(ds_errmsg(), want)) fail_msg("'%s' lacks \"%s\"", ds_errmsg(), want);
+        free(img);
+    }
+    /* RoPE scaling: none and linear are read (the load goes on to the tensors), others refused by name */
+    {
+        static const char *const sc[][2] = {{"none", "missing tensor 'token_embd.weight'"},
+                                            {"linear", "missing tensor 'token_embd.weight'"},
+                                            {"yarn", "RoPE scaling 'yarn' is not supported (none, linear)"},
+                                            {"nonE", "RoPE scaling 'nonE' is not supported"},
+                                            {"linea", "RoPE scaling 'linea' is not supported"}};
+        for (int k = 0; k < 5; k++) {
+            gb_init(&g);
+            gb_str(&g, "general.architecture", "llama");
+            gb_u32(&g, "llama.embedding_length", 64);
+            gb_u32(&g, "llama.block_count", 1);
+            gb_u32(&g, "llama.attention.head_count", 4);
+            gb_u32(&g, "llama.feed_forward_length", 96);
+            gb_u32(&g, "llama.context_length", 256);
+            gb_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+            gb_str(&g, "llama.rope.scaling.type", sc[k][0]);
+            gb_f32(&g, "llama.rope.scaling.factor", 4.0f);
+            img = gb_finish(&g, &n);
+            write_file(p, img, n);
+            assert_int_equal(model_load(&m, p), -1);
+            if (!strstr(ds_errmsg(), sc[k][1])) fail_msg("scaling '%s': %s", sc[k][0], ds_errmsg());
+            free(img);
+            gb_free(&g);
+        }
+    }
+    /* an optional key absent: llama.cpp's default (a RoPE base of 10000) */
+    {
+        tiny_spec ts = SPEC_Q41;
+        ts.rope_base = 5000.0f;
+        img = tiny_model_gguf(&ts, 1, &n);
+        uint8_t *at = memmem(img, n, "llama.rope.freq_base", 20);
+        assert_non_null(at);
+        at[19] = 'X';
+        write_file(p, img, n);
+        if (model_load(&m, p)) fail_msg("without rope.freq_base: %s", ds_errmsg());
+        assert_true(m.cfg.rope_theta == 10000.0f);
+        model_free(&m);
+        free(img);
+    }
+    /* every tensor required: each renamed in turn is named missing (not skipped, a NULL weight later) */
+    {
+        tiny_spec ts = SPEC_QWEN2; /* biases and an untied head too */
+        img = tiny_model_gguf(&ts, 1, &n);
+        write_file(p, img, n);
+        assert_int_equal(model_load(&m, p), 0);
+        int nt = (int)m.gguf.n_tensors;
+        char (*names)[GGUF_MAX_NAME] = calloc((size_t)nt, GGUF_MAX_NAME);
+        for (int i = 0; i < nt; i++) snprintf(names[i], GGUF_MAX_NAME, "%s", m.gguf.tensors[i].name);
+        model_free(&m);
+        assert_true(nt >= 25);
+        for (int i = 0; i < nt; i++) {
+            uint8_t *cp = malloc(n);
+            memcpy(cp, img, n);
+            size_t l = strlen(names[i]);
+            uint8_t pat[8 + GGUF_MAX_NAME]; /* the name as a gguf string: its length first ("output.weight" ends others) */
+            uint64_t l64 = l;
+            memcpy(pat, &l64, 8);
+            memcpy(pat + 8, names[i], l);
+            uint8_t *at = memmem(cp, n, pat, 8 + l);
+            assert_non_null(at);
+            at[8 + l - 1] = 'X';
+            write_file(p, cp, n);
+            free(cp);
+            assert_int_equal(model_load(&m, p), -1);
+            char want[GGUF_MAX_NAME + 32];
+            if (strcmp(names[i], "output.weight") == 0) /* optional (a tied head), so the renamed one is left over */
+                snprintf(want, sizeof want, "tensor 'output.weighX' is not part of");
+            else snprintf(want, sizeof want, "missing tensor '%s'", names[i]);
+            if (!strstr(ds_errmsg(), want)) fail_msg("'%s' renamed: %s", names[i], ds_errmsg());
+        }
+        free(names);
         free(img);
     }
     /* a tensor the loader would not read: refused, as llama.cpp refuses it. A block_count of 1 over two
