@@ -42,6 +42,20 @@ static void put_mat(gguf_writer *g, const char *name, uint32_t type, int cols, i
     free(b);
 }
 
+/* a norm vector of n weights, F32 or rounded to F16 */
+static void put_vec(gguf_writer *g, const char *name, int n, const float *w, int f16) {
+    int64_t ne[1] = {n};
+    if (!f16) {
+        gw_tensor(g, name, GGML_F32, 1, ne, w, (size_t)n * 4);
+        return;
+    }
+    ds_f16 *h = malloc(sizeof(ds_f16) * (size_t)n);
+    if (!h) return; /* as put_mat */
+    for (int i = 0; i < n; i++) h[i] = ds_f32_to_f16(w[i]);
+    gw_tensor(g, name, GGML_F16, 1, ne, h, (size_t)n * 2);
+    free(h);
+}
+
 /* A random Llama (or Qwen3) GGUF with no tokenizer, in memory. */
 uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
     rng_t r;
@@ -72,16 +86,15 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
     randn_fill(&r, w, (size_t)s->vocab * s->dim, s->emb_scale > 0 ? s->emb_scale : 0.5f);
     put_mat(&g, "token_embd.weight", s->emb_type, s->dim, s->vocab, w);
     for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
-    int64_t ne1[1] = {s->dim};
-    gw_tensor(&g, "output_norm.weight", GGML_F32, 1, ne1, w, (size_t)s->dim * 4);
+    put_vec(&g, "output_norm.weight", s->dim, w, s->norm_f16);
     for (int l = 0; l < s->n_layers; l++) {
         char n[96];
 #define NM(x) (snprintf(n, sizeof n, "blk.%d.%s.weight", l, x), n)
         float sc = 1.0f / sqrtf((float)s->dim);
         for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
-        gw_tensor(&g, NM("attn_norm"), GGML_F32, 1, ne1, w, (size_t)s->dim * 4);
+        put_vec(&g, NM("attn_norm"), s->dim, w, s->norm_f16);
         for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
-        gw_tensor(&g, NM("ffn_norm"), GGML_F32, 1, ne1, w, (size_t)s->dim * 4);
+        put_vec(&g, NM("ffn_norm"), s->dim, w, s->norm_f16);
         randn_fill(&r, w, (size_t)q * s->dim, sc);
         put_mat(&g, NM("attn_q"), s->mat_type, s->dim, q, w);
         randn_fill(&r, w, (size_t)kv * s->dim, sc);
@@ -110,11 +123,10 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
             gw_tensor(&g, b, GGML_F32, 1, nek, w, (size_t)kv * 4);
         }
         if (s->family == 1) {
-            int64_t neh[1] = {hd};
             for (int i = 0; i < hd; i++) w[i] = 1.0f + 0.2f * (float)(rng_uniform(&r) - 0.5);
-            gw_tensor(&g, NM("attn_q_norm"), GGML_F32, 1, neh, w, (size_t)hd * 4);
+            put_vec(&g, NM("attn_q_norm"), hd, w, s->norm_f16);
             for (int i = 0; i < hd; i++) w[i] = 1.0f + 0.2f * (float)(rng_uniform(&r) - 0.5);
-            gw_tensor(&g, NM("attn_k_norm"), GGML_F32, 1, neh, w, (size_t)hd * 4);
+            put_vec(&g, NM("attn_k_norm"), hd, w, s->norm_f16);
         }
 #undef NM
     }

@@ -14,6 +14,7 @@ typedef struct {
     int family;          /* 0 llama; 1 qwen3 (per-head q/k norms); 2 qwen2 (q/k/v biases, an untied head) */
     float rope_base;
     float emb_scale;     /* std of the (tied) embedding; 0: 0.5. Smaller: flatter output laws */
+    int norm_f16;        /* 1: the norm vectors stored as F16 (the loader's conversion path), else F32 */
 } tiny_spec;
 
 /* the GGUF image (no tokenizer) of a random model; NULL with a message */

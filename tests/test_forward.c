@@ -675,9 +675,10 @@ static void test_model_errors(void **state) {
         model_free(&m);
         free(img);
     }
-    /* every tensor required: each renamed in turn is named missing (not skipped, a NULL weight later) */
-    {
-        tiny_spec ts = SPEC_QWEN2; /* biases and an untied head too */
+    /* every tensor required: each renamed in turn is named missing (not skipped, a NULL weight later), in a
+     * Qwen2 model (biases and an untied head too) and a Qwen3 one (per-head q/k norms) */
+    for (int fam = 0; fam < 2; fam++) {
+        tiny_spec ts = fam ? SPEC_QWEN : SPEC_QWEN2;
         img = tiny_model_gguf(&ts, 1, &n);
         write_file(p, img, n);
         assert_int_equal(model_load(&m, p), 0);
@@ -685,7 +686,7 @@ static void test_model_errors(void **state) {
         char (*names)[GGUF_MAX_NAME] = calloc((size_t)nt, GGUF_MAX_NAME);
         for (int i = 0; i < nt; i++) snprintf(names[i], GGUF_MAX_NAME, "%s", m.gguf.tensors[i].name);
         model_free(&m);
-        assert_true(nt >= 25);
+        assert_true(nt == (fam ? 24 : 27));
         for (int i = 0; i < nt; i++) {
             uint8_t *cp = malloc(n);
             memcpy(cp, img, n);
@@ -708,6 +709,47 @@ static void test_model_errors(void **state) {
         }
         free(names);
         free(img);
+    }
+    /* an unread tensor first in the file (the check starts at index 0): a llama model built by hand, all
+     * F32, loads without it and is refused with it */
+    for (int extra = 0; extra < 2; extra++) {
+        enum { D = 8, H = 16, V = 12 };
+        float w[H * D];
+        for (int i = 0; i < H * D; i++) w[i] = 0.01f * (float)(i % 7);
+        gb_init(&g);
+        gb_str(&g, "general.architecture", "llama");
+        gb_u32(&g, "llama.embedding_length", D);
+        gb_u32(&g, "llama.block_count", 1);
+        gb_u32(&g, "llama.attention.head_count", 2);
+        gb_u32(&g, "llama.feed_forward_length", H);
+        gb_u32(&g, "llama.context_length", 64);
+        gb_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+        int64_t vec[1] = {D}, emb[2] = {D, V}, sq[2] = {D, D}, up[2] = {D, H}, down[2] = {H, D};
+        if (extra) gw_tensor(&g, "blk.0.attn_norm.bias", GGML_F32, 1, vec, w, D * 4);
+        gw_tensor(&g, "token_embd.weight", GGML_F32, 2, emb, w, D * V * 4);
+        gw_tensor(&g, "output_norm.weight", GGML_F32, 1, vec, w, D * 4);
+        gw_tensor(&g, "blk.0.attn_norm.weight", GGML_F32, 1, vec, w, D * 4);
+        gw_tensor(&g, "blk.0.ffn_norm.weight", GGML_F32, 1, vec, w, D * 4);
+        static const char *const sqn[4] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+                                           "blk.0.attn_output.weight"};
+        for (int i = 0; i < 4; i++) gw_tensor(&g, sqn[i], GGML_F32, 2, sq, w, D * D * 4);
+        gw_tensor(&g, "blk.0.ffn_gate.weight", GGML_F32, 2, up, w, D * H * 4);
+        gw_tensor(&g, "blk.0.ffn_up.weight", GGML_F32, 2, up, w, D * H * 4);
+        gw_tensor(&g, "blk.0.ffn_down.weight", GGML_F32, 2, down, w, D * H * 4);
+        img = gb_finish(&g, &n);
+        write_file(p, img, n);
+        int rc = model_load(&m, p);
+        if (!extra) {
+            if (rc) fail_msg("the hand-built model: %s", ds_errmsg());
+            model_free(&m);
+        } else {
+            assert_int_equal(rc, -1);
+            if (!strstr(ds_errmsg(), "tensor 'blk.0.attn_norm.bias' is not part of a llama model as this runtime runs it "
+                                     "(1 of 12 tensors unread)"))
+                fail_msg("an unread first tensor: %s", ds_errmsg());
+        }
+        free(img);
+        gb_free(&g);
     }
     /* a tensor the loader would not read: refused, as llama.cpp refuses it. A block_count of 1 over two
      * layers' tensors ran as a one-layer model; a Qwen2 file relabelled llama ran without its biases */
@@ -751,6 +793,47 @@ static void test_model_errors(void **state) {
     assert_int_equal(model_load(&m, "/nonexistent/x.gguf"), -1);
     assert_non_null(strstr(ds_errmsg(), "not found"));
     remove(p);
+}
+
+/* Norm vectors stored as F16 (some converters write them so) are converted at load: every one equals
+ * the F16 rounding of the same model's F32 vector (same seed), the rounding visible somewhere, and the
+ * float64 reference's logits of the two models stay within F16's precision of each other. */
+static void test_f16_norm_vectors(void **state) {
+    (void)state;
+    tiny_spec s32 = SPEC_QWEN, s16 = SPEC_QWEN;
+    s16.norm_f16 = 1;
+    fixture *a = open_tiny(&s32, 5, "norm32.gguf"), *b = open_tiny(&s16, 5, "norm16.gguf");
+    const model *ma = &a->m, *mb = &b->m;
+    int hd = ma->cfg.head_dim, rounded = 0;
+    for (int l = -1; l < ma->cfg.n_layers; l++) {
+        const float *va[4], *vb[4];
+        int nv[4];
+        if (l < 0) va[0] = ma->out_norm, vb[0] = mb->out_norm, nv[0] = ma->cfg.dim, nv[1] = nv[2] = nv[3] = 0;
+        else {
+            const layer_weights *la = &ma->layers[l], *lb = &mb->layers[l];
+            va[0] = la->attn_norm, vb[0] = lb->attn_norm, va[1] = la->ffn_norm, vb[1] = lb->ffn_norm;
+            va[2] = la->q_norm, vb[2] = lb->q_norm, va[3] = la->k_norm, vb[3] = lb->k_norm;
+            nv[0] = nv[1] = ma->cfg.dim, nv[2] = nv[3] = hd;
+        }
+        for (int v = 0; v < 4; v++)
+            for (int i = 0; i < nv[v]; i++) {
+                float want = ds_f16_to_f32(ds_f32_to_f16(va[v][i]));
+                if (vb[v][i] != want) fail_msg("layer %d vector %d [%d]: %g, F16 of %g is %g", l, v, i, vb[v][i], va[v][i], want);
+                rounded += want != va[v][i];
+            }
+    }
+    assert_true(rounded > 100);
+    int tok[6], V = ma->cfg.vocab_size;
+    tokens(tok, 6, V, 9);
+    double *la = malloc(sizeof(double) * 6 * V), *lb = malloc(sizeof(double) * 6 * V), worst = 0;
+    naive_forward(ma, tok, 6, la);
+    naive_forward(mb, tok, 6, lb);
+    for (int i = 0; i < 6 * V; i++) worst = fmax(worst, fabs(la[i] - lb[i]));
+    assert_true(worst > 0 && worst < 0.05);
+    free(la);
+    free(lb);
+    close_tiny(a);
+    close_tiny(b);
 }
 
 /* Issue 11 (8): a NaN or Inf anywhere in the weights is a load error naming the tensor; on d965422
@@ -963,6 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_weights),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_model_errors),
+        cmocka_unit_test(test_f16_norm_vectors),
         cmocka_unit_test(test_matmul_table_growth),
         cmocka_unit_test(test_packed_pages_released),
         cmocka_unit_test(test_forward_passes),

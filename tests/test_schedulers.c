@@ -8,6 +8,8 @@
 
 #include "../schedulers/scheduler.h"
 
+#define HEDGE_LAW 5 /* lengths 0..gamma at gamma = 4 */
+
 static int open_cfg(scheduler *s, const char *name, const char *json) {
     cJSON *c = json ? cJSON_Parse(json) : NULL;
     assert_true(!json || c);
@@ -176,6 +178,100 @@ static void test_hedge_charges_batch_time(void **state) {
     double alone = hedge_mean_length(1), loaded = hedge_mean_length(16);
     fprintf(stderr, "hedge: mean verified length alone %.2f, in a batch of 16 %.2f\n", alone, loaded);
     assert_true(alone > 0.8 && loaded < 0.3);
+}
+
+/* Hedge's update by hand: the law it draws each request's length from after one, two and three rounds,
+ * read through the scheduler's own random stream (a hook that records the weights it is handed). The
+ * table has a kink at B = 8 (1 s, +0.1 a row to B = 8, +50.4/56 past it), so where the other rows of the
+ * round are counted (B0 = batch_tokens - v) changes every price. Row 0 is request 12 (4 proposed, 3
+ * verified, 1 accepted: every length's tokens revealed), row 1 request 11 (2 of 2 accepted: lengths 3
+ * and 4 estimated, from its acceptance rate, then from the round's confidences, with 3 proposed so length
+ * 4 is priced as 3); in round 3 request 12 accepts all it verifies. The laws are tests/ref/hedge_by_hand.py's: the doc comment's rule in float64. */
+typedef struct {
+    rng_branches h;
+    double w[8][HEDGE_LAW];
+    int n[8], calls;
+} law_hook;
+
+static int law_pick_d(rng_branches *b, const double *p, int n) {
+    law_hook *k = (law_hook *)b;
+    assert_true(k->calls < 8 && n <= HEDGE_LAW);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += p[i];
+    for (int i = 0; i < n; i++) k->w[k->calls][i] = p[i] / sum;
+    k->n[k->calls++] = n;
+    return 0;
+}
+
+static void test_hedge_by_hand(void **state) {
+    (void)state;
+    int B[3] = {1, 8, 64};
+    double steps[3] = {1.0, 1.0 / 1.7, 1.0 / 52.1};
+    sps_table sps;
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 3), 0);
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "hedge", "{\"eta\": 1, \"seed\": 4}"), 0);
+    static const double want[3][2][HEDGE_LAW] = {
+        {{0.178312785662, 0.226489836095, 0.209505784973, 0.197382507597, 0.188309085673},
+         {0.151560237732, 0.198039334924, 0.240957246744, 0.247057108486, 0.162386072114}},
+        {{0.157867490208, 0.254697786136, 0.217931382486, 0.193439454667, 0.176063886503},
+         {0.102561964064, 0.175113122320, 0.259236266218, 0.279426664357, 0.183661983041}},
+        {{0.126626761072, 0.259492133410, 0.233118498271, 0.203101075359, 0.177661531888},
+         {0.068150381817, 0.147797432194, 0.260742920384, 0.309636086566, 0.213673179040}}};
+    int req[2] = {12, 11};
+    float conf[8] = {0.2f, 0.2f, 0.2f, 0.2f, 0.9f, 0.9f, 0.6f, 0.5f}; /* row 0's are never read (1 < 3) */
+    for (int t = 0; t < 3; t++) {
+        /* round 3: request 12 verifies 1 and accepts it, so its Laplace rate from rounds 1-2, (2 + 1) / (4 + 2), is read */
+        int prop[2] = {4, t == 1 ? 3 : 4}, ver[2] = {t == 2 ? 1 : 3, 2}, acc[2] = {1, 2}, emit[2] = {2, 3};
+        round_result rr = {2, 4, req, prop, ver, acc, emit, t == 1 ? conf : NULL, t == 2 ? 5 : 7, 0, 0, &sps};
+        assert_int_equal(s.ops->observe(&s, &rr), 0);
+        law_hook k = {{NULL, law_pick_d, NULL, NULL}, {{0}}, {0}, 0};
+        s.rng.en = &k.h;
+        int nd[2] = {4, 4}, len[2];
+        sched_batch b = {2, 4, nd, NULL, &sps, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        s.rng.en = NULL;
+        assert_int_equal(k.calls, 2);
+        for (int r = 0; r < 2; r++) {
+            assert_int_equal(k.n[r], HEDGE_LAW);
+            for (int l = 0; l < HEDGE_LAW; l++) {
+                if (fabs(k.w[r][l] - want[t][r][l]) > 1e-9)
+                    fail_msg("round %d request %d length %d: %.12f, by hand %.12f", t + 1, req[r], l, k.w[r][l],
+                             want[t][r][l]);
+            }
+        }
+    }
+    scheduler_close(&s);
+    sps_free(&sps);
+}
+
+/* With a large eta every length's log-weight falls far below exp's range (a request whose third draft is
+ * always rejected gains less than the table's best rate at every length: about -16 a round at eta =
+ * 100, -800 after 50): the draw must still follow the law's shape, shifted by its largest weight, and
+ * pick length 2 or 3 (3 while its estimated third acceptance, from a rate near 0.85, looks worth it;
+ * with eta this large Hedge follows its leader), never the first index of an all-zero vector. */
+static void test_hedge_under_exp_range(void **state) {
+    (void)state;
+    int B[2] = {1, 64};
+    double steps[2] = {1.0 / 1.5, 1.0 / 33}; /* seconds 1 + 0.5 B */
+    sps_table sps;
+    assert_int_equal(sps_from_arrays(&sps, B, steps, 2), 0);
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "hedge", "{\"eta\": 100, \"seed\": 2}"), 0);
+    int req[1] = {5}, nd[1] = {4}, near = 0;
+    for (int t = 0; t < 80; t++) {
+        int len[1], acc[1], emit[1];
+        sched_batch b = {1, 4, nd, NULL, &sps, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        acc[0] = DS_MIN(len[0], 2);
+        emit[0] = acc[0] + 1;
+        if (t >= 50) near += len[0] == 2 || len[0] == 3;
+        round_result rr = {1, 4, req, nd, len, acc, emit, NULL, 1 + len[0], 0, 0, &sps};
+        assert_int_equal(s.ops->observe(&s, &rr), 0);
+    }
+    assert_int_equal(near, 30);
+    scheduler_close(&s);
+    sps_free(&sps);
 }
 
 static void test_hedge_per_request(void **state) {
@@ -397,6 +493,8 @@ int main(void) {
         cmocka_unit_test(test_sps_table_file),
         cmocka_unit_test(test_async_topk_by_hand),
         cmocka_unit_test(test_bandits_find_the_best_length),
+        cmocka_unit_test(test_hedge_by_hand),
+        cmocka_unit_test(test_hedge_under_exp_range),
         cmocka_unit_test(test_hedge_per_request),
         cmocka_unit_test(test_hedge_charges_batch_time),
         cmocka_unit_test(test_req_table),

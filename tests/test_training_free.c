@@ -132,6 +132,75 @@ static void test_accept_observe(void **state) {
     accept_counts_free(&own);
 }
 
+/* The counts' whole table, not its first cells: every cell and position starts at the prior (the last
+ * too), positions past AS_POS - 1 share the last slot (a 20-token accepted draft puts 5 observations
+ * there, one in each earlier slot, none in other cells), a request's counts merge into the run's entry
+ * by entry and are zeroed entry by entry, and the confidence a draft carries is the calibrated one for
+ * the positions that have a temperature and the raw one after them. */
+static void test_accept_counts_table(void **state) {
+    (void)state;
+    enum { NC = 3, N = 20 };
+    accept_counts run, own;
+    accept_prior flat = {.shrink = 8, .req_weight = 1e9f};
+    assert_int_equal(accept_counts_init(&run, NC, 0.4f, 5), 0);
+    assert_int_equal(accept_counts_init(&own, NC, 0, 0), 0);
+    for (int i = 0; i < NC * AS_POS; i++) {
+        assert_float_equal(run.acc[i], 2, 1e-6);
+        assert_float_equal(run.obs[i], 5, 0);
+        assert_true(own.acc[i] == 0 && own.obs[i] == 0);
+    }
+    int cell[N], tok[N], com[N + 1];
+    for (int k = 0; k < N; k++) cell[k] = 2, tok[k] = com[k] = 10 + k;
+    com[N] = 3;
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, N, com, N + 1, -1), N);
+    for (int c = 0; c < NC; c++)
+        for (int k = 0; k < AS_POS; k++) {
+            float want = c != 2 ? 0 : k < AS_POS - 1 ? 1 : N - (AS_POS - 1);
+            assert_float_equal(own.obs[c * AS_POS + k], want, 0);
+            assert_float_equal(own.acc[c * AS_POS + k], want, 0);
+        }
+    float deep = (5 + 8 * 0.4f) / (5 + 8), first = (1 + 8 * 0.4f) / (1 + 8);
+    assert_float_equal(accept_conf(&run, &own, &flat, 2, AS_POS - 1), deep, 1e-5);
+    assert_float_equal(accept_conf(&run, &own, &flat, 2, 40), deep, 1e-5);
+    assert_float_equal(accept_conf(&run, &own, &flat, 2, 0), first, 1e-5);
+    assert_float_equal(accept_conf(&run, &own, &flat, 1, AS_POS - 1), 0.4f, 1e-5);
+    /* a draft's q and confidences: calibrated at positions 0 and 1 (temperatures 2 and 0.5), raw at 2 */
+    accept_prior cal = flat;
+    cal.n_calib = 2, cal.calib[0] = 2, cal.calib[1] = 0.5f;
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, 4, 32, 1), 0);
+    for (int k = 0; k < 3; k++) accept_draft(&b, k, 7 + k, 2, FAULT_NONE, &run, &own, &cal);
+    for (int k = 0; k < 3; k++) {
+        float raw = accept_conf(&run, &own, &cal, 2, k), want = raw;
+        if (k < 2) want = 1 / (1 + expf(-logf(raw / (1 - raw)) / cal.calib[k]));
+        assert_int_equal(b.tok[k], 7 + k);
+        assert_float_equal(b.conf_raw[k], raw, 0);
+        assert_float_equal(b.conf[k], want, 1e-6);
+        for (int v = 0; v < 32; v++) assert_float_equal(b.q[k * 32 + v], v == 7 + k, 0);
+    }
+    /* T = 2 pulls toward 1/2, T = 0.5 pushes away */
+    assert_true(fabsf(b.conf[0] - 0.5f) < fabsf(b.conf_raw[0] - 0.5f) && fabsf(b.conf[1] - 0.5f) > fabsf(b.conf_raw[1] - 0.5f));
+    accept_draft(&b, 3, 31, 2, FAULT_DRAFT_WRONG_Q, &run, &own, &cal); /* the gate's control: q wraps */
+    assert_true(b.q[3 * 32 + 31] == 0.5f && b.q[3 * 32 + 0] == 0.5f);
+    draft_block_free(&b);
+    /* merge and zero, entry by entry (a miss in cell 0 first, so the table's first entry has one) */
+    int c0[1] = {0}, t0[1] = {4}, m0[1] = {9};
+    assert_int_equal(accept_observe(&own, &run, &flat, c0, t0, 1, m0, 1, -1), 0);
+    assert_true(own.obs[0] == 1 && own.acc[0] == 0);
+    accept_counts_add(&run, &own);
+    for (int i = 0; i < NC * AS_POS; i++) {
+        assert_float_equal(run.obs[i], 5 + own.obs[i], 0);
+        assert_float_equal(run.acc[i], 2 + own.acc[i], 1e-6);
+    }
+    accept_counts_zero(&own);
+    for (int i = 0; i < NC * AS_POS; i++) assert_true(own.acc[i] == 0 && own.obs[i] == 0);
+    assert_true(own.hits == 0 && own.expect == 0);
+    /* the request's own counts gone: the run's rate, now (2 + 5) / (5 + 5) at cell 2's last slot */
+    assert_float_equal(accept_conf(&run, &own, &flat, 2, AS_POS + 3), 7.0f / 10, 1e-5);
+    accept_counts_free(&run);
+    accept_counts_free(&own);
+}
+
 /* a drafter on a fake target: a vocabulary and no tokenizer is all the training-free ones read */
 typedef struct {
     target t;
@@ -626,6 +695,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suffix_tree_counts),
         cmocka_unit_test(test_accept_observe),
+        cmocka_unit_test(test_accept_counts_table),
         cmocka_unit_test(test_ngram_drafts),
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_recycling),
