@@ -323,6 +323,113 @@ static void test_tree_topk(void **state) {
     assert_int_equal(ids[6], 18);
 }
 
+/* The best-first builder by hand, on a fixed table of rows (a token's children, whatever its parent):
+ *   anchor: 10 .5, 11 .3, 12 .2;  10: 20 .6, 21 .4;  11: 30 .9;  12: 40 .5;  20: 50 .5;  30: 60 1;
+ * no children at depth 3. Path scores pick 10 (.5), then 11 and 20 tie at .3 (the earlier candidate,
+ * 11), 20, 30 (.27), 60 (.27), 12 and 21 tie at .2 (12, earlier), 21, 50 (.15), 40 (.1). A budget keeps
+ * that order's prefix and asks no row for its last node; a pacing refusal stops the rows and the
+ * candidates made so far come in as leaves. */
+typedef struct {
+    int calls, asks, ask_k[8], yes;
+    float ask_pc[8][4];
+} bf_ctx;
+
+static int bf_row(void *vctx, int node, int tok, int depth, int K, int *ids, float *p) {
+    bf_ctx *c = vctx;
+    c->calls++;
+    static const struct { int tok, n, ids[3]; float p[3]; } rows[] = {
+        {-1, 3, {10, 11, 12}, {0.5f, 0.3f, 0.2f}}, {10, 2, {20, 21}, {0.6f, 0.4f}}, {11, 1, {30}, {0.9f}},
+        {12, 1, {40}, {0.5f}}, {20, 1, {50}, {0.5f}}, {30, 1, {60}, {1.0f}}};
+    assert_true((node < 0) == (tok < 0) && (node < 0) == (depth == 0));
+    if (depth >= 3) return 0;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        if (rows[r].tok == tok) {
+            int n = DS_MIN(K, rows[r].n);
+            for (int j = 0; j < n; j++) ids[j] = rows[r].ids[j], p[j] = rows[r].p[j];
+            return n;
+        }
+    return 0;
+}
+
+static int bf_more(void *vctx, int k, const float *pc) {
+    bf_ctx *c = vctx;
+    c->ask_k[c->asks] = k;
+    for (int i = 0; i < k; i++) c->ask_pc[c->asks][i] = pc[i];
+    return c->asks++ < c->yes;
+}
+
+static int bf_row_none(void *vctx, int node, int tok, int depth, int K, int *ids, float *p) {
+    (void)vctx, (void)node, (void)tok, (void)depth, (void)K, (void)ids, (void)p;
+    return 0;
+}
+
+static int bf_row_fails_below(void *vctx, int node, int tok, int depth, int K, int *ids, float *p) {
+    return depth == 0 ? bf_row(vctx, node, tok, depth, K, ids, p) : -1;
+}
+
+static void test_tree_best_first_by_hand(void **state) {
+    (void)state;
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, 16, 64, 1), 0);
+    static const int tok[9] = {10, 11, 20, 30, 60, 12, 21, 50, 40}, par[9] = {-1, -1, 0, 1, 3, -1, 0, 2, 5};
+    static const float sc[9] = {0.5f, 0.3f, 0.3f, 0.27f, 0.27f, 0.2f, 0.2f, 0.15f, 0.1f};
+    for (int budget = 1; budget <= 12; budget++) {
+        bf_ctx c = {0};
+        assert_int_equal(tree_best_first(bf_row, &c, 3, budget, 0, &b), 0);
+        int n = DS_MIN(budget, 9);
+        assert_int_equal(b.n, n);
+        assert_int_equal(b.tree, TREE_TOPK);
+        for (int i = 0; i < n; i++) {
+            if (b.tok[i] != tok[i] || b.parent[i] != par[i] || fabsf(b.conf[i] - sc[i]) > 1e-6f ||
+                b.conf_raw[i] != b.conf[i])
+                fail_msg("budget %d node %d: tok %d parent %d conf %g, by hand %d %d %g", budget, i, b.tok[i],
+                         b.parent[i], b.conf[i], tok[i], par[i], sc[i]);
+        }
+        assert_int_equal(c.calls, 1 + DS_MIN(n, budget - 1)); /* the anchor's row, one a node but a full budget's last */
+    }
+    /* two children a node at most: 12 is never a candidate, so 21 (.2) comes before 50 and 60's branch */
+    {
+        bf_ctx c = {0};
+        assert_int_equal(tree_best_first(bf_row, &c, 2, 64, 0, &b), 0);
+        static const int t2[7] = {10, 11, 20, 30, 60, 21, 50};
+        assert_int_equal(b.n, 7);
+        assert_memory_equal(b.tok, t2, sizeof t2);
+    }
+    /* paced: two expansions granted, the third (node 20 at depth 2, its path's rows .5 and .6) refused */
+    {
+        bf_ctx c = {.yes = 2};
+        b.more = bf_more, b.more_ctx = &c;
+        assert_int_equal(tree_best_first(bf_row, &c, 3, 9, 1, &b), 0);
+        static const int t3[6] = {10, 11, 20, 30, 12, 21}, p3[6] = {-1, -1, 0, 1, -1, 0};
+        assert_int_equal(b.n, 6);
+        assert_memory_equal(b.tok, t3, sizeof t3);
+        assert_memory_equal(b.parent, p3, sizeof p3);
+        assert_int_equal(c.asks, 3);
+        assert_int_equal(c.calls, 3);
+        assert_true(c.ask_k[0] == 1 && c.ask_k[1] == 1 && c.ask_k[2] == 2);
+        assert_true(c.ask_pc[0][0] == 0.5f && c.ask_pc[1][0] == 0.3f && c.ask_pc[2][0] == 0.5f && c.ask_pc[2][1] == 0.6f);
+        /* without confidences there is nothing to price: no asks, the whole tree */
+        bf_ctx c2 = {.yes = 0};
+        float *conf = b.conf;
+        b.conf = NULL, b.more_ctx = &c2;
+        assert_int_equal(tree_best_first(bf_row, &c2, 3, 9, 1, &b), 0);
+        assert_int_equal(b.n, 9);
+        assert_int_equal(c2.asks, 0);
+        b.conf = conf, b.more = NULL;
+    }
+    /* nothing to build: a zero budget, no children at the anchor, a row that fails */
+    bf_ctx c = {0};
+    assert_int_equal(tree_best_first(bf_row, &c, 3, 0, 0, &b), 0);
+    assert_int_equal(b.n, 0);
+    assert_int_equal(c.calls, 0);
+    assert_int_equal(tree_best_first(bf_row_none, &c, 3, 9, 0, &b), 0);
+    assert_int_equal(b.n, 0);
+    assert_int_equal(tree_best_first(bf_row_fails_below, &c, 3, 9, 0, &b), -1);
+    assert_int_equal(tree_best_first(bf_row_fails_below, &c, 3, 1, 0, &b), 0); /* one node: its row never asked */
+    assert_int_equal(b.n, 1);
+    draft_block_free(&b);
+}
+
 /* The drafters' trees (Medusa, DFlash, DSpark-Markov, and EAGLE-2's for mtp / eagle3): top-k children by
  * path probability;
  * the spine of first children is the same drafter's T = 0 chain (for DSpark-Markov: each node's row
@@ -494,6 +601,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_checkpoint_vocab),
         cmocka_unit_test(test_tree_topk),
+        cmocka_unit_test(test_tree_best_first_by_hand),
         cmocka_unit_test(test_drafter_trees),
         cmocka_unit_test(test_layer_precision),
         cmocka_unit_test(test_overfit_gate),

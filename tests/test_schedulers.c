@@ -274,6 +274,61 @@ static void test_hedge_under_exp_range(void **state) {
     sps_free(&sps);
 }
 
+/* UCB1 by hand: arms {0, 2}, the model clock, c = 1.55; length 0 earns 1 token a second, length 2
+ * earns 2. After each arm once, index = mean / best reward + c sqrt(ln t / n) with t the rounds
+ * played: ln 3 makes length 0's bonus too small at round 4 (0.5 + 1.55 * 1.048 < 1 + 1.55 * 0.741), its
+ * turn comes at round 5 and again at 8. (A clock counted from 1 plays it at round 4.) */
+static void test_ucb_by_hand(void **state) {
+    (void)state;
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"clock\": \"model\", \"c\": 1.55, \"arms\": [0, 2]}"), 0);
+    static const int want[10] = {0, 2, 2, 2, 0, 2, 2, 0, 2, 2};
+    int req[1] = {3}, nd[1] = {4};
+    for (int t = 0; t < 10; t++) {
+        int len[1], acc[1], emit[1];
+        sched_batch b = {1, 4, nd, NULL, NULL, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        if (len[0] != want[t]) fail_msg("round %d: length %d, by hand %d", t + 1, len[0], want[t]);
+        acc[0] = len[0], emit[0] = len[0] + 1;
+        round_result rr = {1, 4, req, nd, len, acc, emit, NULL, 1 + len[0], 9.0, len[0] ? 1.5 : 1.0, NULL};
+        assert_int_equal(s.ops->observe(&s, &rr), 0);
+    }
+    scheduler_close(&s);
+}
+
+/* Which schedulers are production (lossless: run and serve open them, the gate runs every one) and
+ * which are the gate's negative controls (opened only by the gate): a production scheduler marked as
+ * a control would drop out of the gate's cases without a word. */
+static void test_registry_roles(void **state) {
+    (void)state;
+    static const char *const prod[] = {"fixed", "threshold", "greedy", "async-topk", "bandit-ucb1", "bandit-thompson", "hedge"};
+    static const char *const ctrl[] = {"retrospective", "async-topk-now"};
+    int n = 0;
+    for (; scheduler_nth(n); n++) {
+        const scheduler_ops *so = scheduler_nth(n);
+        int found = -1;
+        for (int i = 0; i < 7; i++)
+            if (!strcmp(so->name, prod[i])) found = 1;
+        for (int i = 0; i < 2; i++)
+            if (!strcmp(so->name, ctrl[i])) found = 0;
+        if (found < 0) fail_msg("scheduler '%s' is in neither list of this test: add it to one", so->name);
+        if (so->lossless != found) fail_msg("scheduler '%s': lossless %d, expected %d", so->name, so->lossless, found);
+        scheduler sc;
+        int rc = scheduler_open(&sc, so->name, NULL, 0);
+        if (found) {
+            if (rc) fail_msg("production scheduler '%s' does not open: %s", so->name, ds_errmsg());
+            scheduler_close(&sc);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_non_null(strstr(ds_errmsg(), "unknown scheduler"));
+        }
+    }
+    assert_int_equal(n, 9);
+    char list[256];
+    scheduler_list(list, sizeof list, 0);
+    assert_string_equal(list, "fixed, threshold, greedy, async-topk, bandit-ucb1, bandit-thompson, hedge");
+}
+
 static void test_hedge_per_request(void **state) {
     (void)state;
     /* request 7 accepts every draft, request 9 none: Hedge must learn long for 7, zero for 9 */
@@ -494,6 +549,8 @@ int main(void) {
         cmocka_unit_test(test_async_topk_by_hand),
         cmocka_unit_test(test_bandits_find_the_best_length),
         cmocka_unit_test(test_hedge_by_hand),
+        cmocka_unit_test(test_ucb_by_hand),
+        cmocka_unit_test(test_registry_roles),
         cmocka_unit_test(test_hedge_under_exp_range),
         cmocka_unit_test(test_hedge_per_request),
         cmocka_unit_test(test_hedge_charges_batch_time),

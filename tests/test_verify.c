@@ -410,6 +410,25 @@ static int n_cases(const gate_report *rep, const char *prefix, const char *also)
     return n;
 }
 
+/* A family whose settings offer a tree (its help names "tree_nodes") has a tree mode in the gate, and
+ * one with a second tree shape ("tree_mode") a second: a tree drafter whose gate config went missing
+ * would drop its trees out of every case of the inventory below without a word. */
+static void test_tree_modes_in_gate(void **state) {
+    (void)state;
+    int n = 0;
+    for (int di = 0; drafter_nth(di); di++) {
+        const drafter_ops *d = drafter_nth(di);
+        if (!strstr(d->help, "tree_nodes") != !d->gate_config_tree)
+            fail_msg("%s: its help %s tree_nodes, its gate tree config is %s", d->name,
+                     strstr(d->help, "tree_nodes") ? "offers" : "does not offer", d->gate_config_tree ? "set" : "unset");
+        if (!strstr(d->help, "tree_mode") != !d->gate_config_tree2)
+            fail_msg("%s: its help %s tree_mode, its second gate tree config is %s", d->name,
+                     strstr(d->help, "tree_mode") ? "offers" : "does not offer", d->gate_config_tree2 ? "set" : "unset");
+        n += d->gate_config_tree != NULL;
+    }
+    assert_true(n >= 9);
+}
+
 /* The quick matrix's inventory: every registered drafter enters the exact cases under fixed (three
  * settings and min-p), the sampled batch case and q-consistency; every tree mode its exact cases under
  * fixed and greedy and its sampled case; every lossless scheduler some exact case. A case matrix that
@@ -605,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_block_exact),
         cmocka_unit_test(test_pvalues),
         cmocka_unit_test(test_gate_quick),
+        cmocka_unit_test(test_tree_modes_in_gate),
         cmocka_unit_test(test_gate_round),
     };
     return cmocka_run_group_tests_name("verify", tests, NULL, NULL);
