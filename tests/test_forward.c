@@ -792,7 +792,33 @@ static void test_model_errors(void **state) {
     /* a missing file */
     assert_int_equal(model_load(&m, "/nonexistent/x.gguf"), -1);
     assert_non_null(strstr(ds_errmsg(), "not found"));
+    model_free(&m); /* a failed load leaves the model empty: freeing it again is safe */
+    assert_int_equal(model_load(&m, "no-such-model"), -1);
+    model_free(&m);
     remove(p);
+}
+
+/* model_n_params (what `info` and the drafters' describe lines report) against the file itself: the sum of
+ * every tensor's elements, for a tied Llama, a Qwen3 (q/k norms) and a Qwen2 (biases, an untied head);
+ * and each one's architecture name. */
+static void test_param_count(void **state) {
+    (void)state;
+    const tiny_spec *specs[3] = {&SPEC_F32, &SPEC_QWEN, &SPEC_QWEN2};
+    static const char *const arch[3] = {"llama", "qwen3", "qwen2"};
+    for (int i = 0; i < 3; i++) {
+        fixture *f = open_tiny(specs[i], 3, "params.gguf");
+        assert_string_equal(model_arch_name(f->m.cfg.arch), arch[i]); /* the name info and traces print */
+        uint64_t sum = 0;
+        for (uint64_t t = 0; t < f->m.gguf.n_tensors; t++) {
+            uint64_t e = 1;
+            for (uint32_t d = 0; d < f->m.gguf.tensors[t].n_dims; d++) e *= (uint64_t)f->m.gguf.tensors[t].ne[d];
+            sum += e;
+        }
+        if (model_n_params(&f->m) != sum)
+            fail_msg("spec %d: model_n_params %llu, the file's tensors hold %llu", i, (unsigned long long)model_n_params(&f->m),
+                     (unsigned long long)sum);
+        close_tiny(f);
+    }
 }
 
 /* Norm vectors stored as F16 (some converters write them so) are converted at load: every one equals
@@ -866,11 +892,58 @@ static void poison_and_load(const tiny_spec *spec, const char *tensor, float val
     remove(path);
 }
 
+/* every tensor of an F32 model of each family poisoned in turn, at its first and its last weight: the
+ * message names it, its layer and the place (the check's loops start at the first weight and end at the
+ * last; biases and q/k norms are checked as every other vector) */
+static void poison_every_tensor(const tiny_spec *spec) {
+    size_t n;
+    uint8_t *img = tiny_model_gguf(spec, 5, &n);
+    assert_non_null(img);
+    gguf_file g;
+    assert_int_equal(gguf_parse(&g, img, n, "poison"), 0);
+    const char *path = tmp_path("poison-all.gguf");
+    for (uint64_t ti = 0; ti < g.n_tensors; ti++) {
+        const gguf_tensor *t = &g.tensors[ti];
+        assert_int_equal(t->type, GGML_F32);
+        char what[GGUF_MAX_NAME], want[GGUF_MAX_NAME + 96];
+        int layer = -1, len = 0;
+        if (sscanf(t->name, "blk.%d.%n", &layer, &len) == 1 && len > 0) snprintf(what, sizeof what, "%s", t->name + len);
+        else snprintf(what, sizeof what, "%s", t->name);
+        size_t wl = strlen(what);
+        if (wl > 7 && !strcmp(what + wl - 7, ".weight")) what[wl - 7] = 0; /* "attn_q", "attn_q.bias" */
+        size_t cnt = t->nbytes / 4, cols = (size_t)t->ne[0];
+        for (int end = 0; end < 2; end++) {
+            uint8_t *cp = malloc(n);
+            memcpy(cp, img, n);
+            size_t at = end ? cnt - 1 : 0;
+            float bad = end ? INFINITY : NAN;
+            memcpy(cp + (t->data - img) + 4 * at, &bad, 4);
+            write_file(path, cp, n);
+            free(cp);
+            model m;
+            assert_int_equal(model_load(&m, path), -1);
+            char where[64];
+            if (t->n_dims == 1) snprintf(where, sizeof where, "(%s at index %zu)", end ? "inf" : "nan", at);
+            else snprintf(where, sizeof where, "(%s at row %zu, column %zu)", end ? "inf" : "nan", at / cols, at % cols);
+            if (layer >= 0) snprintf(want, sizeof want, "weight %s of layer %d is not finite %s", what, layer, where);
+            else snprintf(want, sizeof want, "weight %s is not finite %s", what, where);
+            if (!strstr(ds_errmsg(), want)) fail_msg("'%s' poisoned: \"%s\" lacks \"%s\"", t->name, ds_errmsg(), want);
+        }
+    }
+    gguf_close(&g);
+    free(img);
+    remove(path);
+}
+
 static void test_nonfinite_weights(void **state) {
     (void)state;
     poison_and_load(&SPEC_F32, "blk.1.ffn_up.weight", NAN, "ffn_up of layer 1 is not finite");
     poison_and_load(&SPEC_F32, "output_norm.weight", INFINITY, "output_norm is not finite");
     poison_and_load(&SPEC_Q41, "blk.0.attn_v.weight", NAN, "attn_v of layer 0 is not finite");
+    tiny_spec q2 = SPEC_QWEN2, q3 = SPEC_QWEN;
+    q2.mat_type = q2.emb_type = q3.mat_type = q3.emb_type = GGML_F32;
+    poison_every_tensor(&q2); /* biases, an untied head */
+    poison_every_tensor(&q3); /* q/k norms */
     float z[4] = {0.1f, NAN, 0.3f, 0.2f}, p[4];
     lp_scratch scr = {0};
     sampling_params sp = {1.0f, 0, 1.0f};
@@ -1047,6 +1120,7 @@ int main(void) {
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_model_errors),
         cmocka_unit_test(test_f16_norm_vectors),
+        cmocka_unit_test(test_param_count),
         cmocka_unit_test(test_matmul_table_growth),
         cmocka_unit_test(test_packed_pages_released),
         cmocka_unit_test(test_forward_passes),

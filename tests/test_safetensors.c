@@ -334,6 +334,33 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     assert_int_equal(st_write(stp, st, k + 1, dtype, NULL, 0), 0);
     assert_int_equal(model_load(&m, dir), -1);
     assert_non_null(strstr(ds_errmsg(), "tensor 'model.layers.0.self_attn.q_proj.bias' is not part of a"));
+    /* every tensor required: each left out in turn is named missing (an HF head only when untied) */
+    for (int i = 0; i < k; i++) {
+        st_write_tensor *less = calloc((size_t)k, sizeof *less);
+        for (int j = 0, o = 0; j < k; j++)
+            if (j != i) less[o++] = st[j];
+        assert_int_equal(st_write(stp, less, k - 1, dtype, NULL, 0), 0);
+        free(less);
+        assert_int_equal(model_load(&m, dir), -1);
+        snprintf(want, sizeof want, "missing tensor '%s'", st[i].name);
+        if (!strstr(ds_errmsg(), want)) fail_msg("without '%s': %s", st[i].name, ds_errmsg());
+    }
+    assert_int_equal(st_write(stp, st, k, dtype, NULL, 0), 0);
+    cl = CONFIG(L);
+    memcpy(strstr(cfg, "true"), "null", 4); /* tie_word_embeddings: null, i.e. an lm_head of its own */
+    write_file(p, cfg, (size_t)cl);
+    assert_int_equal(model_load(&m, dir), -1);
+    assert_non_null(strstr(ds_errmsg(), "missing tensor 'lm_head.weight'"));
+    /* an unread tensor that comes first in the file */
+    st_write_tensor *more = calloc((size_t)k + 1, sizeof *more);
+    more[0] = (st_write_tensor){"a.extra.weight", bufs[0], 1, {4}};
+    memcpy(more + 1, st, sizeof *st * (size_t)k);
+    assert_int_equal(st_write(stp, more, k + 1, dtype, NULL, 0), 0);
+    free(more);
+    cl = CONFIG(L);
+    write_file(p, cfg, (size_t)cl);
+    assert_int_equal(model_load(&m, dir), -1);
+    assert_non_null(strstr(ds_errmsg(), "tensor 'a.extra.weight' is not part of a"));
 #undef CONFIG
     /* broken variants of the same checkpoint */
     cl = snprintf(cfg, sizeof cfg, "{\"model_type\": \"gpt2\", \"hidden_size\": 8}");

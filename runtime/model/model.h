@@ -57,7 +57,7 @@ typedef struct model {
 
 /* Load by path: a .gguf file, or a directory (or its model.safetensors) holding config.json; or by a
  * registered name (models.h: smollm2-135m, qwen2.5-coder-1.5b, ...), resolved to its file in the cache
- * and printed on stderr. */
+ * and printed on stderr. On failure *m is left empty (model_free on it is a no-op). */
 int model_load(model *m, const char *name_or_path);
 int model_load_gguf(model *m, const char *path);
 int model_load_safetensors(model *m, const char *dir);
