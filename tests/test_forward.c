@@ -905,7 +905,7 @@ static void poison_every_tensor(const tiny_spec *spec) {
     for (uint64_t ti = 0; ti < g.n_tensors; ti++) {
         const gguf_tensor *t = &g.tensors[ti];
         assert_int_equal(t->type, GGML_F32);
-        char what[GGUF_MAX_NAME], want[GGUF_MAX_NAME + 96];
+        char what[GGUF_MAX_NAME], want[GGUF_MAX_NAME + 192];
         int layer = -1, len = 0;
         if (sscanf(t->name, "blk.%d.%n", &layer, &len) == 1 && len > 0) snprintf(what, sizeof what, "%s", t->name + len);
         else snprintf(what, sizeof what, "%s", t->name);
