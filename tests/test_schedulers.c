@@ -274,25 +274,81 @@ static void test_hedge_under_exp_range(void **state) {
     sps_free(&sps);
 }
 
-/* UCB1 by hand: arms {0, 2}, the model clock, c = 1.55; length 0 earns 1 token a second, length 2
+/* UCB1 by hand: arms {1, 3}, the model clock, c = 1.55; length 1 earns 1 token a second, length 3
  * earns 2. After each arm once, index = mean / best reward + c sqrt(ln t / n) with t the rounds
- * played: ln 3 makes length 0's bonus too small at round 4 (0.5 + 1.55 * 1.048 < 1 + 1.55 * 0.741), its
- * turn comes at round 5 and again at 8. (A clock counted from 1 plays it at round 4.) */
+ * played: ln 3 makes length 1's bonus too small at round 4 (0.5 + 1.55 * 1.048 < 1 + 1.55 * 0.741), its
+ * turn comes at round 5 and again at 8. (A clock counted from 1 plays it at round 4.) A reset forgets
+ * what was learned but not the configured arms: the same ten rounds again. */
 static void test_ucb_by_hand(void **state) {
     (void)state;
     scheduler s;
-    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"clock\": \"model\", \"c\": 1.55, \"arms\": [0, 2]}"), 0);
-    static const int want[10] = {0, 2, 2, 2, 0, 2, 2, 0, 2, 2};
+    assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"clock\": \"model\", \"c\": 1.55, \"arms\": [1, 3]}"), 0);
+    static const int want[10] = {1, 3, 3, 3, 1, 3, 3, 1, 3, 3};
     int req[1] = {3}, nd[1] = {4};
-    for (int t = 0; t < 10; t++) {
-        int len[1], acc[1], emit[1];
-        sched_batch b = {1, 4, nd, NULL, NULL, req};
-        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
-        if (len[0] != want[t]) fail_msg("round %d: length %d, by hand %d", t + 1, len[0], want[t]);
-        acc[0] = len[0], emit[0] = len[0] + 1;
-        round_result rr = {1, 4, req, nd, len, acc, emit, NULL, 1 + len[0], 9.0, len[0] ? 1.5 : 1.0, NULL};
-        assert_int_equal(s.ops->observe(&s, &rr), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int t = 0; t < 10; t++) {
+            int len[1], acc[1], emit[1];
+            sched_batch b = {1, 4, nd, NULL, NULL, req};
+            assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+            if (len[0] != want[t]) fail_msg("pass %d round %d: length %d, by hand %d", pass, t + 1, len[0], want[t]);
+            acc[0] = len[0], emit[0] = len[0] == 1 ? 1 : 3;
+            round_result rr = {1, 4, req, nd, len, acc, emit, NULL, 1 + len[0], 9.0, len[0] == 1 ? 1.0 : 1.5, NULL};
+            assert_int_equal(s.ops->observe(&s, &rr), 0);
+        }
+        s.ops->reset(&s);
     }
+    scheduler_close(&s);
+}
+
+/* Thompson sampling by hand: arms 0..gamma (none configured), each arm once in order, then each arm's
+ * draw mean + sqrt(var / n) * N(0, 1), all over the best reward seen, var the arms' pooled within-arm
+ * variance (sum of squared deviations over sum of (n - 1)); the normal draws come from the scheduler's
+ * stream, seeded seed * 0x9e3779b97f4a7c15 + 77, one an arm in arm order. The rewards vary by round
+ * (a period-3 slowdown), so the variance is not zero. The same rule restated here picks the same arm in
+ * each of 60 rounds. */
+static void test_thompson_by_hand(void **state) {
+    (void)state;
+    scheduler s;
+    assert_int_equal(open_cfg(&s, "bandit-thompson", "{\"clock\": \"model\", \"seed\": 5}"), 0);
+    enum { G = 3, A = G + 1 };
+    rng_t ref;
+    rng_seed(&ref, 5 * 0x9e3779b97f4a7c15ull + 77);
+    long n[A] = {0};
+    double sum[A] = {0}, sumsq[A] = {0}, rmax = 0;
+    int req[1] = {0}, nd[1] = {G}, counts[A] = {0};
+    for (int t = 0; t < 60; t++) {
+        int want = -1;
+        for (int a = 0; a < A && want < 0; a++)
+            if (n[a] == 0) want = a;
+        if (want < 0) {
+            double var = 0, best = -INFINITY;
+            long dof = 0;
+            for (int a = 0; a < A; a++) {
+                double m = sum[a] / n[a];
+                var += sumsq[a] - n[a] * m * m;
+                dof += n[a] - 1;
+            }
+            double scale = rmax;
+            var = dof > 0 ? fmax(var / dof, 1e-6 * scale * scale) : scale * scale;
+            for (int a = 0; a < A; a++) {
+                double v = (sum[a] / n[a] + sqrt(var / n[a]) * rng_normal(&ref)) / scale;
+                if (v > best) best = v, want = a;
+            }
+        }
+        int len[1], acc[1], emit[1];
+        sched_batch b = {1, G, nd, NULL, NULL, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        if (len[0] != want) fail_msg("round %d: length %d, by hand %d", t + 1, len[0], want);
+        counts[want]++;
+        acc[0] = len[0], emit[0] = len[0] + 1;
+        double sec = (1 + 0.5 * len[0]) * (1 + 0.3 * (t % 3));
+        round_result rr = {1, G, req, nd, len, acc, emit, NULL, 1 + len[0], 9.0, sec, NULL};
+        assert_int_equal(s.ops->observe(&s, &rr), 0);
+        double x = emit[0] / sec;
+        n[want]++, sum[want] += x, sumsq[want] += x * x, rmax = fmax(rmax, x);
+    }
+    fprintf(stderr, "thompson by hand: arms played %d %d %d %d\n", counts[0], counts[1], counts[2], counts[3]);
+    assert_true(counts[3] > counts[0]); /* the best rate, (3 + 1) / 2.5, is played most */
     scheduler_close(&s);
 }
 
@@ -550,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_bandits_find_the_best_length),
         cmocka_unit_test(test_hedge_by_hand),
         cmocka_unit_test(test_ucb_by_hand),
+        cmocka_unit_test(test_thompson_by_hand),
         cmocka_unit_test(test_registry_roles),
         cmocka_unit_test(test_hedge_under_exp_range),
         cmocka_unit_test(test_hedge_per_request),

@@ -110,6 +110,15 @@ python3 scripts/mutants.py --seed 17 --timeout 120 --drafters test:test_forward,
 python3 scripts/mutants.py --seed 17 --timeout 120 --drafters test:test_schedulers,dspark-markov,ngram --out out/mutants-sched10 \
   schedulers/hedge.c schedulers/bandit.c schedulers/async_topk.c
 python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_training_free,ngram,recycling,suffix --out out/mutants-accstats drafters/accept_stats.c
+# eleventh round: the tenth's rest (model.c's HF loader tail, the schedulers, the acceptance statistics, above,
+# resumed) judged with by-hand cases (Hedge's laws, UCB1's and Thompson's choices, the counts' whole table), the
+# unkilled mutants of the tenth round judged again (--again), and the best-first tree builder shared by the
+# learned drafters' tree modes
+python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_medusa,test:test_vanilla,medusa --out out/mutants-treebuild drafters/tree_build.c
+python3 scripts/mutants.py --timeout 120 --drafters test:test_forward,test:test_safetensors,test:test_models \
+  --again out/mutants-model/results.jsonl --out out/mutants-model-again2 runtime/model/model.c
+python3 scripts/mutants.py --timeout 120 --drafters test:test_schedulers,dspark-markov,ngram \
+  --again out/mutants-sched10/results.jsonl --out out/mutants-sched10-again schedulers/hedge.c schedulers/bandit.c schedulers/async_topk.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
