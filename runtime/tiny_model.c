@@ -75,6 +75,10 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
     gw_kv_u32(&g, KEY("context_length"), 512);
     gw_kv_f32(&g, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
     gw_kv_f32(&g, KEY("rope.freq_base"), s->rope_base > 0 ? s->rope_base : 10000.0f);
+    if (s->rope_linear > 0) {
+        gw_kv_str(&g, KEY("rope.scaling.type"), "linear");
+        gw_kv_f32(&g, KEY("rope.scaling.factor"), s->rope_linear);
+    }
 #undef KEY
     size_t big = (size_t)DS_MAX(s->vocab, s->hidden) * (size_t)DS_MAX(s->dim, s->hidden);
     float *w = malloc(sizeof(float) * big);
@@ -87,6 +91,10 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, uint64_t seed, size_t *size) {
     put_mat(&g, "token_embd.weight", s->emb_type, s->dim, s->vocab, w);
     for (int i = 0; i < s->dim; i++) w[i] = 1.0f + 0.1f * (float)(rng_uniform(&r) - 0.5);
     put_vec(&g, "output_norm.weight", s->dim, w, s->norm_f16);
+    if (s->rope_freqs) {
+        for (int i = 0; i < hd / 2; i++) w[i] = 1.0f + (float)i / 4;
+        put_vec(&g, "rope_freqs.weight", hd / 2, w, 0);
+    }
     for (int l = 0; l < s->n_layers; l++) {
         char n[96];
 #define NM(x) (snprintf(n, sizeof n, "blk.%d.%s.weight", l, x), n)

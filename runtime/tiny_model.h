@@ -15,6 +15,8 @@ typedef struct {
     float rope_base;
     float emb_scale;     /* std of the (tied) embedding; 0: 0.5. Smaller: flatter output laws */
     int norm_f16;        /* 1: the norm vectors stored as F16 (the loader's conversion path), else F32 */
+    float rope_linear;   /* > 0: RoPE scaling "linear" with this factor (positions divided by it) */
+    int rope_freqs;      /* 1: Llama-3-style frequency factors (rope_freqs.weight, 1 + i / 4 for pair i) */
 } tiny_spec;
 
 /* the GGUF image (no tokenizer) of a random model; NULL with a message */

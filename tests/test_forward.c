@@ -109,7 +109,9 @@ static void naive_forward(const model *m, const int *tok, int T, double *logits 
                 double *v = h < nh ? Q + ((size_t)t * nh + h) * hd : K + ((size_t)t * nkv + h - nh) * hd;
                 if (L->q_norm) rmsnorm_d(v, h < nh ? L->q_norm : L->k_norm, hd, c->norm_eps, v);
                 for (int i = 0; i < hd / 2; i++) {
-                    double ang = t * pow(c->rope_theta, -2.0 * i / hd);
+                    /* position over the linear scaling factor, frequency over the file's factor */
+                    double ang = t / (double)c->rope_scale * pow(c->rope_theta, -2.0 * i / hd) /
+                                 (m->rope_freqs ? m->rope_freqs[i] : 1.0);
                     int a = c->rope_neox ? i : 2 * i, b = c->rope_neox ? i + hd / 2 : 2 * i + 1;
                     double x0 = v[a], x1 = v[b];
                     v[a] = x0 * cos(ang) - x1 * sin(ang);
@@ -183,6 +185,35 @@ static void test_naive_reference_f32(void **state) { (void)state; check_against_
 static void test_naive_reference_q41(void **state) { (void)state; check_against_naive(&SPEC_Q41, "q41.gguf"); }
 static void test_naive_reference_qwen3(void **state) { (void)state; check_against_naive(&SPEC_QWEN, "qwen.gguf"); }
 /* the exact contract on the real pair's types against the naive double forward */
+/* RoPE's two position knobs of real files: a linear scaling factor (positions divided by it) and
+ * Llama-3's per-pair frequency factors (rope_freqs.weight): read, applied by the forward as by the
+ * reference, and each of them moving the logits (a forward that dropped one would differ) */
+static void test_naive_reference_rope_knobs(void **state) {
+    (void)state;
+    tiny_spec s = SPEC_F32;
+    s.rope_linear = 4.0f, s.rope_freqs = 1;
+    check_against_naive(&s, "ropeknobs.gguf");
+    fixture *f = open_tiny(&s, 11, "ropeknobs.gguf");
+    assert_true(f->m.cfg.rope_scale == 4.0f && f->m.rope_freqs && f->m.rope_freqs[3] == 1.75f);
+    int T = 12, V = f->m.cfg.vocab_size, tk[12];
+    tokens(tk, T, V, 3);
+    double *a = malloc(sizeof(double) * (size_t)T * V), *b = malloc(sizeof(double) * (size_t)T * V);
+    naive_forward(&f->m, tk, T, a);
+    for (int knob = 0; knob < 2; knob++) {
+        model_config keep = f->m.cfg;
+        float *fr = f->m.rope_freqs;
+        if (knob) f->m.rope_freqs = NULL;
+        else f->m.cfg.rope_scale = 1.0f;
+        naive_forward(&f->m, tk, T, b);
+        f->m.cfg = keep, f->m.rope_freqs = fr;
+        double md = 0;
+        for (size_t i = 0; i < (size_t)T * V; i++) md = fmax(md, fabs(a[i] - b[i]));
+        if (!(md > 1e-3)) fail_msg("knob %d moves the logits by %g only", knob, md);
+    }
+    free(a), free(b);
+    close_tiny(f);
+}
+
 static void test_naive_reference_kquants(void **state) {
     (void)state;
     check_against_naive(&SPEC_QWEN2_K, "qwen2-k.gguf");
@@ -711,8 +742,9 @@ static void test_model_errors(void **state) {
         free(img);
     }
     /* an unread tensor first in the file (the check starts at index 0): a llama model built by hand, all
-     * F32, loads without it and is refused with it */
-    for (int extra = 0; extra < 2; extra++) {
+     * F32, loads without it and is refused with it; and with a norm vector of half its length, refused
+     * with both lengths named */
+    for (int extra = 0; extra < 3; extra++) {
         enum { D = 8, H = 16, V = 12 };
         float w[H * D];
         for (int i = 0; i < H * D; i++) w[i] = 0.01f * (float)(i % 7);
@@ -725,10 +757,11 @@ static void test_model_errors(void **state) {
         gb_u32(&g, "llama.context_length", 64);
         gb_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
         int64_t vec[1] = {D}, emb[2] = {D, V}, sq[2] = {D, D}, up[2] = {D, H}, down[2] = {H, D};
-        if (extra) gw_tensor(&g, "blk.0.attn_norm.bias", GGML_F32, 1, vec, w, D * 4);
+        int64_t half[1] = {D / 2};
+        if (extra == 1) gw_tensor(&g, "blk.0.attn_norm.bias", GGML_F32, 1, vec, w, D * 4);
         gw_tensor(&g, "token_embd.weight", GGML_F32, 2, emb, w, D * V * 4);
         gw_tensor(&g, "output_norm.weight", GGML_F32, 1, vec, w, D * 4);
-        gw_tensor(&g, "blk.0.attn_norm.weight", GGML_F32, 1, vec, w, D * 4);
+        gw_tensor(&g, "blk.0.attn_norm.weight", GGML_F32, 1, extra == 2 ? half : vec, w, extra == 2 ? D * 2 : D * 4);
         gw_tensor(&g, "blk.0.ffn_norm.weight", GGML_F32, 1, vec, w, D * 4);
         static const char *const sqn[4] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
                                            "blk.0.attn_output.weight"};
@@ -742,11 +775,15 @@ static void test_model_errors(void **state) {
         if (!extra) {
             if (rc) fail_msg("the hand-built model: %s", ds_errmsg());
             model_free(&m);
-        } else {
+        } else if (extra == 1) {
             assert_int_equal(rc, -1);
             if (!strstr(ds_errmsg(), "tensor 'blk.0.attn_norm.bias' is not part of a llama model as this runtime runs it "
                                      "(1 of 12 tensors unread)"))
                 fail_msg("an unread first tensor: %s", ds_errmsg());
+        } else {
+            assert_int_equal(rc, -1);
+            if (!strstr(ds_errmsg(), "tensor 'blk.0.attn_norm.weight' has 1 dims and 4 elements, expected a vector of 8"))
+                fail_msg("a short norm vector: %s", ds_errmsg());
         }
         free(img);
         gb_free(&g);
@@ -787,7 +824,8 @@ static void test_model_errors(void **state) {
     memcpy(k + 22 + 4, &v32, 4);
     write_file(p, img, n);
     assert_int_equal(model_load(&m, p), -1);
-    assert_non_null(strstr(ds_errmsg(), "has shape"));
+    if (!strstr(ds_errmsg(), "tensor 'token_embd.weight' has shape [64, 300] (2 dims), expected [32, 300]"))
+        fail_msg("a narrower embedding_length: %s", ds_errmsg());
     free(img);
     /* a missing file */
     assert_int_equal(model_load(&m, "/nonexistent/x.gguf"), -1);
@@ -1110,6 +1148,7 @@ int main(void) {
         cmocka_unit_test(test_naive_reference_qwen3),
         cmocka_unit_test(test_naive_reference_qwen2),
         cmocka_unit_test(test_naive_reference_kquants),
+        cmocka_unit_test(test_naive_reference_rope_knobs),
         cmocka_unit_test(test_batch_equals_single),
         cmocka_unit_test(test_int8_same_on_every_path),
         cmocka_unit_test(test_crop_then_refeed),

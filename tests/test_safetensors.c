@@ -334,6 +334,29 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
     assert_int_equal(st_write(stp, st, k + 1, dtype, NULL, 0), 0);
     assert_int_equal(model_load(&m, dir), -1);
     assert_non_null(strstr(ds_errmsg(), "tensor 'model.layers.0.self_attn.q_proj.bias' is not part of a"));
+    /* optional keys absent: transformers' defaults (LlamaConfig: RoPE base 10000, epsilon 1e-6, 2048
+     * positions, as many KV heads as heads, head size hidden / heads) */
+    assert_int_equal(st_write(stp, st, k, dtype, NULL, 0), 0);
+    cl = snprintf(cfg, sizeof cfg,
+                  "{\"model_type\": \"%s\", \"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d,"
+                  " \"num_key_value_heads\": %d, \"intermediate_size\": %d, \"vocab_size\": %d, \"tie_word_embeddings\": true}",
+                  arch, s->dim, L, s->heads, s->kv_heads, s->hidden, s->vocab);
+    write_file(p, cfg, (size_t)cl);
+    if (model_load(&m, dir)) fail_msg("without the optional keys: %s", ds_errmsg());
+    assert_true(m.cfg.rope_theta == 10000.0f && m.cfg.norm_eps == 1e-6f && m.cfg.max_seq == 2048 && m.cfg.rope_scale == 1.0f);
+    assert_int_equal(m.cfg.head_dim, s->dim / s->heads);
+    model_free(&m);
+    memcpy(strstr(cfg, "\"num_key_value_heads\""), "\"num_key_value_headX\"", 21); /* now unknown: ignored */
+    write_file(p, cfg, (size_t)cl);
+    if (s->kv_heads == s->heads) {
+        if (model_load(&m, dir)) fail_msg("without num_key_value_heads: %s", ds_errmsg());
+        model_free(&m);
+    } else { /* as many KV heads as heads: the k/v projections are then the wrong shape, named */
+        assert_int_equal(model_load(&m, dir), -1);
+        assert_non_null(strstr(ds_errmsg(), "self_attn.k_proj.weight' has shape"));
+    }
+    cl = CONFIG(L);
+    write_file(p, cfg, (size_t)cl);
     /* every tensor required: each left out in turn is named missing (an HF head only when untied) */
     for (int i = 0; i < k; i++) {
         st_write_tensor *less = calloc((size_t)k, sizeof *less);
