@@ -57,11 +57,14 @@ static void test_async_topk_by_hand(void **state) {
     sched_batch b1 = {1, 2, nd1, c3 + 2, &sps, NULL};
     assert_int_equal(s.ops->schedule(&s, &b1, len), 0);
     assert_int_equal(len[0], 2);
-    /* reset: back to the verify-everything start */
+    /* reset: back to the verify-everything start for `delay` rounds (the gate resets before each replay:
+     * a budget left from the last replay's first round would be that round's own search, the control) */
     s.ops->reset(&s);
     b.conf = c3;
-    assert_int_equal(s.ops->schedule(&s, &b, len), 0);
-    assert_int_equal(len[0], 2), assert_int_equal(len[1], 2);
+    for (int t = 0; t < 2; t++) {
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        assert_int_equal(len[0], 2), assert_int_equal(len[1], 2);
+    }
     scheduler_close(&s);
     /* the control: no delay, K from this round's own search (Algorithm 1 without its early stop) */
     assert_int_equal(open_cfg(&s, "async-topk-now", NULL), 0);
@@ -380,6 +383,14 @@ static void test_registry_roles(void **state) {
         }
     }
     assert_int_equal(n, 9);
+    /* the ones that read confidences refuse a drafter without them (and the gate pairs them only with
+     * drafters that have them) */
+    static const char *const conf[] = {"threshold", "greedy", "async-topk", "retrospective", "async-topk-now"};
+    for (int k = 0; scheduler_nth(k); k++) {
+        int want = 0;
+        for (int i = 0; i < 5; i++) want |= !strcmp(scheduler_nth(k)->name, conf[i]);
+        if (scheduler_nth(k)->needs_conf != want) fail_msg("scheduler '%s': needs_conf %d", scheduler_nth(k)->name, !want);
+    }
     char list[256];
     scheduler_list(list, sizeof list, 0);
     assert_string_equal(list, "fixed, threshold, greedy, async-topk, bandit-ucb1, bandit-thompson, hedge");
@@ -520,6 +531,14 @@ static void test_bad_settings(void **state) {
     assert_int_equal(open_cfg(&s, "bandit-ucb1", "{\"arms\": [3]}"), -1);
     assert_int_equal(open_cfg(&s, "async-topk", "{\"delay\": 0}"), -1); /* delay 0 is the control */
     assert_non_null(strstr(ds_errmsg(), "delay"));
+    assert_int_equal(open_cfg(&s, "async-topk", "{\"delay\": 16}"), -1); /* past its ring of 16 rounds */
+    assert_non_null(strstr(ds_errmsg(), "delay"));
+    assert_int_equal(open_cfg(&s, "async-topk", "{\"delay\": 15, \"initial\": -1}"), 0);
+    scheduler_close(&s);
+    assert_int_equal(open_cfg(&s, "async-topk", "{\"initial\": -2}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "initial"));
+    assert_int_equal(open_cfg(&s, "async-topk", "{\"delay\": 2, \"bogus\": 1}"), -1);
+    assert_non_null(strstr(ds_errmsg(), "bogus"));
     assert_int_equal(open_cfg(&s, "hedge", "{\"eta\": -1}"), -1);
     assert_non_null(strstr(ds_errmsg(), "eta"));
     /* the bandit on the model clock without an SPS table: an error, not a division by zero */
