@@ -355,8 +355,34 @@ static void check_hf_equals_gguf(const hf_spec *s, st_dtype dtype) {
         assert_int_equal(model_load(&m, dir), -1);
         assert_non_null(strstr(ds_errmsg(), "self_attn.k_proj.weight' has shape"));
     }
+    /* rope_scaling: linear's factor read (under either key for its type), "default" none, others refused */
+    {
+        static const char *const rs[][2] = {{"{\"type\": \"linear\", \"factor\": 2.5}", "2.5"},
+                                            {"{\"rope_type\": \"linear\", \"factor\": 3}", "3"},
+                                            {"{\"rope_type\": \"default\"}", "1"},
+                                            {"{\"type\": \"yarn\", \"factor\": 4}", "rope_scaling type is not supported"}};
+        for (int i = 0; i < 4; i++) {
+            cl = CONFIG(L);
+            char with[1200];
+            int wl = snprintf(with, sizeof with, "%.*s, \"rope_scaling\": %s}", (int)(strstr(cfg, ", \"rope_scaling\"") - cfg), cfg,
+                              rs[i][0]);
+            write_file(p, with, (size_t)wl);
+            if (i < 3) {
+                if (model_load(&m, dir)) fail_msg("rope_scaling %s: %s", rs[i][0], ds_errmsg());
+                assert_float_equal(m.cfg.rope_scale, atof(rs[i][1]), 0);
+                model_free(&m);
+            } else {
+                assert_int_equal(model_load(&m, dir), -1);
+                assert_non_null(strstr(ds_errmsg(), rs[i][1]));
+            }
+        }
+    }
     cl = CONFIG(L);
     write_file(p, cfg, (size_t)cl);
+    /* the checkpoint named by its model.safetensors file: the folder's */
+    if (model_load(&m, stp)) fail_msg("by its model.safetensors: %s", ds_errmsg());
+    assert_int_equal(m.cfg.n_layers, L);
+    model_free(&m);
     /* every tensor required: each left out in turn is named missing (an HF head only when untied) */
     for (int i = 0; i < k; i++) {
         st_write_tensor *less = calloc((size_t)k, sizeof *less);

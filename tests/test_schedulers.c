@@ -245,6 +245,22 @@ static void test_hedge_by_hand(void **state) {
         }
     }
     scheduler_close(&s);
+    /* the draws themselves: from the stream seeded seed * 0x9e3779b97f4a7c15 + 0x5eed, requests in batch
+     * order, inverse CDF; with nothing learned the law is uniform, so length = floor(5 u) */
+    assert_int_equal(open_cfg(&s, "hedge", "{\"seed\": 9}"), 0);
+    rng_t ref;
+    rng_seed(&ref, 9 * 0x9e3779b97f4a7c15ull + 0x5eed);
+    for (int t = 0; t < 40; t++) {
+        int nd[2] = {4, 4}, len[2];
+        sched_batch b = {2, 4, nd, NULL, &sps, req};
+        assert_int_equal(s.ops->schedule(&s, &b, len), 0);
+        for (int r = 0; r < 2; r++) assert_int_equal(len[r], (int)(rng_uniform(&ref) * HEDGE_LAW));
+        if (t == 19) { /* a reset starts the stream over */
+            s.ops->reset(&s);
+            rng_seed(&ref, 9 * 0x9e3779b97f4a7c15ull + 0x5eed);
+        }
+    }
+    scheduler_close(&s);
     sps_free(&sps);
 }
 

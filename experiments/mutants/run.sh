@@ -114,7 +114,7 @@ python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_training
 # resumed) judged with by-hand cases (Hedge's laws, UCB1's and Thompson's choices, the counts' whole table), the
 # unkilled mutants of the tenth round judged again (--again), and the best-first tree builder shared by the
 # learned drafters' tree modes
-python3 scripts/mutants.py --seed 17 --limit 60 --timeout 200 --drafters test:test_medusa,test:test_vanilla,medusa --out out/mutants-treebuild drafters/tree_build.c
+python3 scripts/mutants.py --seed 17 --limit 30 --timeout 200 --drafters test:test_medusa,test:test_vanilla,medusa --out out/mutants-treebuild drafters/tree_build.c
 python3 scripts/mutants.py --timeout 120 --drafters test:test_forward,test:test_safetensors,test:test_models \
   --again out/mutants-model/results.jsonl --out out/mutants-model-again2 runtime/model/model.c
 python3 scripts/mutants.py --timeout 120 --drafters test:test_schedulers,dspark-markov,ngram \
