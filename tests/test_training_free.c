@@ -201,6 +201,55 @@ static void test_accept_counts_table(void **state) {
     accept_counts_free(&own);
 }
 
+/* The acceptance prior's keys: the defaults, each key read, the calibration temperatures in order,
+ * bad ones refused by name; and accept_observe's count when the copy's next token is id 0 or nothing
+ * was proposed. */
+static int prior_of(const char *json, accept_prior *ap) {
+    cJSON *c = cJSON_Parse(json);
+    assert_non_null(c);
+    jcfg r;
+    int rc = jcfg_open(&r, c, "drafter") || accept_prior_read(&r, ap) || jcfg_close(&r) ? -1 : 0;
+    cJSON_Delete(c);
+    return rc;
+}
+
+static void test_accept_prior_keys(void **state) {
+    (void)state;
+    accept_prior ap;
+    assert_int_equal(prior_of("{}", &ap), 0);
+    assert_true(ap.prior == 0.2f && ap.prior_n == 2 && ap.shrink == 8 && ap.req_weight == 4 && ap.n_calib == 0);
+    assert_int_equal(prior_of("{\"prior\": 0.5, \"prior_weight\": 3, \"shrink\": 0.5, \"request_weight\": 7, "
+                              "\"calibration\": [2, 0.5, 1.25]}", &ap), 0);
+    assert_true(ap.prior == 0.5f && ap.prior_n == 3 && ap.shrink == 0.5f && ap.req_weight == 7);
+    assert_int_equal(ap.n_calib, 3);
+    assert_true(ap.calib[0] == 2 && ap.calib[1] == 0.5f && ap.calib[2] == 1.25f);
+    assert_int_equal(prior_of("{\"shrink\": 0}", &ap), 0); /* own counts alone */
+    static const char *const bad[][2] = {{"{\"calibration\": [1, 0]}", "'calibration'[1]"},
+                                         {"{\"calibration\": [1, -2]}", "'calibration'[1]"},
+                                         {"{\"calibration\": [\"1\"]}", "'calibration'[0]"},
+                                         {"{\"calibration\": 2}", "at most 16"},
+                                         {"{\"calibration\": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}", "at most 16"},
+                                         {"{\"prior\": 1}", "prior"},
+                                         {"{\"shrink\": -1}", "shrink"}};
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(prior_of(bad[i][0], &ap), -1);
+        if (!strstr(ds_errmsg(), bad[i][1])) fail_msg("%s: %s", bad[i][0], ds_errmsg());
+    }
+    /* the count accept_observe returns: every draft copied and the next committed token is token 0, the
+     * copy's next (n + 1); nothing proposed: 0 whatever was committed */
+    accept_counts run, own;
+    accept_prior flat = {.shrink = 8, .req_weight = 1e9f};
+    assert_int_equal(accept_counts_init(&run, 1, 0.25f, 4), 0);
+    assert_int_equal(accept_counts_init(&own, 1, 0, 0), 0);
+    int cell[2] = {0, 0}, tok[2] = {5, 6}, com[3] = {5, 6, 0};
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 2, com, 3, 0), 3);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 2, com, 2, 0), 2); /* an end: no next token */
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 0, com + 2, 1, 0), 0);
+    assert_int_equal(accept_observe(&own, &run, &flat, cell, tok, 2, com, 3, 7), 2);
+    accept_counts_free(&run);
+    accept_counts_free(&own);
+}
+
 /* a drafter on a fake target: a vocabulary and no tokenizer is all the training-free ones read */
 typedef struct {
     target t;
@@ -696,6 +745,7 @@ int main(void) {
         cmocka_unit_test(test_suffix_tree_counts),
         cmocka_unit_test(test_accept_observe),
         cmocka_unit_test(test_accept_counts_table),
+        cmocka_unit_test(test_accept_prior_keys),
         cmocka_unit_test(test_ngram_drafts),
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_recycling),
