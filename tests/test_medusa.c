@@ -321,6 +321,29 @@ static void test_tree_topk(void **state) {
     assert_int_equal(tree_topk_softmax(z, 9, vid, 16, ids, p, tmp), 7); /* the 7 finite entries, as target ids */
     assert_int_equal(ids[0], 11);
     assert_int_equal(ids[6], 18);
+    /* a tie at the list's last place: the earlier entry keeps it (5 before 7, both 2.0) */
+    assert_int_equal(tree_topk_softmax(z, 9, NULL, 3, ids, p, tmp), 3);
+    int want3[3] = {1, 3, 5};
+    assert_memory_equal(ids, want3, sizeof want3);
+}
+
+/* tree_calib_judge by hand: nodes 5 (anchor's child), 6 and 7 (5's), 8 (6's), 9 (7's); the round
+ * accepted 5 then 7 and committed 9 as its bonus. Judged: the nodes whose parent was reached, each
+ * adding its row; accepted: the nodes on the path (5, 7), not the bonus's node (9 was drawn by the
+ * target, never verified as a draft) nor 6's child 8 (its parent was rejected); a row < 0 is not judged. */
+static void test_tree_calib_by_hand(void **state) {
+    (void)state;
+    int par[5] = {-1, 0, 0, 1, 2}, tok[5] = {5, 6, 7, 8, 9}, com[3] = {5, 7, 9};
+    float row[5] = {0.5f, -1.0f, 0.25f, 0.125f, 0.0625f};
+    tree_calib c = {0, 0};
+    tree_calib_judge(&c, par, tok, row, 5, com, 2);
+    assert_true(c.conf == 0.8125 && c.acc == 2);
+    tree_calib_judge(&c, par, tok, row, 5, com, 0); /* nothing accepted: the anchor's children judged */
+    assert_true(c.conf == 0.8125 + 0.5 && c.acc == 2);
+    tree_calib_judge(&c, par, tok, row, 2, com, 2); /* two nodes verified: the path stops at 5 */
+    assert_true(c.conf == 1.3125 + 0.5 && c.acc == 3);
+    tree_calib run = {10, 4}, req = {c.conf, c.acc};
+    assert_true(fabs(tree_calib_scale(&run, &req) - (4 + 3 + 1) / (10 + 1.8125 + 1)) < 1e-12);
 }
 
 /* The best-first builder by hand, on a fixed table of rows (a token's children, whatever its parent):
@@ -602,6 +625,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_vocab),
         cmocka_unit_test(test_tree_topk),
         cmocka_unit_test(test_tree_best_first_by_hand),
+        cmocka_unit_test(test_tree_calib_by_hand),
         cmocka_unit_test(test_drafter_trees),
         cmocka_unit_test(test_layer_precision),
         cmocka_unit_test(test_overfit_gate),
