@@ -334,6 +334,18 @@ static void test_ngram_drafts(void **state) {
     f.d.ops->end(&f.d, &r);
     ivec_free(&r.toks);
     fake_close(&f);
+    /* a match at the context's very first token (n_min 1): "7 8 9 7" drafts 8 9 7 */
+    fake_open(&f, "ngram", "{\"n_min\": 1}");
+    int v[] = {7, 8, 9, 7};
+    req_set(&r, v, 4, 4);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
+    int want4[] = {8, 9, 7};
+    assert_int_equal(f.b.n, 3);
+    assert_memory_equal(f.b.tok, want4, sizeof want4);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
     /* bad settings name the key */
     cJSON *c = cJSON_Parse("{\"n_min\": 5, \"n_max\": 2}");
     drafter d;

@@ -119,6 +119,7 @@ python3 scripts/mutants.py --timeout 120 --drafters test:test_forward,test:test_
   --again out/mutants-model/results.jsonl --out out/mutants-model-again2 runtime/model/model.c
 python3 scripts/mutants.py --timeout 120 --drafters test:test_schedulers,dspark-markov,ngram \
   --again out/mutants-sched10/results.jsonl --out out/mutants-sched10-again schedulers/hedge.c schedulers/bandit.c schedulers/async_topk.c
+python3 scripts/mutants.py --seed 17 --limit 16 --timeout 200 --drafters test:test_training_free,ngram --out out/mutants-ngram11 drafters/ngram.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
