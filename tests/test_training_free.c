@@ -284,6 +284,18 @@ static void check_onehot(const draft_block *b) {
         for (int v = 0; v < b->V; v++) assert_float_equal(b->q[(size_t)k * b->V + v], v == b->tok[k] ? 1.0f : 0.0f, 0);
 }
 
+/* one request with context x[0..n): the drafter's proposal of at most gamma tokens is want[0..n_want) */
+static void ngram_expects(fake *f, const int *x, int n, int gamma, const int *want, int n_want) {
+    request r;
+    req_set(&r, x, n, n);
+    assert_int_equal(f->d.ops->begin(&f->d, &r, NULL), 0);
+    assert_int_equal(f->d.ops->propose(&f->d, &r, gamma, NULL, &f->b), 0);
+    assert_int_equal(f->b.n, n_want);
+    if (n_want) assert_memory_equal(f->b.tok, want, sizeof(int) * (size_t)n_want);
+    f->d.ops->end(&f->d, &r);
+    ivec_free(&r.toks);
+}
+
 static void test_ngram_drafts(void **state) {
     (void)state;
     fake f;
@@ -307,44 +319,18 @@ static void test_ngram_drafts(void **state) {
     f.d.ops->end(&f.d, &r);
     ivec_free(&r.toks);
     /* the most recent of two equally long matches; a run that copies into its own draft */
-    int y[] = {6, 6, 5, 1, 6, 6, 7, 3, 6, 6};
-    req_set(&r, y, 10, 10);
-    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
-    int want2[] = {7, 3, 6};
-    assert_int_equal(f.b.n, 3);
-    assert_memory_equal(f.b.tok, want2, sizeof want2);
-    f.d.ops->end(&f.d, &r);
-    ivec_free(&r.toks);
-    int z[] = {4, 4, 4};
-    req_set(&r, z, 3, 3);
-    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 5, NULL, &f.b), 0);
-    int want3[] = {4, 4, 4, 4, 4};
-    assert_int_equal(f.b.n, 5);
-    assert_memory_equal(f.b.tok, want3, sizeof want3);
-    f.d.ops->end(&f.d, &r);
-    ivec_free(&r.toks);
+    int y[] = {6, 6, 5, 1, 6, 6, 7, 3, 6, 6}, want2[] = {7, 3, 6};
+    ngram_expects(&f, y, 10, 3, want2, 3);
+    int z[] = {4, 4, 4}, want3[] = {4, 4, 4, 4, 4};
+    ngram_expects(&f, z, 3, 5, want3, 5);
     /* below n_min: nothing */
     int w[] = {1, 2, 3, 1};
-    req_set(&r, w, 4, 4);
-    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
-    assert_int_equal(f.b.n, 0);
-    f.d.ops->end(&f.d, &r);
-    ivec_free(&r.toks);
+    ngram_expects(&f, w, 4, 4, NULL, 0);
     fake_close(&f);
     /* a match at the context's very first token (n_min 1): "7 8 9 7" drafts 8 9 7 */
     fake_open(&f, "ngram", "{\"n_min\": 1}");
-    int v[] = {7, 8, 9, 7};
-    req_set(&r, v, 4, 4);
-    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
-    assert_int_equal(f.d.ops->propose(&f.d, &r, 3, NULL, &f.b), 0);
-    int want4[] = {8, 9, 7};
-    assert_int_equal(f.b.n, 3);
-    assert_memory_equal(f.b.tok, want4, sizeof want4);
-    f.d.ops->end(&f.d, &r);
-    ivec_free(&r.toks);
+    int v[] = {7, 8, 9, 7}, want4[] = {8, 9, 7};
+    ngram_expects(&f, v, 4, 3, want4, 3);
     fake_close(&f);
     /* bad settings name the key */
     cJSON *c = cJSON_Parse("{\"n_min\": 5, \"n_max\": 2}");
