@@ -123,7 +123,6 @@ static int ngram_propose(drafter *d, request *r, int gamma, const sampling_param
         s->cell[k++] = cell;
         if (g->eos_ok && tokenizer_is_eog(&d->t->tk, tk)) break;
     }
-    s->ext[n + k] = s->ext[src + k]; /* what the copy would draft next (read by commit) */
     out->n = s->n = k;
     memcpy(s->tok, out->tok, sizeof(int) * (size_t)k);
     s->src = src;

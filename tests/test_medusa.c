@@ -546,6 +546,17 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
         if (paced) assert_true(ps.asks > asks);
         b4.more = bc.more = NULL;
     }
+    /* an end token ends its path: made EOG, the first node's token (a parent in the tree above) has no
+     * children anywhere in the tree, and the budget goes to other nodes */
+    int e = bt.tok[0], kids = 0;
+    for (int i = 0; i < bt.n; i++) kids += bt.parent[i] >= 0 && bt.tok[bt.parent[i]] == e;
+    assert_true(kids > 0);
+    tt->t.tk.n_eog = 1, tt->t.tk.eog[0] = e;
+    if (dt.ops->propose(&dt, &rt, 10, &greedy, &b4)) fail_msg("%s: %s", name, ds_errmsg());
+    tt->t.tk.n_eog = 0;
+    assert_int_equal(b4.tok[0], e);
+    for (int i = 0; i < b4.n; i++)
+        if (b4.parent[i] >= 0 && b4.tok[b4.parent[i]] == e) fail_msg("%s: node %d grows under the end token %d", name, i, e);
     dt.ops->end(&dt, &rt), dc.ops->end(&dc, &rc);
     request_free(&rt, &tt->t), request_free(&rc, &tt->t);
     draft_block_free(&bt), draft_block_free(&bc), draft_block_free(&b4);

@@ -257,15 +257,19 @@ typedef struct {
     draft_block b;
 } fake;
 
-static void fake_open(fake *f, const char *name, const char *cfg) {
+/* a drafter over a bare target of V ids; eog >= 0: the target has a tokenizer whose end token is eog */
+static void fake_open_v(fake *f, const char *name, const char *cfg, int V, int eog) {
     memset(f, 0, sizeof *f);
-    f->t.m.cfg.vocab_size = 16;
+    f->t.m.cfg.vocab_size = V;
+    if (eog >= 0) f->t.has_tokenizer = 1, f->t.tk.n_eog = 1, f->t.tk.eog[0] = eog;
     cJSON *c = cJSON_Parse(cfg);
     assert_non_null(c);
     assert_int_equal(drafter_open(&f->d, name, c, &f->t), 0);
     cJSON_Delete(c);
-    assert_int_equal(draft_block_init(&f->b, 16, 16, 1), 0);
+    assert_int_equal(draft_block_init(&f->b, 16, V, 1), 0);
 }
+
+static void fake_open(fake *f, const char *name, const char *cfg) { fake_open_v(f, name, cfg, 16, -1); }
 
 static void fake_close(fake *f) {
     draft_block_free(&f->b);
@@ -311,7 +315,7 @@ static void test_ngram_drafts(void **state) {
     int want[] = {4, 9, 5, 2};
     assert_memory_equal(f.b.tok, want, sizeof want);
     check_onehot(&f.b);
-    for (int k = 0; k < 4; k++) assert_true(f.b.conf[k] > 0 && f.b.conf[k] < 1);
+    for (int k = 0; k < 4; k++) assert_float_equal(f.b.conf[k], 0.2f, 1e-6); /* nothing learned: the prior */
     /* commit 2 accepted + a token that is not the copy's: the context grows, the cell learns */
     int com[] = {4, 9, 8};
     for (int i = 0; i < 3; i++) assert_int_equal(ivec_push(&r.toks, com[i]), 0);
@@ -323,23 +327,145 @@ static void test_ngram_drafts(void **state) {
     ngram_expects(&f, y, 10, 3, want2, 3);
     int z[] = {4, 4, 4}, want3[] = {4, 4, 4, 4, 4};
     ngram_expects(&f, z, 3, 5, want3, 5);
+    ngram_expects(&f, x, 12, 1, want, 1); /* one draft asked for: one */
     /* below n_min: nothing */
     int w[] = {1, 2, 3, 1};
     ngram_expects(&f, w, 4, 4, NULL, 0);
     fake_close(&f);
-    /* a match at the context's very first token (n_min 1): "7 8 9 7" drafts 8 9 7 */
-    fake_open(&f, "ngram", "{\"n_min\": 1}");
-    int v[] = {7, 8, 9, 7}, want4[] = {8, 9, 7};
+    /* a match at the context's very first token (n_min 1, the default): "7 8 9 7" drafts 8 9 7; no
+     * match, nothing (with n_min 0: the last token again) */
+    fake_open(&f, "ngram", "{}");
+    int v[] = {7, 8, 9, 7}, want4[] = {8, 9, 7}, none[] = {7, 8, 9}, rep[] = {9, 9};
     ngram_expects(&f, v, 4, 3, want4, 3);
+    ngram_expects(&f, none, 3, 3, NULL, 0);
+    int two[] = {5, 5}, want5[] = {5, 5};
+    ngram_expects(&f, two, 2, 2, want5, 2); /* the shortest context that has a match */
+    fake_close(&f);
+    fake_open(&f, "ngram", "{\"n_min\": 0}");
+    ngram_expects(&f, none, 3, 2, rep, 2);
     fake_close(&f);
     /* bad settings name the key */
     cJSON *c = cJSON_Parse("{\"n_min\": 5, \"n_max\": 2}");
     drafter d;
     assert_int_equal(drafter_open(&d, "ngram", c, &f.t), -1);
     cJSON_Delete(c);
+    c = cJSON_Parse("{\"n_max\": 0}");
+    assert_int_equal(drafter_open(&d, "ngram", c, &f.t), -1);
+    assert_non_null(strstr(ds_errmsg(), "n_max"));
+    cJSON_Delete(c);
     c = cJSON_Parse("{\"nmax\": 2}");
     assert_int_equal(drafter_open(&d, "ngram", c, &f.t), -1);
     cJSON_Delete(c);
+}
+
+/* ngram's confidence cells: (match length bucket, whether the matched n-gram's occurrences agree on
+ * what follows, whether the match continues the last round's fully committed copy). Seen from outside:
+ * a rejected draft in one cell lowers the next request's confidence in that cell and in no other. */
+static float ngram_conf0(fake *f, const int *x, int n) {
+    request r;
+    req_set(&r, x, n, n);
+    assert_int_equal(f->d.ops->begin(&f->d, &r, NULL), 0);
+    assert_int_equal(f->d.ops->propose(&f->d, &r, 2, NULL, &f->b), 0);
+    assert_true(f->b.n > 0);
+    float c = f->b.conf[0];
+    f->d.ops->end(&f->d, &r);
+    ivec_free(&r.toks);
+    return c;
+}
+
+/* one round of a request on x whose first draft the target rejects; the request ends (its counts join the run's) */
+static void ngram_miss(fake *f, const int *x, int n) {
+    request r;
+    req_set(&r, x, n, n);
+    assert_int_equal(f->d.ops->begin(&f->d, &r, NULL), 0);
+    assert_int_equal(f->d.ops->propose(&f->d, &r, 2, NULL, &f->b), 0);
+    assert_true(f->b.n > 0);
+    int other = (f->b.tok[0] + 1) % f->b.V;
+    assert_int_equal(ivec_push(&r.toks, other), 0);
+    assert_int_equal(f->d.ops->commit(&f->d, &r, 0, other, NULL), 0);
+    f->d.ops->end(&f->d, &r);
+    ivec_free(&r.toks);
+}
+
+/* does a miss in a's cell lower b's confidence? */
+static int ngram_same_cell(const char *cfg, const int *a, int na, const int *b, int nb) {
+    fake f;
+    fake_open_v(&f, "ngram", cfg, 64, -1);
+    float before = ngram_conf0(&f, b, nb);
+    ngram_miss(&f, a, na);
+    float after = ngram_conf0(&f, b, nb);
+    fake_close(&f);
+    assert_true(after <= before);
+    return after < before;
+}
+
+/* 40, 1..m, 41 42 43 44, 1..m: a match of exactly m tokens, found once */
+static int ctx_len(int m, int *x) {
+    int n = 0;
+    x[n++] = 40;
+    for (int i = 1; i <= m; i++) x[n++] = i;
+    for (int i = 41; i <= 44; i++) x[n++] = i;
+    for (int i = 1; i <= m; i++) x[n++] = i;
+    return n;
+}
+
+static void test_ngram_cells(void **state) {
+    (void)state;
+    const char *cfg = "{\"n_max\": 20}";
+    /* the length buckets: 1, 2, 3, 4-5, 6-8, 9-15, 16+ */
+    int pairs[][3] = {{1, 2, 0}, {2, 3, 0}, {3, 4, 0}, {4, 5, 1}, {5, 6, 0}, {6, 8, 1}, {8, 9, 0},
+                      {9, 15, 1}, {15, 16, 0}, {16, 20, 1}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        int a[64], b[64], na = ctx_len(pairs[i][0], a), nb = ctx_len(pairs[i][1], b);
+        if (ngram_same_cell(cfg, a, na, b, nb) != pairs[i][2] || ngram_same_cell(cfg, b, nb, a, na) != pairs[i][2])
+            fail_msg("matches of %d and %d tokens: %s cell expected", pairs[i][0], pairs[i][1], pairs[i][2] ? "one" : "not one");
+    }
+    /* agreement, matches of 2: found once; twice, both followed by 5; twice, followed by 5 and 6 */
+    int once[] = {9, 1, 2, 5, 6, 7, 8, 1, 2}, agree[] = {9, 1, 2, 5, 10, 1, 2, 5, 8, 1, 2},
+        split[] = {9, 1, 2, 5, 10, 1, 2, 6, 8, 1, 2}, split2[] = {3, 7, 4, 11, 12, 7, 4, 13, 14, 7, 4};
+    assert_false(ngram_same_cell(cfg, once, 9, agree, 11));
+    assert_false(ngram_same_cell(cfg, agree, 11, once, 9));
+    assert_false(ngram_same_cell(cfg, agree, 11, split, 11));
+    assert_false(ngram_same_cell(cfg, split, 11, agree, 11));
+    assert_false(ngram_same_cell(cfg, once, 9, split, 11));
+    assert_true(ngram_same_cell(cfg, split2, 11, split, 11));
+    /* matches of 1: found twice (once at the context's first token), followed by 6 and 5; followed by 6 twice */
+    int split1[] = {7, 5, 7, 6, 7}, agree1[] = {7, 6, 9, 7, 6, 8, 7}, split1b[] = {9, 7, 5, 7, 6, 7};
+    assert_false(ngram_same_cell(cfg, split1, 5, agree1, 7));
+    assert_true(ngram_same_cell(cfg, split1, 5, split1b, 6));
+    /* n_max 2: "2 3" is the match; its older occurrence within "1 2 3" still counts (both followed by 8) */
+    int longer[] = {1, 2, 3, 8, 5, 2, 3, 8, 1, 2, 3};
+    assert_true(ngram_same_cell("{\"n_max\": 2}", longer, 11, agree, 11));
+    /* continuation: a round whose drafts and bonus all came from the copy, then a match that goes on
+     * with it (its own cell): its miss leaves a fresh match's cell (length 2, found once) as one round
+     * left it */
+    const char *c2 = "{\"n_max\": 2}";
+    int c[] = {9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2}, com[] = {3, 4, 5};
+    float conf[2];
+    for (int rounds = 1; rounds <= 2; rounds++) {
+        fake f;
+        fake_open_v(&f, "ngram", c2, 64, -1);
+        request r;
+        req_set(&r, c, 11, 11);
+        assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+        assert_int_equal(f.d.ops->propose(&f.d, &r, 2, NULL, &f.b), 0);
+        assert_int_equal(f.b.n, 2);
+        assert_memory_equal(f.b.tok, com, 2 * sizeof(int));
+        for (int i = 0; i < 3; i++) assert_int_equal(ivec_push(&r.toks, com[i]), 0);
+        assert_int_equal(f.d.ops->commit(&f.d, &r, 2, 5, NULL), 0);
+        if (rounds == 2) { /* "4 5" continues the copy: 6 7, rejected */
+            assert_int_equal(f.d.ops->propose(&f.d, &r, 2, NULL, &f.b), 0);
+            assert_int_equal(f.b.tok[0], 6);
+            assert_int_equal(ivec_push(&r.toks, 9), 0);
+            assert_int_equal(f.d.ops->commit(&f.d, &r, 0, 9, NULL), 0);
+        }
+        f.d.ops->end(&f.d, &r);
+        ivec_free(&r.toks);
+        conf[rounds - 1] = ngram_conf0(&f, once, 9);
+        fake_close(&f);
+    }
+    assert_true(conf[0] > 0.2f); /* the accepted copy raised the fresh cell */
+    assert_float_equal(conf[1], conf[0], 0);
 }
 
 static void test_suffix_corpus(void **state) {
@@ -738,6 +864,71 @@ static void test_suffix_sibling_tree(void **state) {
     }
 }
 
+/* A draft ends at end-of-generation: with a tokenizer target, every training-free drafter's chain stops
+ * after an EOG token and no tree grows children under one (the target would stop there, so whatever
+ * follows is verified for nothing). The same drafts without the tokenizer run on past it, so each case
+ * shows the check is what cuts them. */
+#define EOG 15
+/* the drafts of one request on context x (rows: recycling's recorded rows after each token in in[]) */
+static int drafts_eog(const char *name, const char *cfg, int eog, const int *x, int n, int gamma, const int *in,
+                      int n_in, const int (*rows)[3], int *tok, int *par) {
+    fake f;
+    fake_open_v(&f, name, cfg, 16, eog ? EOG : -1);
+    request r;
+    req_set(&r, x, n, n);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    if (n_in) {
+        float z[8][16];
+        for (int i = 0; i < n_in; i++) row_of(z[i], rows[i], 3);
+        assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], n_in, 0), 0);
+    }
+    assert_int_equal(f.d.ops->propose(&f.d, &r, gamma, NULL, &f.b), 0);
+    int m = f.b.n;
+    memcpy(tok, f.b.tok, sizeof(int) * (size_t)m);
+    for (int i = 0; i < m; i++) par[i] = f.b.tree ? f.b.parent[i] : i - 1;
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+    return m;
+}
+
+static void test_drafts_stop_at_eog(void **state) {
+    (void)state;
+    int x[] = {1, 2, EOG, 4, 5, 1, 2}; /* "1 2" was followed by EOG 4 5 */
+    int in[] = {4, EOG, 7}, rows[][3] = {{EOG, 8, 9}, {7, 10, 11}, {8, 12, 13}}; /* 4 -> EOG -> 7 -> 8 */
+    int y[] = {1, 2, 3, 4};
+    /* a chain's parents are -1 0 1 ...; the trees' nodes: recycling's 8 and 9 are the anchor's other
+     * children, 10 and 12 the best of EOG's and 7's rows below the path 4 -> EOG -> 7 */
+    struct {
+        const char *name, *cfg;
+        const int *x;
+        int n, n_in, n_want, tok[6], par[6], n_eog, tok_eog[3], par_eog[3];
+    } c[] = {
+        {"ngram", "{\"n_min\": 1}", x, 7, 0, 6, {EOG, 4, 5, 1, 2, EOG}, {-1, 0, 1, 2, 3, 4}, 1, {EOG}, {-1}},
+        {"suffix", "{\"corpus\": false, \"min_prob\": 0, \"max_depth\": 8}", x, 7, 0, 6, {EOG, 4, 5, 1, 2, EOG},
+         {-1, 0, 1, 2, 3, 4}, 1, {EOG}, {-1}},
+        {"suffix", "{\"corpus\": false, \"min_prob\": 0, \"max_depth\": 8, \"tree_nodes\": 4}", x, 7, 0, 6,
+         {EOG, 4, 5, 1, 2, EOG}, {-1, 0, 1, 2, 3, 4}, 1, {EOG}, {-1}},
+        {"suffix", "{\"corpus\": false, \"min_prob\": 0, \"max_depth\": 8, \"tree_nodes\": 4, \"tree_mode\": \"best-first\"}",
+         x, 7, 0, 5, {EOG, 4, 5, 1, 2}, {-1, 0, 1, 2, 3}, 1, {EOG}, {-1}},
+        {"recycling", "{\"k\": 1}", y, 4, 3, 3, {EOG, 7, 8}, {-1, 0, 1}, 1, {EOG}, {-1}},
+        {"recycling", "{\"k\": 3, \"tree_nodes\": 6}", y, 4, 3, 6, {EOG, 7, 8, 8, 10, 12}, {-1, 0, 1, -1, 0, 1}, 3,
+         {EOG, 8, 9}, {-1, -1, -1}},
+        {"recycling", "{\"k\": 3, \"tree_shape\": \"static\"}", y, 4, 3, 6, {EOG, 7, 8, 8, 10, 12}, {-1, 0, 1, -1, 0, 1}, 3,
+         {EOG, 8, 9}, {-1, -1, -1}},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int tok[64], par[64];
+        assert_int_equal(drafts_eog(c[i].name, c[i].cfg, 0, c[i].x, c[i].n, 6, in, c[i].n_in, rows, tok, par), c[i].n_want);
+        assert_memory_equal(tok, c[i].tok, sizeof(int) * (size_t)c[i].n_want);
+        assert_memory_equal(par, c[i].par, sizeof(int) * (size_t)c[i].n_want);
+        assert_int_equal(drafts_eog(c[i].name, c[i].cfg, 1, c[i].x, c[i].n, 6, in, c[i].n_in, rows, tok, par), c[i].n_eog);
+        assert_memory_equal(tok, c[i].tok_eog, sizeof(int) * (size_t)c[i].n_eog);
+        assert_memory_equal(par, c[i].par_eog, sizeof(int) * (size_t)c[i].n_eog);
+    }
+}
+#undef EOG
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suffix_tree_counts),
@@ -745,12 +936,14 @@ int main(void) {
         cmocka_unit_test(test_accept_counts_table),
         cmocka_unit_test(test_accept_prior_keys),
         cmocka_unit_test(test_ngram_drafts),
+        cmocka_unit_test(test_ngram_cells),
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_recycling),
         cmocka_unit_test(test_recycling_tree),
         cmocka_unit_test(test_recycling_static_tree),
         cmocka_unit_test(test_suffix_tree_mode),
         cmocka_unit_test(test_suffix_sibling_tree),
+        cmocka_unit_test(test_drafts_stop_at_eog),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
