@@ -358,10 +358,11 @@ static void test_ngram_drafts(void **state) {
     cJSON_Delete(c);
 }
 
-/* ngram's confidence cells: (match length bucket, whether the matched n-gram's occurrences agree on
- * what follows, whether the match continues the last round's fully committed copy). Seen from outside:
- * a rejected draft in one cell lowers the next request's confidence in that cell and in no other. */
-static float ngram_conf0(fake *f, const int *x, int n) {
+/* The deterministic drafters' confidence cells, seen from outside: a rejected draft in one cell lowers
+ * the next request's confidence in that cell and in no other. ngram's: (match length bucket, whether the
+ * matched n-gram's occurrences agree on what follows, whether the match continues the last round's fully
+ * committed copy). */
+static float first_conf(fake *f, const int *x, int n) {
     request r;
     req_set(&r, x, n, n);
     assert_int_equal(f->d.ops->begin(&f->d, &r, NULL), 0);
@@ -374,7 +375,7 @@ static float ngram_conf0(fake *f, const int *x, int n) {
 }
 
 /* one round of a request on x whose first draft the target rejects; the request ends (its counts join the run's) */
-static void ngram_miss(fake *f, const int *x, int n) {
+static void miss_first(fake *f, const int *x, int n) {
     request r;
     req_set(&r, x, n, n);
     assert_int_equal(f->d.ops->begin(&f->d, &r, NULL), 0);
@@ -388,12 +389,12 @@ static void ngram_miss(fake *f, const int *x, int n) {
 }
 
 /* does a miss in a's cell lower b's confidence? */
-static int ngram_same_cell(const char *cfg, const int *a, int na, const int *b, int nb) {
+static int same_cell(const char *name, const char *cfg, const int *a, int na, const int *b, int nb) {
     fake f;
-    fake_open_v(&f, "ngram", cfg, 64, -1);
-    float before = ngram_conf0(&f, b, nb);
-    ngram_miss(&f, a, na);
-    float after = ngram_conf0(&f, b, nb);
+    fake_open_v(&f, name, cfg, 64, -1);
+    float before = first_conf(&f, b, nb);
+    miss_first(&f, a, na);
+    float after = first_conf(&f, b, nb);
     fake_close(&f);
     assert_true(after <= before);
     return after < before;
@@ -417,25 +418,25 @@ static void test_ngram_cells(void **state) {
                       {9, 15, 1}, {15, 16, 0}, {16, 20, 1}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         int a[64], b[64], na = ctx_len(pairs[i][0], a), nb = ctx_len(pairs[i][1], b);
-        if (ngram_same_cell(cfg, a, na, b, nb) != pairs[i][2] || ngram_same_cell(cfg, b, nb, a, na) != pairs[i][2])
+        if (same_cell("ngram", cfg, a, na, b, nb) != pairs[i][2] || same_cell("ngram", cfg, b, nb, a, na) != pairs[i][2])
             fail_msg("matches of %d and %d tokens: %s cell expected", pairs[i][0], pairs[i][1], pairs[i][2] ? "one" : "not one");
     }
     /* agreement, matches of 2: found once; twice, both followed by 5; twice, followed by 5 and 6 */
     int once[] = {9, 1, 2, 5, 6, 7, 8, 1, 2}, agree[] = {9, 1, 2, 5, 10, 1, 2, 5, 8, 1, 2},
         split[] = {9, 1, 2, 5, 10, 1, 2, 6, 8, 1, 2}, split2[] = {3, 7, 4, 11, 12, 7, 4, 13, 14, 7, 4};
-    assert_false(ngram_same_cell(cfg, once, 9, agree, 11));
-    assert_false(ngram_same_cell(cfg, agree, 11, once, 9));
-    assert_false(ngram_same_cell(cfg, agree, 11, split, 11));
-    assert_false(ngram_same_cell(cfg, split, 11, agree, 11));
-    assert_false(ngram_same_cell(cfg, once, 9, split, 11));
-    assert_true(ngram_same_cell(cfg, split2, 11, split, 11));
+    assert_false(same_cell("ngram", cfg, once, 9, agree, 11));
+    assert_false(same_cell("ngram", cfg, agree, 11, once, 9));
+    assert_false(same_cell("ngram", cfg, agree, 11, split, 11));
+    assert_false(same_cell("ngram", cfg, split, 11, agree, 11));
+    assert_false(same_cell("ngram", cfg, once, 9, split, 11));
+    assert_true(same_cell("ngram", cfg, split2, 11, split, 11));
     /* matches of 1: found twice (once at the context's first token), followed by 6 and 5; followed by 6 twice */
     int split1[] = {7, 5, 7, 6, 7}, agree1[] = {7, 6, 9, 7, 6, 8, 7}, split1b[] = {9, 7, 5, 7, 6, 7};
-    assert_false(ngram_same_cell(cfg, split1, 5, agree1, 7));
-    assert_true(ngram_same_cell(cfg, split1, 5, split1b, 6));
+    assert_false(same_cell("ngram", cfg, split1, 5, agree1, 7));
+    assert_true(same_cell("ngram", cfg, split1, 5, split1b, 6));
     /* n_max 2: "2 3" is the match; its older occurrence within "1 2 3" still counts (both followed by 8) */
     int longer[] = {1, 2, 3, 8, 5, 2, 3, 8, 1, 2, 3};
-    assert_true(ngram_same_cell("{\"n_max\": 2}", longer, 11, agree, 11));
+    assert_true(same_cell("ngram", "{\"n_max\": 2}", longer, 11, agree, 11));
     /* continuation: a round whose drafts and bonus all came from the copy, then a match that goes on
      * with it (its own cell): its miss leaves a fresh match's cell (length 2, found once) as one round
      * left it */
@@ -461,7 +462,7 @@ static void test_ngram_cells(void **state) {
         }
         f.d.ops->end(&f.d, &r);
         ivec_free(&r.toks);
-        conf[rounds - 1] = ngram_conf0(&f, once, 9);
+        conf[rounds - 1] = first_conf(&f, once, 9);
         fake_close(&f);
     }
     assert_true(conf[0] > 0.2f); /* the accepted copy raised the fresh cell */
@@ -514,6 +515,89 @@ static void test_suffix_corpus(void **state) {
     fake_close(&f);
 }
 
+
+/* suffix's cells: (local or corpus trie, match length bucket, the draft's count ratio: < 1/3, < 2/3, < 1,
+ * 1 of several, 1 of one). "p_i 1 2 c_i" for each continuation c_i, then "30 1 2": a match of 2 tokens
+ * whose first draft's ratio is the most frequent c_i's share */
+static int ctx_conts(const int *c, int nc, int *x) {
+    int n = 0;
+    for (int i = 0; i < nc; i++) x[n++] = 20 + i, x[n++] = 1, x[n++] = 2, x[n++] = c[i];
+    x[n++] = 30, x[n++] = 1, x[n++] = 2;
+    return n;
+}
+
+static void test_suffix_cells(void **state) {
+    (void)state;
+    const char *cfg = "{\"corpus\": false, \"min_prob\": 0}";
+    fake f;
+    int a[64], b[64], na, nb;
+    fake_open_v(&f, "suffix", cfg, 64, -1);
+    na = ctx_len(3, a);
+    assert_float_equal(first_conf(&f, a, na), 0.2f, 1e-6); /* nothing learned: the prior */
+    fake_close(&f);
+    int pairs[][3] = {{1, 2, 0}, {2, 3, 0}, {3, 4, 0}, {4, 5, 1}, {5, 6, 0}, {6, 8, 1}, {8, 9, 0},
+                      {9, 15, 1}, {15, 16, 0}, {16, 20, 1}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        na = ctx_len(pairs[i][0], a), nb = ctx_len(pairs[i][1], b);
+        if (same_cell("suffix", cfg, a, na, b, nb) != pairs[i][2] || same_cell("suffix", cfg, b, nb, a, na) != pairs[i][2])
+            fail_msg("matches of %d and %d tokens: %s cell expected", pairs[i][0], pairs[i][1], pairs[i][2] ? "one" : "not one");
+    }
+    /* ratios at and beside the bucket edges: 1/4 | 1/3, 1/2 | 2/3, 3/4 | 1 of 2 | 1 of 1 */
+    struct {
+        int c[4], n;
+    } r[] = {{{5, 6, 7, 8}, 4}, {{5, 6, 7}, 3}, {{5, 6}, 2}, {{5, 5, 6}, 3}, {{5, 5, 5, 6}, 4}, {{5, 5}, 2}, {{5}, 1}};
+    int bucket[] = {0, 1, 1, 2, 2, 3, 4};
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; j < 7; j++) {
+            if (i == j) continue;
+            na = ctx_conts(r[i].c, r[i].n, a), nb = ctx_conts(r[j].c, r[j].n, b);
+            if (same_cell("suffix", cfg, a, na, b, nb) != (bucket[i] == bucket[j]))
+                fail_msg("continuations %d and %d: %s cell expected", i, j, bucket[i] == bucket[j] ? "one" : "not one");
+        }
+}
+
+/* suffix's best-first tree by hand: candidates popped by path frequency, ties to the one pushed first
+ * (a node's next sibling before its child), the popped one leaving the list */
+static void test_suffix_best_first_by_hand(void **state) {
+    (void)state;
+    fake f;
+    fake_open_v(&f, "suffix", "{\"corpus\": false, \"min_prob\": 0, \"max_depth\": 4, \"tree_nodes\": 12, "
+                "\"tree_mode\": \"best-first\"}", 64, -1);
+    int x[] = {20, 5, 7, 9, 1, 21, 5, 7, 9, 2, 22, 5, 8, 3, 1, 23, 5, 8, 6, 2, 24, 5};
+    request r;
+    req_set(&r, x, 22, 22);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    /* after 5: 7 and 8 twice each; 5 7 -> 9 twice; 5 7 9 -> 1, 2; 5 8 -> 3, 6; 5 8 3 -> 1; 5 8 6 -> 2 (depth
+     * cap 4). Popped: 7 (.5; pushes its sibling 8 and child 9, both .5), 8 (first pushed; pushes 3 .25), 9
+     * (pushes 1), 3 (pushes its sibling 6, then its child 1), 1 under 9 (pushes its sibling 2), 6 (pushes
+     * 2), then the rest in order pushed */
+    int tok[] = {7, 8, 9, 3, 1, 6, 1, 2, 2}, par[] = {-1, -1, 0, 1, 2, 1, 3, 2, 5};
+    float raw[] = {.5f, .5f, .5f, .25f, .25f, .25f, .25f, .25f, .25f};
+    assert_int_equal(f.b.n, 9);
+    assert_memory_equal(f.b.tok, tok, sizeof tok);
+    assert_memory_equal(f.b.parent, par, sizeof par);
+    for (int i = 0; i < 9; i++) assert_float_equal(f.b.conf_raw[i], raw[i], 1e-7);
+    /* a budget takes the same order's first nodes (below: min_prob 0.3 drops the quarter paths) */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 4);
+    assert_memory_equal(f.b.tok, tok, 4 * sizeof(int));
+    assert_memory_equal(f.b.parent, par, 4 * sizeof(int));
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+    fake_open_v(&f, "suffix", "{\"corpus\": false, \"min_prob\": 0.3, \"max_depth\": 4, \"tree_nodes\": 12, "
+                "\"tree_mode\": \"best-first\"}", 64, -1);
+    req_set(&r, x, 22, 22);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 12, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 3);
+    assert_memory_equal(f.b.tok, tok, 3 * sizeof(int));
+    assert_memory_equal(f.b.parent, par, 3 * sizeof(int));
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+}
 
 /* a logits row of 16 whose top entries are ids[0] > ids[1] > ... */
 static void row_of(float *z, const int *ids, int n) {
@@ -938,6 +1022,8 @@ int main(void) {
         cmocka_unit_test(test_ngram_drafts),
         cmocka_unit_test(test_ngram_cells),
         cmocka_unit_test(test_suffix_corpus),
+        cmocka_unit_test(test_suffix_cells),
+        cmocka_unit_test(test_suffix_best_first_by_hand),
         cmocka_unit_test(test_recycling),
         cmocka_unit_test(test_recycling_tree),
         cmocka_unit_test(test_recycling_static_tree),
