@@ -599,6 +599,32 @@ static void test_suffix_best_first_by_hand(void **state) {
     fake_close(&f);
 }
 
+/* suffix's siblings by hand: after 5, 7 three times and 8, 9, 6 once each; the chain (min_prob .3) is 7
+ * alone, and beside it the w - 1 most frequent other children, ties to the earlier-made node */
+static void test_suffix_siblings_by_hand(void **state) {
+    (void)state;
+    int x[] = {5, 7, 11, 21, 5, 7, 12, 22, 5, 7, 13, 23, 5, 8, 14, 24, 5, 9, 15, 25, 5, 6, 16, 26, 5};
+    for (int w = 2; w <= 4; w++) {
+        char cfg[160];
+        snprintf(cfg, sizeof cfg, "{\"corpus\": false, \"min_prob\": 0.3, \"tree_nodes\": 8, \"tree_width\": %d}", w);
+        fake f;
+        fake_open_v(&f, "suffix", cfg, 64, -1);
+        request r;
+        req_set(&r, x, 25, 25);
+        assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+        assert_int_equal(f.d.ops->propose(&f.d, &r, 8, NULL, &f.b), 0);
+        int tok[] = {7, 8, 9, 6}; /* the draft, then siblings by count (1 of 6 each), ties by age */
+        assert_int_equal(f.b.n, w);
+        assert_memory_equal(f.b.tok, tok, sizeof(int) * (size_t)w);
+        for (int i = 0; i < w; i++) assert_int_equal(f.b.parent[i], -1);
+        assert_float_equal(f.b.conf_raw[0], 0.2f, 1e-6); /* the chain's draft: its cell's prior */
+        for (int i = 1; i < w; i++) assert_float_equal(f.b.conf_raw[i], 1.0f / 6, 1e-6);
+        f.d.ops->end(&f.d, &r);
+        ivec_free(&r.toks);
+        fake_close(&f);
+    }
+}
+
 /* a logits row of 16 whose top entries are ids[0] > ids[1] > ... */
 static void row_of(float *z, const int *ids, int n) {
     for (int v = 0; v < 16; v++) z[v] = -(float)v * 0.01f;
@@ -682,6 +708,171 @@ static void test_recycling(void **state) {
     assert_int_equal(drafter_open(&d, "recycling", cj, &f.t), -1);
     assert_non_null(strstr(ds_errmsg(), "k"));
     cJSON_Delete(cj);
+}
+
+/* recycling's chain cells: the recorded probability of the draft's row (buckets at .05 .1 .2 .35 .5 .7
+ * .9). A request whose prompt ends 3 | 4 sees row 4 -> 7 with probability p (the rest spread evenly over
+ * 64 ids) and drafts 7; with miss, the target takes 8 instead and the request ends */
+static float rc_first(fake *f, float p, int miss) {
+    request r;
+    int pr[] = {1, 2, 3, 4}, in = 4;
+    float z[64];
+    for (int v = 0; v < 64; v++) z[v] = logf((1 - p) / 63);
+    z[7] = logf(p);
+    req_set(&r, pr, 4, 3);
+    assert_int_equal(f->d.ops->begin(&f->d, &r, NULL), 0);
+    assert_int_equal(f->d.ops->observe(&f->d, &r, &in, z, 1, 0), 0);
+    assert_int_equal(f->d.ops->propose(&f->d, &r, 1, NULL, &f->b), 0);
+    assert_int_equal(f->b.n, 1);
+    assert_int_equal(f->b.tok[0], 7);
+    float c = f->b.conf[0];
+    if (miss) {
+        assert_int_equal(ivec_push(&r.toks, 8), 0);
+        assert_int_equal(f->d.ops->commit(&f->d, &r, 0, 8, NULL), 0);
+    }
+    f->d.ops->end(&f->d, &r);
+    ivec_free(&r.toks);
+    return c;
+}
+
+static int rc_same_cell(float pa, float pb) {
+    fake f;
+    fake_open_v(&f, "recycling", "{\"k\": 2}", 64, -1);
+    float before = rc_first(&f, pb, 0);
+    rc_first(&f, pa, 1);
+    float after = rc_first(&f, pb, 0);
+    fake_close(&f);
+    assert_true(after <= before);
+    return after < before;
+}
+
+static void test_recycling_cells(void **state) {
+    (void)state;
+    fake f;
+    fake_open_v(&f, "recycling", "{\"k\": 2}", 64, -1);
+    assert_float_equal(rc_first(&f, 0.5f, 0), 0.2f, 1e-6); /* nothing learned: the prior */
+    fake_close(&f);
+    float one[] = {0.03f, 0.07f, 0.15f, 0.3f, 0.4f, 0.6f, 0.8f, 0.95f}; /* one a bucket */
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++)
+            if (i != j && rc_same_cell(one[i], one[j])) fail_msg("rows of %.2f and %.2f share a cell", one[i], one[j]);
+    float same[][2] = {{0.02f, 0.04f}, {0.25f, 0.3f}, {0.91f, 0.99f}};
+    for (int i = 0; i < 3; i++) assert_true(rc_same_cell(same[i][0], same[i][1]));
+}
+
+/* a scheduler's draft_more stand-in that refuses and counts the asks */
+static int refuse_more(void *ctx, int k, const float *conf) {
+    (void)k, (void)conf;
+    ++*(int *)ctx;
+    return 0;
+}
+
+/* The paper's static tree, whole: with a row of 8 known for every token, all 80 nodes are present, and
+ * numbered breadth first (a node's children by the rank of their token in its row) they have the
+ * template's child counts (Luo et al., Fig. 5; SAM-Decoding's token_recycle.json), restated here */
+static void test_recycling_template_whole(void **state) {
+    (void)state;
+    static const int paper[81] = {8, 8, 4, 3, 2, 1, 1, 1, 1, 8, 3, 2, 1, 1, 1, 1, 1, 2, 1, 0, 0, 1, 0, 0, 1, 0, 1,
+                                  1, 0, 0, 5, 2, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0,
+                                  0, 3, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
+    fake f;
+    fake_open(&f, "recycling", "{\"k\": 8, \"tree_shape\": \"static\"}");
+    draft_block_free(&f.b); /* room for the whole tree */
+    assert_int_equal(draft_block_init(&f.b, 80, 16, 1), 0);
+    request r;
+    int p[] = {1, 2, 3, 4};
+    req_set(&r, p, 4, 3);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    /* token x's row: x + 9, ..., x + 16 (mod 16), in that order (id 0 in most rows) */
+    float z[16][16];
+    int in[16];
+    for (int x = 0; x < 16; x++) {
+        int ids[8];
+        for (int j = 0; j < 8; j++) ids[j] = (x + 9 + j) % 16;
+        row_of(z[x], ids, 8);
+        in[x] = x;
+    }
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in, &z[0][0], 16, 0), 0);
+    int asks = 0;
+    f.b.more = refuse_more, f.b.more_ctx = &asks; /* rows cost nothing: never asked */
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 80, NULL, &f.b), 0);
+    assert_int_equal(asks, 0);
+    assert_int_equal(f.b.n, 80);
+    /* breadth-first numbers: level by level, by the parent's number, then by rank */
+    int depth[80], rank[80], bfs[80], kids[81] = {0}, m = 0;
+    for (int i = 0; i < 80; i++) {
+        int u = f.b.parent[i], pt = u < 0 ? 4 : f.b.tok[u];
+        assert_true(u < i);
+        depth[i] = u < 0 ? 1 : depth[u] + 1;
+        rank[i] = (f.b.tok[i] - pt - 9 + 32) % 16;
+        assert_true(rank[i] < 8);
+    }
+    for (int dd = 1; dd <= 6; dd++)
+        for (int pb = 0; pb <= m; pb++)
+            for (int rk = 0; rk < 8; rk++)
+                for (int i = 0; i < 80; i++)
+                    if (depth[i] == dd && rank[i] == rk && (f.b.parent[i] < 0 ? 0 : bfs[f.b.parent[i]]) == pb)
+                        bfs[i] = ++m, kids[pb]++;
+    assert_int_equal(m, 80);
+    assert_memory_equal(kids, paper, sizeof kids);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+}
+
+/* recycling's tree: "repeat" with no row makes the token its own child at .5; the calibration scale
+ * (accepted + 1) / (verified nodes' raw confidences + 1), back to 1 after a rewind */
+static void test_recycling_tree_repeat_calib(void **state) {
+    (void)state;
+    fake f;
+    fake_open(&f, "recycling", "{\"k\": 3, \"tree_nodes\": 4, \"repeat\": true}");
+    request r;
+    int p[] = {1, 2, 3, 4};
+    req_set(&r, p, 4, 3);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    /* no rows at all: 4 -> 4 -> 4 ... at .5 a level; rows cost nothing: the scheduler is never asked */
+    int asks = 0;
+    f.b.more = refuse_more, f.b.more_ctx = &asks;
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(asks, 0);
+    f.b.more = NULL;
+    int tok0[] = {4, 4, 4, 4}, par0[] = {-1, 0, 1, 2};
+    assert_int_equal(f.b.n, 4);
+    assert_memory_equal(f.b.tok, tok0, sizeof tok0);
+    assert_memory_equal(f.b.parent, par0, sizeof par0);
+    for (int i = 0; i < 4; i++) assert_float_equal(f.b.conf_raw[i], ldexpf(1, -(i + 1)), 1e-7);
+    /* row 4 -> 7 8 9 (~.665 .245 .090): 7 (no row) repeats at half its path */
+    float z[16];
+    int a[] = {7, 8, 9}, in = 4;
+    row_of(z, a, 3);
+    assert_int_equal(f.d.ops->observe(&f.d, &r, &in, z, 1, 0), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    int tok[] = {7, 7, 8, 7}, par[] = {-1, 0, -1, 1};
+    assert_memory_equal(f.b.tok, tok, sizeof tok);
+    assert_memory_equal(f.b.parent, par, sizeof par);
+    float raw[4];
+    for (int i = 0; i < 4; i++) raw[i] = f.b.conf_raw[i], assert_float_equal(f.b.conf[i], raw[i], 0); /* scale 1 */
+    assert_float_equal(raw[1], raw[0] / 2, 1e-7);
+    /* a round verifying nodes 0 and 1 (observe: the anchor's row and theirs), one accepted */
+    int in2[] = {4, 7, 7};
+    float z2[3][16];
+    for (int i = 0; i < 3; i++) memcpy(z2[i], z, sizeof z);
+    assert_int_equal(f.d.ops->observe(&f.d, &r, in2, &z2[0][0], 3, 0), 0);
+    assert_int_equal(ivec_push(&r.toks, 7), 0);
+    assert_int_equal(ivec_push(&r.toks, 8), 0);
+    assert_int_equal(f.d.ops->commit(&f.d, &r, 1, 8, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    double scale = (1.0 + 1) / (raw[0] + raw[1] + 1);
+    assert_true(f.b.n > 0);
+    for (int i = 0; i < f.b.n; i++) assert_float_equal(f.b.conf[i], fmin(1.0, f.b.conf_raw[i] * scale), 1e-6);
+    /* a rewind forgets the request's judgement */
+    assert_int_equal(f.d.ops->rewind(&f.d, &r), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_true(f.b.n > 0);
+    for (int i = 0; i < f.b.n; i++) assert_float_equal(f.b.conf[i], f.b.conf_raw[i], 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
 }
 
 /* recycling's static tree: the paper's template filled breadth first (the c-th child of a node is the
@@ -1024,9 +1215,13 @@ int main(void) {
         cmocka_unit_test(test_suffix_corpus),
         cmocka_unit_test(test_suffix_cells),
         cmocka_unit_test(test_suffix_best_first_by_hand),
+        cmocka_unit_test(test_suffix_siblings_by_hand),
         cmocka_unit_test(test_recycling),
         cmocka_unit_test(test_recycling_tree),
         cmocka_unit_test(test_recycling_static_tree),
+        cmocka_unit_test(test_recycling_cells),
+        cmocka_unit_test(test_recycling_template_whole),
+        cmocka_unit_test(test_recycling_tree_repeat_calib),
         cmocka_unit_test(test_suffix_tree_mode),
         cmocka_unit_test(test_suffix_sibling_tree),
         cmocka_unit_test(test_drafts_stop_at_eog),
