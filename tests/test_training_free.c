@@ -625,6 +625,59 @@ static void test_suffix_siblings_by_hand(void **state) {
     }
 }
 
+/* suffix's edges: a path frequency exactly at min_prob is drafted, in a chain and in a tree; three siblings tied in count come in the order they were first seen; a rewind
+ * rebuilds the request's trie from its first token; no match, nothing (min_match 1) */
+static void test_suffix_edges(void **state) {
+    (void)state;
+    fake f;
+    request r;
+    int none[] = {1, 2, 3}, half[] = {5, 7, 21, 5, 8, 22, 5}, tie[] = {5, 7, 21, 5, 7, 22, 5, 8, 23, 5, 9, 24, 5, 6, 25, 5};
+    const char *cfgs[] = {"{\"corpus\": false, \"min_prob\": 0.5}",
+                          "{\"corpus\": false, \"min_prob\": 0.5, \"tree_nodes\": 4, \"tree_mode\": \"best-first\"}"};
+    for (int i = 0; i < 2; i++) {
+        fake_open_v(&f, "suffix", cfgs[i], 64, -1);
+        req_set(&r, half, 7, 7); /* after 5: 7 and 8, one each: 7 at exactly .5 */
+        assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+        assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+        assert_true(f.b.n >= 1); /* and on at ratio 1 */
+        assert_int_equal(f.b.tok[0], 7);
+        f.d.ops->end(&f.d, &r);
+        ivec_free(&r.toks);
+        fake_close(&f);
+    }
+    fake_open_v(&f, "suffix", "{\"corpus\": false, \"min_prob\": 0, \"max_depth\": 2, \"tree_nodes\": 4, \"tree_mode\": \"best-first\"}",
+                64, -1);
+    req_set(&r, tie, 16, 16); /* after 5: 7 twice, then 8, 9, 6 once each */
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    int want[] = {7, 8, 9, 6};
+    assert_int_equal(f.b.n, 4);
+    assert_memory_equal(f.b.tok, want, sizeof want);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+    /* "5 7 9 5": 5 -> 7 only through the first token */
+    fake_open_v(&f, "suffix", "{\"corpus\": false, \"min_prob\": 0}", 64, -1);
+    req_set(&r, none, 3, 3); /* nothing matches: no draft (not the root's most frequent token) */
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    assert_int_equal(f.d.ops->propose(&f.d, &r, 4, NULL, &f.b), 0);
+    assert_int_equal(f.b.n, 0);
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    int first[] = {5, 7, 9, 5}, want2[] = {7, 9};
+    req_set(&r, first, 4, 4);
+    assert_int_equal(f.d.ops->begin(&f.d, &r, NULL), 0);
+    for (int k = 0; k < 2; k++) {
+        if (k) assert_int_equal(f.d.ops->rewind(&f.d, &r), 0);
+        assert_int_equal(f.d.ops->propose(&f.d, &r, 2, NULL, &f.b), 0);
+        assert_int_equal(f.b.n, 2);
+        assert_memory_equal(f.b.tok, want2, sizeof want2);
+    }
+    f.d.ops->end(&f.d, &r);
+    ivec_free(&r.toks);
+    fake_close(&f);
+}
+
 /* a logits row of 16 whose top entries are ids[0] > ids[1] > ... */
 static void row_of(float *z, const int *ids, int n) {
     for (int v = 0; v < 16; v++) z[v] = -(float)v * 0.01f;
@@ -1216,6 +1269,7 @@ int main(void) {
         cmocka_unit_test(test_suffix_cells),
         cmocka_unit_test(test_suffix_best_first_by_hand),
         cmocka_unit_test(test_suffix_siblings_by_hand),
+        cmocka_unit_test(test_suffix_edges),
         cmocka_unit_test(test_recycling),
         cmocka_unit_test(test_recycling_tree),
         cmocka_unit_test(test_recycling_static_tree),

@@ -120,6 +120,22 @@ python3 scripts/mutants.py --timeout 120 --drafters test:test_forward,test:test_
 python3 scripts/mutants.py --timeout 120 --drafters test:test_schedulers,dspark-markov,ngram \
   --again out/mutants-sched10/results.jsonl --out out/mutants-sched10-again schedulers/hedge.c schedulers/bandit.c schedulers/async_topk.c
 python3 scripts/mutants.py --seed 17 --limit 16 --timeout 200 --drafters test:test_training_free,ngram --out out/mutants-ngram11 drafters/ngram.c
+# twelfth round: the training-free drafters' own files (ngram whole, suffix, suffix_tree, recycling), each judged by
+# test_training_free and its drafter's gate; the unkilled judged again (--again) against the by-hand cases the
+# round added (the confidence cells seen from outside, the best-first and sibling trees, the static template
+# whole, the end-of-generation stops)
+python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_training_free,ngram --out out/mutants-ngram11 drafters/ngram.c
+python3 scripts/mutants.py --timeout 200 --drafters test:test_training_free,ngram --out out/mutants-ngram12b drafters/ngram.c  # all again, the new cases in
+python3 scripts/mutants.py --seed 19 --timeout 200 --drafters test:test_training_free,suffix --out out/mutants-suffix12 drafters/suffix.c
+python3 scripts/mutants.py --timeout 200 --drafters test:test_training_free,suffix --again out/mutants-suffix12/results.jsonl \
+  --out out/mutants-suffix12-again drafters/suffix.c
+python3 scripts/mutants.py --seed 19 --timeout 200 --drafters test:test_training_free,recycling --out out/mutants-recycling12 drafters/recycling.c
+python3 scripts/mutants.py --timeout 200 --drafters test:test_training_free,recycling --again out/mutants-recycling12/results.jsonl \
+  --out out/mutants-recycling12-again drafters/recycling.c
+python3 scripts/mutants.py --seed 19 --timeout 40 --drafters test:test_training_free,suffix --out out/mutants-stree12 drafters/suffix_tree.c
+# the drafters' contract with their checkpoints, and the rest of the best-first tree builder (the eleventh round's sample resumed)
+python3 scripts/mutants.py --seed 19 --timeout 200 --drafters test:test_contract,test:test_medusa --out out/mutants-contract12 drafters/contract.c
+python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_medusa,test:test_vanilla,medusa --out out/mutants-treebuild drafters/tree_build.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
