@@ -93,6 +93,12 @@ static void test_serving(void **state) {
     snprintf(w.chat_template, sizeof w.chat_template, "llama3");
     assert_int_equal(contract_check_serving(&w, &t, "ck"), -1);
     assert_non_null(strstr(ds_errmsg(), "ck: trained with chat_template 'llama3'"));
+    w.tokenizer[0] = 0; /* one of the two recorded is still checked */
+    assert_int_equal(contract_check_serving(&w, &t, "ck"), -1);
+    w = k;
+    w.tokenizer[0] = w.tokenizer[0] == '0' ? '1' : '0';
+    w.chat_template[0] = 0;
+    assert_int_equal(contract_check_serving(&w, &t, "ck"), -1);
     w.tokenizer[0] = 0, w.chat_template[0] = 0; /* a checkpoint from before the contract was recorded */
     assert_int_equal(contract_check_serving(&w, &t, "ck"), 0);
     target_close(&t);
