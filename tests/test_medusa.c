@@ -325,6 +325,9 @@ static void test_tree_topk(void **state) {
     assert_int_equal(tree_topk_softmax(z, 9, NULL, 3, ids, p, tmp), 3);
     int want3[3] = {1, 3, 5};
     assert_memory_equal(ids, want3, sizeof want3);
+    /* a row with no finite entry has no children */
+    for (int i = 0; i < 9; i++) z[i] = -INFINITY;
+    assert_int_equal(tree_topk_softmax(z, 9, NULL, 3, ids, p, tmp), 0);
 }
 
 /* tree_calib_judge by hand: nodes 5 (anchor's child), 6 and 7 (5's), 8 (6's), 9 (7's); the round
@@ -417,6 +420,15 @@ static void test_tree_best_first_by_hand(void **state) {
         static const int t2[7] = {10, 11, 20, 30, 60, 21, 50};
         assert_int_equal(b.n, 7);
         assert_memory_equal(b.tok, t2, sizeof t2);
+    }
+    /* one child a node: the chain of first children */
+    {
+        bf_ctx c = {0};
+        assert_int_equal(tree_best_first(bf_row, &c, 1, 64, 0, &b), 0);
+        static const int t1[3] = {10, 20, 50}, p1[3] = {-1, 0, 1};
+        assert_int_equal(b.n, 3);
+        assert_memory_equal(b.tok, t1, sizeof t1);
+        assert_memory_equal(b.parent, p1, sizeof p1);
     }
     /* paced: two expansions granted, the third (node 20 at depth 2, its path's rows .5 and .6) refused */
     {
