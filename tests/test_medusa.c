@@ -356,8 +356,8 @@ static void test_tree_calib_by_hand(void **state) {
  * that order's prefix and asks no row for its last node; a pacing refusal stops the rows and the
  * candidates made so far come in as leaves. */
 typedef struct {
-    int calls, asks, ask_k[8], yes;
-    float ask_pc[8][4];
+    int calls, asks, ask_k[16], yes;
+    float ask_pc[16][4];
 } bf_ctx;
 
 static int bf_row(void *vctx, int node, int tok, int depth, int K, int *ids, float *p) {
@@ -429,6 +429,17 @@ static void test_tree_best_first_by_hand(void **state) {
         assert_int_equal(b.n, 3);
         assert_memory_equal(b.tok, t1, sizeof t1);
         assert_memory_equal(b.parent, p1, sizeof p1);
+    }
+    /* paced and always granted: the unpaced tree, one ask before each row a node costs (none for the last
+     * node a budget takes: its children would never be read) */
+    for (int budget = 1; budget <= 10; budget++) {
+        bf_ctx c = {.yes = 100};
+        b.more = bf_more, b.more_ctx = &c;
+        assert_int_equal(tree_best_first(bf_row, &c, 3, budget, 1, &b), 0);
+        b.more = NULL;
+        assert_int_equal(b.n, DS_MIN(budget, 9));
+        assert_memory_equal(b.tok, tok, sizeof(int) * (size_t)b.n);
+        assert_int_equal(c.asks, c.calls - 1);
     }
     /* paced: two expansions granted, the third (node 20 at depth 2, its path's rows .5 and .6) refused */
     {
