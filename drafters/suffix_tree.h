@@ -45,7 +45,8 @@ int suffix_tree_find(const suffix_tree *t, const int *x, int n);
 /* the longest suffix of x[0..n) (length <= max_depth - 1) that has a continuation in the tree:
  * its node, and its length in *len (0 and the root when none) */
 int suffix_tree_match(const suffix_tree *t, const int *x, int n, int *len);
-/* the most frequent child of a node (ties: the first created), or -1 */
+/* the most frequent child of a node, or -1. Ties: the child that reached the count first (kept as
+ * counts grow); after an eviction made the node rescan its children, the oldest */
 int suffix_tree_best(suffix_tree *t, int node);
 
 #endif

@@ -75,10 +75,18 @@ static void test_suffix_tree_counts(void **state) {
     assert_true(first > 0); /* eviction happened */
     /* match: the longest suffix with a continuation */
     int ctx[3] = {seq[NS - 1][0], seq[NS - 1][1], 99}, ml;
-    suffix_tree_match(&t, ctx, 3, &ml);
-    assert_int_equal(ml, 0); /* token 99 never occurs */
+    assert_int_equal(suffix_tree_match(&t, ctx, 3, &ml), 0); /* token 99 never occurs: the root */
+    assert_int_equal(ml, 0);
     suffix_tree_match(&t, ctx, 2, &ml);
     assert_true(ml >= 1 && ml <= 2);
+    /* cleared and used again: the counts are the new sequences' alone (the root's too: one a token) */
+    suffix_tree_clear(&t);
+    for (int s = NS - 2; s < NS; s++) {
+        assert_int_equal(suffix_tree_begin(&t, 1), 0);
+        assert_int_equal(suffix_tree_append(&t, seq[s], len[s]), 0);
+    }
+    check_tree(&t, seq, len, NS - 2, NS);
+    assert_int_equal(t.cont[0], len[NS - 2] + len[NS - 1]);
     suffix_tree_free(&t);
     for (int s = 0; s < NS; s++) free(seq[s]);
 }
