@@ -418,17 +418,21 @@ static int ctx_len(int m, int *x) {
     return n;
 }
 
-static void test_ngram_cells(void **state) {
-    (void)state;
-    const char *cfg = "{\"n_max\": 20}";
-    /* the length buckets: 1, 2, 3, 4-5, 6-8, 9-15, 16+ */
+/* ngram's and suffix's match-length buckets (1, 2, 3, 4-5, 6-8, 9-15, 16+), at and beside each edge, both ways */
+static void length_cells(const char *name, const char *cfg) {
     int pairs[][3] = {{1, 2, 0}, {2, 3, 0}, {3, 4, 0}, {4, 5, 1}, {5, 6, 0}, {6, 8, 1}, {8, 9, 0},
                       {9, 15, 1}, {15, 16, 0}, {16, 20, 1}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        int a[64], b[64], na = ctx_len(pairs[i][0], a), nb = ctx_len(pairs[i][1], b);
-        if (same_cell("ngram", cfg, a, na, b, nb) != pairs[i][2] || same_cell("ngram", cfg, b, nb, a, na) != pairs[i][2])
-            fail_msg("matches of %d and %d tokens: %s cell expected", pairs[i][0], pairs[i][1], pairs[i][2] ? "one" : "not one");
+        int a[64], b[64], na = ctx_len(pairs[i][0], a), nb = ctx_len(pairs[i][1], b), one = pairs[i][2];
+        if (same_cell(name, cfg, a, na, b, nb) != one || same_cell(name, cfg, b, nb, a, na) != one)
+            fail_msg("%s: matches of %d and %d tokens: %s cell expected", name, pairs[i][0], pairs[i][1], one ? "one" : "not one");
     }
+}
+
+static void test_ngram_cells(void **state) {
+    (void)state;
+    const char *cfg = "{\"n_max\": 20}";
+    length_cells("ngram", cfg);
     /* agreement, matches of 2: found once; twice, both followed by 5; twice, followed by 5 and 6 */
     int once[] = {9, 1, 2, 5, 6, 7, 8, 1, 2}, agree[] = {9, 1, 2, 5, 10, 1, 2, 5, 8, 1, 2},
         split[] = {9, 1, 2, 5, 10, 1, 2, 6, 8, 1, 2}, split2[] = {3, 7, 4, 11, 12, 7, 4, 13, 14, 7, 4};
@@ -543,13 +547,7 @@ static void test_suffix_cells(void **state) {
     na = ctx_len(3, a);
     assert_float_equal(first_conf(&f, a, na), 0.2f, 1e-6); /* nothing learned: the prior */
     fake_close(&f);
-    int pairs[][3] = {{1, 2, 0}, {2, 3, 0}, {3, 4, 0}, {4, 5, 1}, {5, 6, 0}, {6, 8, 1}, {8, 9, 0},
-                      {9, 15, 1}, {15, 16, 0}, {16, 20, 1}};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        na = ctx_len(pairs[i][0], a), nb = ctx_len(pairs[i][1], b);
-        if (same_cell("suffix", cfg, a, na, b, nb) != pairs[i][2] || same_cell("suffix", cfg, b, nb, a, na) != pairs[i][2])
-            fail_msg("matches of %d and %d tokens: %s cell expected", pairs[i][0], pairs[i][1], pairs[i][2] ? "one" : "not one");
-    }
+    length_cells("suffix", cfg);
     /* ratios at and beside the bucket edges: 1/4 | 1/3, 1/2 | 2/3, 3/4 | 1 of 2 | 1 of 1 */
     struct {
         int c[4], n;
@@ -633,8 +631,9 @@ static void test_suffix_siblings_by_hand(void **state) {
     }
 }
 
-/* suffix's edges: a path frequency exactly at min_prob is drafted, in a chain and in a tree; three siblings tied in count come in the order they were first seen; a rewind
- * rebuilds the request's trie from its first token; no match, nothing (min_match 1) */
+/* suffix's edges: a path frequency exactly at min_prob is drafted, in a chain and in a tree; three
+ * siblings tied in count come in the order they were first seen; a rewind rebuilds the request's trie
+ * from its first token; no match, nothing (min_match 1) */
 static void test_suffix_edges(void **state) {
     (void)state;
     fake f;
