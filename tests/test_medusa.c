@@ -149,6 +149,159 @@ static int load_md(const char *dir, const model *t) {
     return 0;
 }
 
+/* md_model_init's draw: with init_std s every head's W_k ~ N(0, s^2 / dim) (each head's own sample
+ * moments, the whole matrix), every bias b_k = 0; with 0, Medusa's zero start (the residual block is
+ * then the identity); the untrained drafter's default seed. */
+static void test_init_draw(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    md_config c;
+    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    c.heads = 4;
+    int D = c.dim;
+    for (int pass = 0; pass < 2; pass++) {
+        float s = pass ? 0.5f : 0;
+        md_model m;
+        assert_int_equal(md_model_init(&m, &c, &tt->t.m, 9, s, 0, NULL), 0);
+        assert_int_equal(m.n_params, (size_t)c.heads * (D + 1) * D);
+        for (int k = 0; k < c.heads; k++) {
+            const float *w = m.params + (size_t)k * (D + 1) * D, *b = w + (size_t)D * D;
+            double s1 = 0, s2 = 0;
+            int zeros = 0;
+            for (int i = 0; i < D * D; i++) s1 += w[i], s2 += (double)w[i] * w[i], zeros += w[i] == 0;
+            for (int i = 0; i < D; i++)
+                if (b[i] != 0) fail_msg("init_std %g: head %d bias %d is %g", s, k, i, b[i]);
+            double n = (double)D * D, mean = s1 / n, sd = sqrt(s2 / n - mean * mean), want = s / sqrt((double)D);
+            if (pass == 0) {
+                assert_int_equal(zeros, D * D);
+                continue;
+            }
+            if (zeros > 0 || fabs(sd - want) > 0.1 * want || fabs(mean) > 0.1 * want)
+                fail_msg("head %d: %d zero weights, mean %g, sd %g (want 0, %g)", k, zeros, mean, sd, want);
+        }
+        md_model_free(&m);
+    }
+    /* the untrained drafter's documented default seed is 1: the same weights as "seed": 1, not 2's */
+    const char *cj[3] = {"{\"heads\": 2, \"init_std\": 1.0}", "{\"heads\": 2, \"init_std\": 1.0, \"seed\": 1}",
+                         "{\"heads\": 2, \"init_std\": 1.0, \"seed\": 2}"};
+    char fp[3][sizeof ((drafter *)0)->fingerprint];
+    for (int i = 0; i < 3; i++) {
+        cJSON *j = cJSON_Parse(cj[i]);
+        drafter d;
+        if (drafter_open(&d, "medusa", j, &tt->t)) fail_msg("%s", ds_errmsg());
+        snprintf(fp[i], sizeof fp[i], "%s", d.fingerprint);
+        drafter_close(&d);
+        cJSON_Delete(j);
+    }
+    assert_string_equal(fp[0], fp[1]);
+    assert_string_not_equal(fp[1], fp[2]);
+    tiny_close(tt);
+}
+
+/* Trained and served: the training step's logits rows (the full-vocabulary reference path) and the
+ * drafter's q rows, served from a checkpoint of those heads with the same target states, must agree for
+ * every head at each anchor the drafter reaches: a begin on the sequence up to it, a commit of 2 drafts
+ * (the hidden row it keeps), a rewind (back to the prompt's state), and gamma 1. The overfit gate memorises tokens,
+ * which a slightly wrong norm, residual or state row can still draft back; this compares the laws.
+ * Returns the worst |dq| (blocks in f32: the training step's own operations; q8_0 on the int8 kernels). */
+static double train_serve(const char *precision, int vocab) {
+    tiny_target *tt = tiny_open();
+    md_config c;
+    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
+    c.heads = HEADS;
+    c.eps = 1e-3f; /* not the target's, so that serving must read the checkpoint's */
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
+    c.contract.draft_vocab = vocab ? 40 : 0;
+    md_model m;
+    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, 21);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.3f * (float)(rng_uniform(&r) - 0.5); /* biases too */
+    char dir[600], cj[800];
+    snprintf(dir, sizeof dir, "%s", tmp_path("medusa-serve"));
+    assert_int_equal(md_save(&m, dir), 0);
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\"}", dir, precision);
+    cJSON *cfg = cJSON_Parse(cj);
+    drafter dr;
+    if (drafter_open(&dr, "medusa", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(cfg);
+    seq_fix f;
+    make_seq(tt, &f);
+    enum { A = 6 };
+    int anchors[A] = {3, 6, 9, 14, 20, 30}, nv[A] = {HEADS, HEADS, HEADS, HEADS, HEADS, HEADS};
+    int D = c.dim, V = c.vocab, Vd = m.sv.Vd;
+    /* the reference path needs every row: the logits over the draft rows come from the full path's Z */
+    md_model mf;
+    md_config cf = m.cfg;
+    cf.contract.draft_vocab = 0;
+    assert_int_equal(md_model_init(&mf, &cf, &tt->t.m, 3, 0, 1, NULL), 0);
+    memcpy(mf.params, m.params, sizeof(float) * m.n_params);
+    train_seq sf = {f.T, f.taps, f.final, f.tokens, FIX_PROMPT, FIX_K, NULL, NULL, A, anchors, nv};
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (md_step_f(&mf.cfg, mf.params, NULL, mf.norm, mf.E, V, NULL, &sf, 1, &st, &mf.ws)) fail_msg("%s", ds_errmsg());
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, HEADS, V, 1), 0);
+    double worst = 0;
+    /* (anchor index, how the drafter got there): 0 begin, 1 commit of 2 after 0, 2 commit of 2 after 1,
+     * 0 again by rewind, 3..5 fresh begins */
+    const int path[][2] = {{0, 'b'}, {1, 'c'}, {2, 'c'}, {0, 'r'}, {3, 'b'}, {4, 'b'}, {5, 'b'}};
+    request rq;
+    int open = 0;
+    for (size_t pi = 0; pi < sizeof path / sizeof *path; pi++) {
+        int a = path[pi][0], at = anchors[a];
+        if (path[pi][1] == 'b') {
+            if (open) dr.ops->end(&dr, &rq), request_free(&rq, &tt->t);
+            assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, at, 8, 1), 0);
+            assert_int_equal(ivec_push(&rq.toks, f.tokens[at]), 0);
+            if (dr.ops->begin(&dr, &rq, f.taps)) fail_msg("%s", ds_errmsg()); /* rows 0 .. at - 1 */
+            open = 1;
+        } else if (path[pi][1] == 'c') { /* 2 of the last anchor's drafts accepted: rows prev .. prev + 2 */
+            int prev = anchors[a - 1];
+            assert_int_equal(at, prev + 3);
+            if (dr.ops->commit(&dr, &rq, 2, f.tokens[at], f.taps + (size_t)prev * D)) fail_msg("%s", ds_errmsg());
+        } else if (dr.ops->rewind(&dr, &rq))
+            fail_msg("%s", ds_errmsg());
+        int g = pi == 6 ? 1 : HEADS; /* the last with gamma 1: one draft, head 0's */
+        if (dr.ops->propose(&dr, &rq, g, &sp, &b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b.n, g);
+        for (int k = 0; k < g; k++) {
+            const float *z = mf.ws.Z + ((size_t)k * A + a) * V; /* rows by head, then anchor */
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < Vd; j++) mx = fmax(mx, z[vocab ? ids[j] : j]);
+            for (int j = 0; j < Vd; j++) sum += exp(z[vocab ? ids[j] : j] - mx);
+            double mass = 0;
+            for (int v = 0; v < V; v++) {
+                int in = !vocab || m.sv.vmap[v] >= 0;
+                double want = in ? exp(z[v] - mx) / sum : 0;
+                mass += b.q[(size_t)k * V + v];
+                worst = fmax(worst, fabs(b.q[(size_t)k * V + v] - want));
+            }
+            assert_true(fabs(mass - 1) < 1e-4);
+        }
+    }
+    dr.ops->end(&dr, &rq), request_free(&rq, &tt->t);
+    printf("  medusa, %d heads%s, blocks %s: trained vs served q at 6 anchors (begin, commits, rewind): worst |dq| %.2e\n",
+           HEADS, vocab ? ", draft vocabulary 40 of 48" : "", precision, worst);
+    draft_block_free(&b);
+    drafter_close(&dr);
+    md_model_free(&m), md_model_free(&mf);
+    free(f.taps), free(f.final);
+    rm_dir(dir);
+    tiny_close(tt);
+    return worst;
+}
+
+static void test_train_serve(void **state) {
+    (void)state;
+    assert_true(train_serve("f32", 0) < 1e-5);
+    assert_true(train_serve("f32", 1) < 1e-5);
+    double q8 = train_serve("q8_0", 1);
+    assert_true(q8 < 0.05 && q8 > 1e-7); /* the quantized blocks really ran */
+}
+
 /* checkpoints: a round trip through the registry, and every way a config.json can fail to belong */
 static void test_checkpoint(void **state) {
     (void)state;
@@ -656,6 +809,8 @@ int main(void) {
         cmocka_unit_test(test_grad_topk),
         cmocka_unit_test(test_grad_vocab),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_train_serve),
+        cmocka_unit_test(test_init_draw),
         cmocka_unit_test(test_checkpoint_vocab),
         cmocka_unit_test(test_tree_topk),
         cmocka_unit_test(test_tree_best_first_by_hand),

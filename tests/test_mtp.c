@@ -34,11 +34,8 @@ static float *pack_rows(const float *cap, int nc, int n, int D, int from, int cn
     return o;
 }
 
-static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) {
-    rng_t r;
-    rng_seed(&r, 5);
-    f->T = 36;
-    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+/* the target's states of f->tokens[0..T): final, taps (training layout), cap (serving layout), top-K */
+static void seq_states(tiny_target *tt, const mtp_config *c, seq_fix *f) {
     int D = tt->t.m.cfg.dim, V = tt->t.m.cfg.vocab_size, nc = f->nc = c->n_tap;
     f->final = malloc(sizeof(float) * f->T * D);
     f->taps = malloc(sizeof(float) * f->T * D * nc);
@@ -55,6 +52,14 @@ static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) {
         topk_logprobs(logits + (size_t)(FIX_PROMPT - 1 + i) * V, V, FIX_K, f->tk_id + i * FIX_K, f->tk_lp + i * FIX_K);
     free(logits);
     kv_cache_free(tt->t.be, kv);
+}
+
+static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) {
+    rng_t r;
+    rng_seed(&r, 5);
+    f->T = 36;
+    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+    seq_states(tt, c, f);
     int anchors[6] = {3, 9, 14, 20, 32, 34};
     for (int a = 0; a < 6; a++) {
         f->anchor[a] = anchors[a];
@@ -231,6 +236,104 @@ static double train_serve_first(const char *kind, const char *precision) {
     rm_dir(dir);
     tiny_close(tt);
     return worst;
+}
+
+/* The whole chain, trained and served, through the drafter's own commits: each round the drafter
+ * samples DEPTH drafts at T = 1 from the text it has committed; the sequence is then made that text
+ * followed by those drafts (the training step's teacher forcing feeds exactly the tokens the drafter fed
+ * itself) and the step's logits rows at the anchor, position 1..DEPTH, must give the drafter's q rows.
+ * The round then commits j = 0..3 of the drafts and a next token (the target's states of that text as
+ * the hidden rows), so positions 2..DEPTH, the module's cache across commits and the new anchor's
+ * position are compared, not only position 1. Returns the worst |dq|. */
+static double train_serve_chain(const char *kind, const char *precision, int vocab) {
+    tiny_target *tt = tiny_open();
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
+    c.depth = DEPTH;
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
+    c.contract.draft_vocab = vocab ? 40 : 0;
+    mtp_model m;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, vocab ? ids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, 13);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5);
+    char dir[600], cj[800];
+    snprintf(dir, sizeof dir, "%s", tmp_path("mtp-chain"));
+    assert_int_equal(mtp_save(&m, dir), 0);
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\"}", dir, precision);
+    cJSON *cfg = cJSON_Parse(cj);
+    drafter dr;
+    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(cfg);
+    seq_fix f;
+    make_seq(tt, &c, &f);
+    int D = c.dim, V = c.vocab, Vd = m.sv.Vd, at = 4, one = DEPTH;
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, DEPTH, V, 1), 0);
+    request rq;
+    assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, at, 64, 17), 0);
+    assert_int_equal(ivec_push(&rq.toks, f.tokens[at]), 0);
+    float *pref = pack_rows(f.cap, f.nc, f.T, D, 0, at);
+    if (dr.ops->begin(&dr, &rq, pref)) fail_msg("%s", ds_errmsg());
+    free(pref);
+    double worst = 0;
+    int rounds = 0;
+    for (int j = 0; at + DEPTH + 1 < f.T; j = (j + 1) % (DEPTH + 1), rounds++) {
+        if (dr.ops->propose(&dr, &rq, DEPTH, &sp, &b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b.n, DEPTH);
+        for (int k = 0; k < DEPTH; k++) f.tokens[at + 1 + k] = b.tok[k];
+        free(f.taps), free(f.cap), free(f.final);
+        seq_states(tt, &c, &f); /* the committed text, then the drafts: states before at + 1 are unchanged */
+        train_seq sf = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &one};
+        train_stats st;
+        memset(&st, 0, sizeof st);
+        if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, Vd, m.sv.vmap, &sf, 1, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+        for (int k = 0; k < DEPTH; k++) {
+            const float *z = m.ws.Z + (size_t)k * Vd; /* one anchor: row k is position k + 1 */
+            double mx = -INFINITY, sum = 0;
+            for (int i = 0; i < Vd; i++) mx = fmax(mx, z[i]);
+            for (int i = 0; i < Vd; i++) sum += exp(z[i] - mx);
+            double mass = 0;
+            for (int i = 0; i < Vd; i++) {
+                int v = vocab ? m.sv.vid[i] : i;
+                mass += b.q[(size_t)k * V + v];
+                worst = fmax(worst, fabs(b.q[(size_t)k * V + v] - exp(z[i] - mx) / sum));
+            }
+            assert_true(fabs(mass - 1) < 1e-4); /* nothing outside the draft vocabulary */
+        }
+        /* commit j drafts and a next token other than draft j + 1 (the rows' states end at draft j: unchanged) */
+        if (j < DEPTH) f.tokens[at + 1 + j] = (b.tok[j] + 7) % 46;
+        for (int i = 1; i <= j + 1; i++) assert_int_equal(ivec_push(&rq.toks, f.tokens[at + i]), 0);
+        float *rows = pack_rows(f.cap, f.nc, f.T, D, at, j + 1); /* rows at .. at + j: the states of that text */
+        if (dr.ops->commit(&dr, &rq, j, f.tokens[at + j + 1], rows)) fail_msg("%s", ds_errmsg());
+        free(rows);
+        at += j + 1;
+    }
+    printf("  %s%s, blocks %s: trained vs served q over %d rounds (positions 1-%d, commits of 0-%d): worst |dq| %.2e\n",
+           kind, vocab ? ", draft vocabulary 40 of 48" : "", precision, rounds, DEPTH, DEPTH, worst);
+    assert_true(rounds >= 8);
+    dr.ops->end(&dr, &rq);
+    request_free(&rq, &tt->t);
+    draft_block_free(&b);
+    mtp_model_free(&m);
+    drafter_close(&dr);
+    free(f.taps), free(f.cap), free(f.final);
+    rm_dir(dir);
+    tiny_close(tt);
+    return worst;
+}
+
+static void test_train_serve_chain(void **state) {
+    (void)state;
+    const char *kinds[] = {"mtp", "eagle3"};
+    for (int i = 0; i < 2; i++) {
+        assert_true(train_serve_chain(kinds[i], "f32", 0) < 1e-5);
+        assert_true(train_serve_chain(kinds[i], "f32", 1) < 1e-5);
+        double q8 = train_serve_chain(kinds[i], "q8_0", 1);
+        assert_true(q8 < 0.05 && q8 > 1e-7);
+    }
 }
 
 /* served in fp32 on the host: the training step's own operations; in Q8_0 or Q4_1 on the backend's
@@ -445,6 +548,7 @@ int main(void) {
         cmocka_unit_test(test_grad_topk),
         cmocka_unit_test(test_grad_vocab),
         cmocka_unit_test(test_train_serve_first),
+        cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),

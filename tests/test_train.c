@@ -7,6 +7,7 @@
 #include "../datasets/traindata.h"
 #include "../drafters/blockdraft.h"
 #include "../drafters/draft_vocab.h"
+#include "../drafters/train_family.h"
 #include "../engine/decode.h"
 #include "../engine/train.h"
 #include "../schedulers/scheduler.h"
@@ -31,11 +32,8 @@ typedef struct {
 #define FIX_PROMPT 3
 #define FIX_K 8
 
-static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
-    rng_t r;
-    rng_seed(&r, 5);
-    f->T = 36;
-    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+/* the target's states of f->tokens[0..T): taps 0 and 1 ([T][2][dim]), final, top-K rows */
+static void seq_states(tiny_target *tt, seq_fix *f) {
     int taps[2] = {0, 1}, D = tt->t.m.cfg.dim;
     float *cap = malloc(sizeof(float) * 2 * f->T * D);
     f->final = malloc(sizeof(float) * f->T * D);
@@ -53,6 +51,14 @@ static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
         for (int k = 0; k < 2; k++) memcpy(f->taps + ((size_t)i * 2 + k) * D, cap + ((size_t)k * f->T + i) * D, sizeof(float) * D);
     kv_cache_free(tt->t.be, kv);
     free(cap);
+}
+
+static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
+    rng_t r;
+    rng_seed(&r, 5);
+    f->T = 36;
+    for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
+    seq_states(tt, f);
     int anchors[6] = {3, 9, 14, 20, 31, 33};
     for (int a = 0; a < 6; a++) {
         f->anchor[a] = anchors[a];
@@ -157,6 +163,117 @@ static void gradcheck(const char *kind, const char *extra, int target) {
     free(gd), free(gf), free(x.p), free(x.E), free(x.Eh), free(taps), free(fin), free(f.taps), free(f.final);
     bd_model_free(&m);
     tiny_close(tt);
+}
+
+/* rows from..from+cnt-1 of the two taps ([T][2][dim]) in the engine's layout [tap][row][dim] */
+static float *engine_rows(const seq_fix *f, int D, int from, int cnt) {
+    float *o = malloc(sizeof(float) * 2 * (size_t)cnt * D);
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < cnt; i++)
+            memcpy(o + ((size_t)t * cnt + i) * D, f->taps + ((size_t)(from + i) * 2 + t) * D, sizeof(float) * D);
+    return o;
+}
+
+/* The block drafters trained and served, through the drafter's own commits: each round the drafter
+ * samples gamma drafts at T = 1 from its committed context; the sequence is made that text followed by
+ * those drafts (the Markov / RNN head's teacher forcing then feeds the tokens the drafter fed itself),
+ * and the training step's logits rows at the anchor (block pass plus head) must give the drafter's q
+ * rows, its confidence logits the drafter's raw confidences. The round commits j = 0..gamma drafts and
+ * a next token (the target's states of that text as the context rows), so every block position, the
+ * context cache across commits and the new anchor's position are compared. Returns the worst |dq|. */
+static double bd_train_serve_chain(const char *kind, const char *extra, const char *serve, int vocab) {
+    tiny_target *tt = tiny_open();
+    cJSON *j = arch(extra);
+    bd_config c;
+    if (bd_config_init(&c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(j);
+    int vids[30];
+    for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48;
+    if (vocab) c.contract.draft_vocab = 30;
+    bd_model m;
+    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 3, 0, vocab ? vids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, 19);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5);
+    char dir[600], cj[900];
+    snprintf(dir, sizeof dir, "%s", tmp_path("bd-chain"));
+    assert_int_equal(bd_save(&m, dir), 0);
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\"%s}", dir, serve);
+    cJSON *cfg = cJSON_Parse(cj);
+    drafter dr;
+    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(cfg);
+    seq_fix f;
+    make_seq(tt, &f, c.gamma);
+    int D = c.dim, V = c.vocab, Vd = m.Vd, G = c.gamma, at = 4, one = G;
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, G, V, 1), 0);
+    request rq;
+    assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, at, 64, 23), 0);
+    assert_int_equal(ivec_push(&rq.toks, f.tokens[at]), 0);
+    float *pref = engine_rows(&f, D, 0, at);
+    if (dr.ops->begin(&dr, &rq, pref)) fail_msg("%s", ds_errmsg());
+    free(pref);
+    double worst = 0, worst_c = 0;
+    int rounds = 0;
+    for (int jc = 0; at + G + 1 < f.T; jc = (jc + 1) % (G + 1), rounds++) {
+        if (dr.ops->propose(&dr, &rq, G, &sp, &b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b.n, G);
+        for (int k = 0; k < G; k++) f.tokens[at + 1 + k] = b.tok[k];
+        free(f.taps), free(f.final);
+        seq_states(tt, &f); /* the committed text, then the drafts: states before at + 1 are unchanged */
+        bd_seq sq = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &one};
+        bd_stats st;
+        memset(&st, 0, sizeof st);
+        if (bd_train_seq(&m, &sq, NULL, 1, &st)) fail_msg("%s", ds_errmsg());
+        for (int k = 0; k < G; k++) {
+            const float *z = m.ws.Z + (size_t)k * Vd; /* one anchor: row k is position k + 1 */
+            double mx = -INFINITY, sum = 0, mass = 0;
+            for (int i = 0; i < Vd; i++) mx = fmax(mx, z[i]);
+            for (int i = 0; i < Vd; i++) sum += exp(z[i] - mx);
+            for (int i = 0; i < Vd; i++) {
+                int v = vocab ? m.sv.vid[i] : i;
+                mass += b.q[(size_t)k * V + v];
+                worst = fmax(worst, fabs(b.q[(size_t)k * V + v] - exp(z[i] - mx) / sum));
+            }
+            assert_true(fabs(mass - 1) < 1e-4); /* nothing outside the draft vocabulary */
+            if (c.conf) worst_c = fmax(worst_c, fabs(b.conf_raw[k] - 1 / (1 + exp(-(double)m.ws.clog[k]))));
+        }
+        /* commit jc drafts and a next token other than draft jc + 1 (the rows' states end at draft jc) */
+        if (jc < G) f.tokens[at + 1 + jc] = (b.tok[jc] + 7) % 46;
+        for (int i = 1; i <= jc + 1; i++) assert_int_equal(ivec_push(&rq.toks, f.tokens[at + i]), 0);
+        float *rows = engine_rows(&f, D, at, jc + 1);
+        if (dr.ops->commit(&dr, &rq, jc, f.tokens[at + jc + 1], rows)) fail_msg("%s", ds_errmsg());
+        free(rows);
+        at += jc + 1;
+    }
+    printf("  %s%s%s, served {%s}: trained vs served over %d rounds (positions 1-%d, commits of 0-%d): worst |dq| "
+           "%.2e, |dconf| %.2e\n",
+           kind, extra, vocab ? ", draft vocabulary 30 of 48" : "", serve[0] ? serve + 2 : "", rounds, G, G, worst, worst_c);
+    assert_true(rounds >= 6);
+    assert_true(worst_c < (strstr(serve, "q8_0") ? 0.05 : 1e-5)); /* 0 when there is no confidence head */
+    dr.ops->end(&dr, &rq);
+    request_free(&rq, &tt->t);
+    draft_block_free(&b);
+    drafter_close(&dr);
+    bd_model_free(&m);
+    free(f.taps), free(f.final);
+    rm_dir(dir);
+    tiny_close(tt);
+    return worst;
+}
+
+static void test_train_serve_chain(void **state) {
+    (void)state;
+    const char *f32 = ", \"layer_precision\": \"f32\", \"head_precision\": \"f32\"";
+    assert_true(bd_train_serve_chain("dflash", "", f32, 0) < 1e-5);
+    assert_true(bd_train_serve_chain("dflash", ", \"anchor_first\": 0", f32, 0) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-markov", "", f32, 1) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-rnn", "", f32, 0) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-rnn", "", f32, 1) < 1e-5);
+    double q8 = bd_train_serve_chain("dspark-markov", "", ", \"layer_precision\": \"q8_0\"", 1);
+    assert_true(q8 < 0.05 && q8 > 1e-7); /* the quantized layers really ran */
 }
 
 /* The top-K L1 against the full-vocabulary L1, on the tiny target's real distributions and random
@@ -274,6 +391,59 @@ static void test_checkpoint_every_kind(void **state) {
     assert_int_equal(bd_model_init_vocab(&m2, &c, &tt->t.m, 4, 0, ids), -1);
     assert_non_null(strstr(ds_errmsg(), "repeated"));
     bd_model_free(&m);
+    tiny_close(tt);
+}
+
+/* Every registered trainable family, made the way `train` makes it (configure, init): its named
+ * tensors tile the flat parameters (in order, no gap, no overlap: the optimizer's decay mask and the
+ * checkpoint both read the parameters through them), and a checkpoint written from parameters set at
+ * random, every one of them, reads back bit for bit. A family that initialises and saves through
+ * the same wrong offsets round-trips its own layout; this does not. */
+static void test_layout_every_family(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    int seen = 0;
+    for (int k = 0; drafter_nth(k); k++) {
+        const drafter_ops *ops = drafter_nth(k);
+        if (!ops->train) continue;
+        const train_family *tf = ops->train;
+        void *fam = calloc(1, tf->state_size);
+        cJSON *a = cJSON_CreateObject();
+        int taps[8], n_tap = 0;
+        if (tf->configure(fam, ops->name, a, &tt->t, taps, &n_tap)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        cJSON_Delete(a);
+        trainable tr;
+        char describe[256];
+        if (tf->init(fam, &tt->t, NULL, 3, 1, NULL, &tr, describe, sizeof describe))
+            fail_msg("%s: %s", ops->name, ds_errmsg());
+        assert_true(tr.n_t > 0 && tr.n_params > 0);
+        size_t end = 0;
+        for (int i = 0; i < tr.n_t; i++) {
+            if (tr.t[i].offset != end) /* an empty one (MTP's fusion when nothing is fused) still in place */
+                fail_msg("%s: tensor %d at %zu (%zu values), the one before ends at %zu", ops->name, i, tr.t[i].offset,
+                         tr.t[i].numel, end);
+            end += tr.t[i].numel;
+        }
+        if (end != tr.n_params) fail_msg("%s: the tensors cover %zu of %zu parameters", ops->name, end, tr.n_params);
+        rng_t r;
+        rng_seed(&r, 40 + (uint64_t)k);
+        float *want = malloc(sizeof(float) * tr.n_params);
+        for (size_t i = 0; i < tr.n_params; i++) tr.params[i] = want[i] = (float)rng_uniform(&r) - 0.5f;
+        const char *dir = tmp_path("layout-family");
+        if (tr.save(&tr, dir)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        memset(tr.params, 0, sizeof(float) * tr.n_params);
+        if (tr.read_params(&tr, dir)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        for (size_t i = 0; i < tr.n_params; i++)
+            if (tr.params[i] != want[i]) fail_msg("%s: parameter %zu read back %g, saved %g", ops->name, i, tr.params[i], want[i]);
+        printf("  %s: %d tensors tile %zu parameters; a checkpoint of random values reads back whole\n", ops->name, tr.n_t,
+               tr.n_params);
+        free(want);
+        rm_dir(dir);
+        tf->release(fam);
+        free(fam);
+        seen++;
+    }
+    assert_true(seen >= 6); /* vanilla, dflash, dspark-markov, dspark-rnn, medusa, mtp, eagle3 */
     tiny_close(tt);
 }
 
@@ -751,6 +921,8 @@ int main(void) {
         cmocka_unit_test(test_topk_loss_matches_full),
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
+        cmocka_unit_test(test_layout_every_family),
+        cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve),
         cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_overfit_gate),
