@@ -201,7 +201,8 @@ static void test_init_draw(void **state) {
 /* Trained and served: the training step's logits rows (the full-vocabulary reference path) and the
  * drafter's q rows, served from a checkpoint of those heads with the same target states, must agree for
  * every head at each anchor the drafter reaches: a begin on the sequence up to it, a commit of 2 drafts
- * (the hidden row it keeps), a rewind (back to the prompt's state), and gamma 1. The overfit gate memorises tokens,
+ * (the hidden row it keeps), a rewind (back to the prompt's state), and gamma 1; and its tree's path
+ * probabilities. The overfit gate memorises tokens,
  * which a slightly wrong norm, residual or state row can still draft back; this compares the laws.
  * Returns the worst |dq| (blocks in f32: the training step's own operations; q8_0 on the int8 kernels). */
 static double train_serve(const char *precision, int vocab) {
@@ -218,6 +219,8 @@ static double train_serve(const char *precision, int vocab) {
     rng_t r;
     rng_seed(&r, 21);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.3f * (float)(rng_uniform(&r) - 0.5); /* biases too */
+    for (int k = 0; k < HEADS; k++) /* biases as large as the rows they add to: one left out moves q past q8_0's rounding */
+        for (int i = 0; i < c.dim; i++) m.params[((size_t)k * (c.dim + 1) + c.dim) * c.dim + i] += 4.0f * (float)(rng_uniform(&r) - 0.5);
     char dir[600], cj[800];
     snprintf(dir, sizeof dir, "%s", tmp_path("medusa-serve"));
     assert_int_equal(md_save(&m, dir), 0);
@@ -285,6 +288,43 @@ static double train_serve(const char *precision, int vocab) {
     dr.ops->end(&dr, &rq), request_free(&rq, &tt->t);
     printf("  medusa, %d heads%s, blocks %s: trained vs served q at 6 anchors (begin, commits, rewind): worst |dq| %.2e\n",
            HEADS, vocab ? ", draft vocabulary 40 of 48" : "", precision, worst);
+    /* its tree from the same checkpoint at anchor 9: every node's confidence is its path probability, the
+     * product of the heads' T = 1 laws the training step gives for the path's tokens */
+    drafter dt;
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\", \"tree_nodes\": 10, \"tree_width\": 3}",
+             dir, precision);
+    cfg = cJSON_Parse(cj);
+    if (drafter_open(&dt, "medusa", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(cfg);
+    draft_block bt;
+    assert_int_equal(draft_block_init(&bt, 10, V, 1), 0);
+    assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, anchors[2], 8, 1), 0);
+    assert_int_equal(ivec_push(&rq.toks, f.tokens[anchors[2]]), 0);
+    if (dt.ops->begin(&dt, &rq, f.taps) || dt.ops->propose(&dt, &rq, 10, &sp, &bt)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(bt.n, 10);
+    double worst_t = 0;
+    int deepest = 0;
+    for (int i = 0; i < bt.n; i++) {
+        double want = 1;
+        int d = 0;
+        for (int u = i; u >= 0; u = bt.parent[u]) d++;
+        deepest = DS_MAX(deepest, d);
+        for (int u = i, k = d - 1; u >= 0; u = bt.parent[u], k--) {
+            const float *z = mf.ws.Z + ((size_t)k * A + 2) * V;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < Vd; j++) mx = fmax(mx, z[vocab ? ids[j] : j]);
+            for (int j = 0; j < Vd; j++) sum += exp(z[vocab ? ids[j] : j] - mx);
+            want *= exp(z[bt.tok[u]] - mx) / sum;
+        }
+        worst_t = fmax(worst_t, fabs(bt.conf_raw[i] - want) / want);
+    }
+    printf("    its tree of 10 nodes (width 3, deepest %d): worst relative error of a path probability %.2e\n", deepest,
+           worst_t);
+    assert_int_equal(deepest, HEADS);
+    assert_true(worst_t < (strcmp(precision, "f32") ? 0.2 : 1e-5));
+    dt.ops->end(&dt, &rq), request_free(&rq, &tt->t);
+    draft_block_free(&bt);
+    drafter_close(&dt);
     draft_block_free(&b);
     drafter_close(&dr);
     md_model_free(&m), md_model_free(&mf);

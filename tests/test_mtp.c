@@ -325,6 +325,99 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
     return worst;
 }
 
+/* EAGLE-2's tree against the training step, path by path: every node's confidence is its path
+ * probability, the product of the module's T = 1 laws of each token on the path given the tokens
+ * before it; the training step teacher-forced on that path gives those laws, so each node (its rows
+ * read their parent's y and attend to their ancestors' speculative rows alone) is compared with a
+ * chain the step computes from scratch. Returns the worst relative error. */
+static double tree_paths(const char *kind, int vocab) {
+    tiny_target *tt = tiny_open();
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
+    c.depth = DEPTH;
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
+    c.contract.draft_vocab = vocab ? 40 : 0;
+    mtp_model m;
+    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, vocab ? ids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, 29);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.4f * (float)(rng_uniform(&r) - 0.5);
+    char dir[600], cj[800];
+    snprintf(dir, sizeof dir, "%s", tmp_path("mtp-tree"));
+    assert_int_equal(mtp_save(&m, dir), 0);
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"f32\", \"tree_nodes\": 12, "
+                            "\"tree_width\": 3}", dir);
+    cJSON *cfg = cJSON_Parse(cj);
+    drafter dr;
+    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(cfg);
+    seq_fix f;
+    make_seq(tt, &c, &f);
+    int D = c.dim, V = c.vocab, Vd = m.sv.Vd, one = DEPTH, deepest = 0;
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, 12, V, 1), 0);
+    double worst = 0;
+    for (int at = 5; at <= 25; at += 10) {
+        request rq;
+        assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, at, 8, 3), 0);
+        assert_int_equal(ivec_push(&rq.toks, f.tokens[at]), 0);
+        float *pref = pack_rows(f.cap, f.nc, f.T, D, 0, at);
+        if (dr.ops->begin(&dr, &rq, pref)) fail_msg("%s", ds_errmsg());
+        free(pref);
+        if (dr.ops->propose(&dr, &rq, 12, &sp, &b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b.n, 12);
+        int save[DEPTH];
+        memcpy(save, f.tokens + at + 1, sizeof save);
+        for (int i = 0; i < b.n; i++) {
+            int path[DEPTH], d = 0;
+            for (int u = i; u >= 0; u = b.parent[u]) d++;
+            assert_true(d <= DEPTH);
+            deepest = DS_MAX(deepest, d);
+            for (int u = i, k = d - 1; u >= 0; u = b.parent[u], k--) path[k] = b.tok[u];
+            for (int k = 0; k < d; k++) f.tokens[at + 1 + k] = path[k];
+            seq_states(tt, &c, &f); /* (the states before at + 1 are the same text's) */
+            train_seq sf = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &one};
+            train_stats st;
+            memset(&st, 0, sizeof st);
+            if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, Vd, m.sv.vmap, &sf, 1, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+            double want = 1;
+            for (int k = 0; k < d; k++) {
+                const float *z = m.ws.Z + (size_t)k * Vd;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < Vd; j++) mx = fmax(mx, z[j]);
+                for (int j = 0; j < Vd; j++) sum += exp(z[j] - mx);
+                int row = vocab ? m.sv.vmap[path[k]] : path[k];
+                assert_true(row >= 0);
+                want *= exp(z[row] - mx) / sum;
+            }
+            worst = fmax(worst, fabs(b.conf_raw[i] - want) / want);
+            memcpy(f.tokens + at + 1, save, sizeof save);
+            free(f.taps), free(f.cap), free(f.final);
+            seq_states(tt, &c, &f);
+        }
+        dr.ops->end(&dr, &rq);
+        request_free(&rq, &tt->t);
+    }
+    printf("  %s%s: EAGLE-2 tree of 12 nodes (width 3) at 3 anchors, each node's path probability vs the training "
+           "step on its path: worst relative error %.2e\n", kind, vocab ? ", draft vocabulary 40 of 48" : "", worst);
+    assert_int_equal(deepest, DEPTH); /* the third level's pass ran */
+    draft_block_free(&b);
+    mtp_model_free(&m);
+    drafter_close(&dr);
+    free(f.taps), free(f.cap), free(f.final);
+    rm_dir(dir);
+    tiny_close(tt);
+    return worst;
+}
+
+static void test_tree_paths(void **state) {
+    (void)state;
+    assert_true(tree_paths("mtp", 0) < 1e-5);
+    assert_true(tree_paths("eagle3", 1) < 1e-5);
+}
+
 static void test_train_serve_chain(void **state) {
     (void)state;
     const char *kinds[] = {"mtp", "eagle3"};
@@ -549,6 +642,7 @@ int main(void) {
         cmocka_unit_test(test_grad_vocab),
         cmocka_unit_test(test_train_serve_first),
         cmocka_unit_test(test_train_serve_chain),
+        cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),

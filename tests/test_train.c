@@ -264,6 +264,98 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
     return worst;
 }
 
+/* DFlash's and DSpark-Markov's trees against the training step, path by path: each node's confidence is
+ * its path probability, the product of the T = 1 laws of its path's tokens (block position k's logits,
+ * plus for the Markov head the correction from the token before it); the training step teacher-forced
+ * on the path computes each law from scratch. Returns the worst relative error. */
+static double bd_tree_paths(const char *kind, int vocab) {
+    tiny_target *tt = tiny_open();
+    cJSON *j = arch("");
+    bd_config c;
+    if (bd_config_init(&c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(j);
+    int vids[30];
+    for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48;
+    if (vocab) c.contract.draft_vocab = 30;
+    bd_model m;
+    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 3, 0, vocab ? vids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, 31);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.4f * (float)(rng_uniform(&r) - 0.5);
+    char dir[600], cj[900];
+    snprintf(dir, sizeof dir, "%s", tmp_path("bd-tree"));
+    assert_int_equal(bd_save(&m, dir), 0);
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"layer_precision\": \"f32\", \"head_precision\": \"f32\", "
+                            "\"tree_nodes\": 14, \"tree_width\": 3}", dir);
+    cJSON *cfg = cJSON_Parse(cj);
+    drafter dr;
+    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(cfg);
+    seq_fix f;
+    make_seq(tt, &f, c.gamma);
+    int D = c.dim, V = c.vocab, Vd = m.Vd, G = c.gamma, deepest = 0;
+    sampling_params sp = {1.0f, 0, 1.0f};
+    draft_block b;
+    assert_int_equal(draft_block_init(&b, 14, V, 1), 0);
+    double worst = 0;
+    for (int at = 5; at <= 25; at += 10) {
+        request rq;
+        assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, at, 8, 3), 0);
+        assert_int_equal(ivec_push(&rq.toks, f.tokens[at]), 0);
+        float *pref = engine_rows(&f, D, 0, at);
+        if (dr.ops->begin(&dr, &rq, pref)) fail_msg("%s", ds_errmsg());
+        free(pref);
+        if (dr.ops->propose(&dr, &rq, 14, &sp, &b)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(b.n, 14);
+        int save[16];
+        memcpy(save, f.tokens + at + 1, sizeof(int) * (size_t)G);
+        for (int i = 0; i < b.n; i++) {
+            int path[16], d = 0;
+            for (int u = i; u >= 0; u = b.parent[u]) d++;
+            assert_true(d <= G);
+            deepest = DS_MAX(deepest, d);
+            for (int u = i, k = d - 1; u >= 0; u = b.parent[u], k--) path[k] = b.tok[u];
+            for (int k = 0; k < d; k++) f.tokens[at + 1 + k] = path[k];
+            /* the block pass reads the context before the anchor, the head the path: no new states needed */
+            bd_seq sq = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &d};
+            bd_stats st;
+            memset(&st, 0, sizeof st);
+            if (bd_train_seq(&m, &sq, NULL, 1, &st)) fail_msg("%s", ds_errmsg());
+            double want = 1;
+            for (int k = 0; k < d; k++) {
+                const float *z = m.ws.Z + (size_t)k * Vd;
+                double mx = -INFINITY, sum = 0;
+                for (int q = 0; q < Vd; q++) mx = fmax(mx, z[q]);
+                for (int q = 0; q < Vd; q++) sum += exp(z[q] - mx);
+                int row = vocab ? m.sv.vmap[path[k]] : path[k];
+                assert_true(row >= 0);
+                want *= exp(z[row] - mx) / sum;
+            }
+            worst = fmax(worst, fabs(b.conf_raw[i] - want) / want);
+            memcpy(f.tokens + at + 1, save, sizeof(int) * (size_t)G);
+        }
+        dr.ops->end(&dr, &rq);
+        request_free(&rq, &tt->t);
+    }
+    printf("  %s%s: tree of 14 nodes (width 3) at 3 anchors, each node's path probability vs the training step on "
+           "its path: worst relative error %.2e (deepest node %d)\n", kind, vocab ? ", draft vocabulary 30 of 48" : "",
+           worst, deepest);
+    assert_true(deepest >= 3);
+    draft_block_free(&b);
+    drafter_close(&dr);
+    bd_model_free(&m);
+    free(f.taps), free(f.final);
+    rm_dir(dir);
+    tiny_close(tt);
+    return worst;
+}
+
+static void test_tree_paths(void **state) {
+    (void)state;
+    assert_true(bd_tree_paths("dflash", 0) < 1e-5);
+    assert_true(bd_tree_paths("dspark-markov", 1) < 1e-5);
+}
+
 static void test_train_serve_chain(void **state) {
     (void)state;
     const char *f32 = ", \"layer_precision\": \"f32\", \"head_precision\": \"f32\"";
@@ -923,6 +1015,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_layout_every_family),
         cmocka_unit_test(test_train_serve_chain),
+        cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve),
         cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_overfit_gate),
