@@ -539,6 +539,36 @@ static void test_layout_every_family(void **state) {
     tiny_close(tt);
 }
 
+/* Every trainable family's untrained drafter (the gate's configuration) draws its weights from the
+ * documented default seed, 1: the same drafter as with "seed": 1, another with "seed": 2 (its
+ * fingerprint tags the weights). */
+static void test_untrained_default_seed(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    int seen = 0;
+    for (int k = 0; drafter_nth(k); k++) {
+        const drafter_ops *ops = drafter_nth(k);
+        if (!ops->train) continue;
+        char fp[3][sizeof ((drafter *)0)->fingerprint];
+        for (int i = 0; i < 3; i++) {
+            cJSON *j = cJSON_Parse(ops->gate_config);
+            assert_non_null(j);
+            if (i) cJSON_AddNumberToObject(j, "seed", i);
+            if (!strcmp(ops->name, "vanilla")) cJSON_AddFalseToObject(j, "init_layers"); /* else the target's layers */
+            drafter d;
+            if (drafter_open(&d, ops->name, j, &tt->t)) fail_msg("%s: %s", ops->name, ds_errmsg());
+            snprintf(fp[i], sizeof fp[i], "%s", d.fingerprint);
+            drafter_close(&d);
+            cJSON_Delete(j);
+        }
+        if (strcmp(fp[0], fp[1])) fail_msg("%s: no seed gave %s, seed 1 %s", ops->name, fp[0], fp[1]);
+        if (!strcmp(fp[1], fp[2])) fail_msg("%s: seeds 1 and 2 gave the same weights (%s)", ops->name, fp[1]);
+        seen++;
+    }
+    assert_true(seen >= 6);
+    tiny_close(tt);
+}
+
 /* init_layers: each draft layer starts as the named target layer (norms and dequantized matrices),
  * the final norm as the target's, everything else as the random init; the checkpoint records it;
  * bad lists are refused by name */
@@ -1014,6 +1044,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_layout_every_family),
+        cmocka_unit_test(test_untrained_default_seed),
         cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),
