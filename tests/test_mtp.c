@@ -377,6 +377,7 @@ static double tree_paths(const char *kind, int vocab) {
             deepest = DS_MAX(deepest, d);
             for (int u = i, k = d - 1; u >= 0; u = b.parent[u], k--) path[k] = b.tok[u];
             for (int k = 0; k < d; k++) f.tokens[at + 1 + k] = path[k];
+            free(f.taps), free(f.cap), free(f.final);
             seq_states(tt, &c, &f); /* (the states before at + 1 are the same text's) */
             train_seq sf = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &one};
             train_stats st;
