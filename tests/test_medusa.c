@@ -207,14 +207,12 @@ static double train_serve(const char *precision, int vocab) {
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.3f * (float)(rng_uniform(&r) - 0.5); /* biases too */
     for (int k = 0; k < HEADS; k++) /* biases as large as the rows they add to: one left out moves q past q8_0's rounding */
         for (int i = 0; i < c.dim; i++) m.params[((size_t)k * (c.dim + 1) + c.dim) * c.dim + i] += 4.0f * (float)(rng_uniform(&r) - 0.5);
-    char dir[600], cj[800];
+    char dir[600], prec[80], tree[160];
     snprintf(dir, sizeof dir, "%s", tmp_path("medusa-serve"));
     assert_int_equal(md_save(&m, dir), 0);
-    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\"}", dir, precision);
-    cJSON *cfg = cJSON_Parse(cj);
+    snprintf(prec, sizeof prec, ", \"block_precision\": \"%s\"", precision);
     drafter dr;
-    if (drafter_open(&dr, "medusa", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(cfg);
+    serve_checkpoint(&dr, &tt->t, "medusa", dir, prec);
     seq_fix f;
     make_seq(tt, &f);
     enum { A = 6 };
@@ -230,6 +228,9 @@ static double train_serve(const char *precision, int vocab) {
     train_stats st;
     memset(&st, 0, sizeof st);
     if (md_step_f(&mf.cfg, mf.params, NULL, mf.norm, mf.E, V, NULL, &sf, 1, &st, &mf.ws)) fail_msg("%s", ds_errmsg());
+    float *Z = malloc(sizeof(float) * HEADS * A * Vd); /* its rows (by head, then anchor) over the draft rows */
+    for (int i = 0; i < HEADS * A; i++)
+        for (int j = 0; j < Vd; j++) Z[(size_t)i * Vd + j] = mf.ws.Z[(size_t)i * V + (vocab ? m.sv.vid[j] : j)];
     sampling_params sp = {1.0f, 0, 1.0f};
     draft_block b;
     assert_int_equal(draft_block_init(&b, HEADS, V, 1), 0);
@@ -256,20 +257,8 @@ static double train_serve(const char *precision, int vocab) {
         int g = pi == 6 ? 1 : HEADS; /* the last with gamma 1: one draft, head 0's */
         if (dr.ops->propose(&dr, &rq, g, &sp, &b)) fail_msg("%s", ds_errmsg());
         assert_int_equal(b.n, g);
-        for (int k = 0; k < g; k++) {
-            const float *z = mf.ws.Z + ((size_t)k * A + a) * V; /* rows by head, then anchor */
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < Vd; j++) mx = fmax(mx, z[vocab ? ids[j] : j]);
-            for (int j = 0; j < Vd; j++) sum += exp(z[vocab ? ids[j] : j] - mx);
-            double mass = 0;
-            for (int v = 0; v < V; v++) {
-                int in = !vocab || m.sv.vmap[v] >= 0;
-                double want = in ? exp(z[v] - mx) / sum : 0;
-                mass += b.q[(size_t)k * V + v];
-                worst = fmax(worst, fabs(b.q[(size_t)k * V + v] - want));
-            }
-            assert_true(fabs(mass - 1) < 1e-4);
-        }
+        for (int k = 0; k < g; k++)
+            worst = fmax(worst, law_gap(Z + ((size_t)k * A + a) * Vd, Vd, m.sv.vid, b.q + (size_t)k * V));
     }
     dr.ops->end(&dr, &rq), request_free(&rq, &tt->t);
     printf("  medusa, %d heads%s, blocks %s: trained vs served q at 6 anchors (begin, commits, rewind): worst |dq| %.2e\n",
@@ -277,11 +266,8 @@ static double train_serve(const char *precision, int vocab) {
     /* its tree from the same checkpoint at anchor 9: every node's confidence is its path probability, the
      * product of the heads' T = 1 laws the training step gives for the path's tokens */
     drafter dt;
-    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\", \"tree_nodes\": 10, \"tree_width\": 3}",
-             dir, precision);
-    cfg = cJSON_Parse(cj);
-    if (drafter_open(&dt, "medusa", cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(cfg);
+    snprintf(tree, sizeof tree, "%s, \"tree_nodes\": 10, \"tree_width\": 3", prec);
+    serve_checkpoint(&dt, &tt->t, "medusa", dir, tree);
     draft_block bt;
     assert_int_equal(draft_block_init(&bt, 10, V, 1), 0);
     assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, anchors[2], 8, 1), 0);
@@ -291,17 +277,10 @@ static double train_serve(const char *precision, int vocab) {
     double worst_t = 0;
     int deepest = 0;
     for (int i = 0; i < bt.n; i++) {
+        int pt[HEADS], d = tree_path(&bt, i, pt);
         double want = 1;
-        int d = 0;
-        for (int u = i; u >= 0; u = bt.parent[u]) d++;
         deepest = DS_MAX(deepest, d);
-        for (int u = i, k = d - 1; u >= 0; u = bt.parent[u], k--) {
-            const float *z = mf.ws.Z + ((size_t)k * A + 2) * V;
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < Vd; j++) mx = fmax(mx, z[vocab ? ids[j] : j]);
-            for (int j = 0; j < Vd; j++) sum += exp(z[vocab ? ids[j] : j] - mx);
-            want *= exp(z[bt.tok[u]] - mx) / sum;
-        }
+        for (int k = 0; k < d; k++) want *= softmax_at(Z + ((size_t)k * A + 2) * Vd, Vd, vocab ? m.sv.vmap[pt[k]] : pt[k]);
         worst_t = fmax(worst_t, fabs(bt.conf_raw[i] - want) / want);
     }
     printf("    its tree of 10 nodes (width 3, deepest %d): worst relative error of a path probability %.2e\n", deepest,
@@ -314,7 +293,7 @@ static double train_serve(const char *precision, int vocab) {
     draft_block_free(&b);
     drafter_close(&dr);
     md_model_free(&m), md_model_free(&mf);
-    free(f.taps), free(f.final);
+    free(f.taps), free(f.final), free(Z);
     rm_dir(dir);
     tiny_close(tt);
     return worst;

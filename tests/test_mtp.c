@@ -238,6 +238,23 @@ static double train_serve_first(const char *kind, const char *precision) {
     return worst;
 }
 
+/* a module of `kind` (depth DEPTH; vocab: a draft vocabulary of 40 of the 48 ids, scrambled) with every
+ * parameter moved off its start by amp, saved into dir (tag names it) */
+static void saved_module(tiny_target *tt, const char *kind, int vocab, uint64_t seed, float amp, const char *tag,
+                         mtp_config *c, mtp_model *m, char *dir, size_t n) {
+    assert_int_equal(mtp_config_init(c, &tt->t.m, kind, NULL), 0);
+    c->depth = DEPTH;
+    int ids[40];
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c->vocab;
+    c->contract.draft_vocab = vocab ? 40 : 0;
+    assert_int_equal(mtp_model_init(m, c, &tt->t.m, 6, 1, vocab ? ids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+    snprintf(dir, n, "%s", tmp_path(tag));
+    assert_int_equal(mtp_save(m, dir), 0);
+}
+
 /* The whole chain, trained and served, through the drafter's own commits: each round the drafter
  * samples DEPTH drafts at T = 1 from the text it has committed; the sequence is then made that text
  * followed by those drafts (the training step's teacher forcing feeds exactly the tokens the drafter fed
@@ -248,24 +265,12 @@ static double train_serve_first(const char *kind, const char *precision) {
 static double train_serve_chain(const char *kind, const char *precision, int vocab) {
     tiny_target *tt = tiny_open();
     mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
-    c.depth = DEPTH;
-    int ids[40];
-    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
-    c.contract.draft_vocab = vocab ? 40 : 0;
     mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, vocab ? ids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, 13);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5);
-    char dir[600], cj[800];
-    snprintf(dir, sizeof dir, "%s", tmp_path("mtp-chain"));
-    assert_int_equal(mtp_save(&m, dir), 0);
-    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"%s\"}", dir, precision);
-    cJSON *cfg = cJSON_Parse(cj);
+    char dir[600], prec[80];
+    saved_module(tt, kind, vocab, 13, 0.2f, "mtp-chain", &c, &m, dir, sizeof dir);
+    snprintf(prec, sizeof prec, ", \"block_precision\": \"%s\"", precision);
     drafter dr;
-    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(cfg);
+    serve_checkpoint(&dr, &tt->t, kind, dir, prec);
     seq_fix f;
     make_seq(tt, &c, &f);
     int D = c.dim, V = c.vocab, Vd = m.sv.Vd, at = 4, one = DEPTH;
@@ -290,19 +295,8 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
         train_stats st;
         memset(&st, 0, sizeof st);
         if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, Vd, m.sv.vmap, &sf, 1, &st, &m.ws)) fail_msg("%s", ds_errmsg());
-        for (int k = 0; k < DEPTH; k++) {
-            const float *z = m.ws.Z + (size_t)k * Vd; /* one anchor: row k is position k + 1 */
-            double mx = -INFINITY, sum = 0;
-            for (int i = 0; i < Vd; i++) mx = fmax(mx, z[i]);
-            for (int i = 0; i < Vd; i++) sum += exp(z[i] - mx);
-            double mass = 0;
-            for (int i = 0; i < Vd; i++) {
-                int v = vocab ? m.sv.vid[i] : i;
-                mass += b.q[(size_t)k * V + v];
-                worst = fmax(worst, fabs(b.q[(size_t)k * V + v] - exp(z[i] - mx) / sum));
-            }
-            assert_true(fabs(mass - 1) < 1e-4); /* nothing outside the draft vocabulary */
-        }
+        for (int k = 0; k < DEPTH; k++) /* one anchor: row k is position k + 1 */
+            worst = fmax(worst, law_gap(m.ws.Z + (size_t)k * Vd, Vd, m.sv.vid, b.q + (size_t)k * V));
         /* commit j drafts and a next token other than draft j + 1 (the rows' states end at draft j: unchanged) */
         if (j < DEPTH) f.tokens[at + 1 + j] = (b.tok[j] + 7) % 46;
         for (int i = 1; i <= j + 1; i++) assert_int_equal(ivec_push(&rq.toks, f.tokens[at + i]), 0);
@@ -333,25 +327,11 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
 static double tree_paths(const char *kind, int vocab) {
     tiny_target *tt = tiny_open();
     mtp_config c;
-    assert_int_equal(mtp_config_init(&c, &tt->t.m, kind, NULL), 0);
-    c.depth = DEPTH;
-    int ids[40];
-    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
-    c.contract.draft_vocab = vocab ? 40 : 0;
     mtp_model m;
-    assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 6, 1, vocab ? ids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, 29);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.4f * (float)(rng_uniform(&r) - 0.5);
-    char dir[600], cj[800];
-    snprintf(dir, sizeof dir, "%s", tmp_path("mtp-tree"));
-    assert_int_equal(mtp_save(&m, dir), 0);
-    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"block_precision\": \"f32\", \"tree_nodes\": 12, "
-                            "\"tree_width\": 3}", dir);
-    cJSON *cfg = cJSON_Parse(cj);
+    char dir[600];
+    saved_module(tt, kind, vocab, 29, 0.4f, "mtp-tree", &c, &m, dir, sizeof dir);
     drafter dr;
-    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(cfg);
+    serve_checkpoint(&dr, &tt->t, kind, dir, ", \"block_precision\": \"f32\", \"tree_nodes\": 12, \"tree_width\": 3");
     seq_fix f;
     make_seq(tt, &c, &f);
     int D = c.dim, V = c.vocab, Vd = m.sv.Vd, one = DEPTH, deepest = 0;
@@ -371,11 +351,9 @@ static double tree_paths(const char *kind, int vocab) {
         int save[DEPTH];
         memcpy(save, f.tokens + at + 1, sizeof save);
         for (int i = 0; i < b.n; i++) {
-            int path[DEPTH], d = 0;
-            for (int u = i; u >= 0; u = b.parent[u]) d++;
+            int path[16], d = tree_path(&b, i, path);
             assert_true(d <= DEPTH);
             deepest = DS_MAX(deepest, d);
-            for (int u = i, k = d - 1; u >= 0; u = b.parent[u], k--) path[k] = b.tok[u];
             for (int k = 0; k < d; k++) f.tokens[at + 1 + k] = path[k];
             free(f.taps), free(f.cap), free(f.final);
             seq_states(tt, &c, &f); /* (the states before at + 1 are the same text's) */
@@ -385,13 +363,9 @@ static double tree_paths(const char *kind, int vocab) {
             if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, Vd, m.sv.vmap, &sf, 1, &st, &m.ws)) fail_msg("%s", ds_errmsg());
             double want = 1;
             for (int k = 0; k < d; k++) {
-                const float *z = m.ws.Z + (size_t)k * Vd;
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j < Vd; j++) mx = fmax(mx, z[j]);
-                for (int j = 0; j < Vd; j++) sum += exp(z[j] - mx);
                 int row = vocab ? m.sv.vmap[path[k]] : path[k];
                 assert_true(row >= 0);
-                want *= exp(z[row] - mx) / sum;
+                want *= softmax_at(m.ws.Z + (size_t)k * Vd, Vd, row);
             }
             worst = fmax(worst, fabs(b.conf_raw[i] - want) / want);
             memcpy(f.tokens + at + 1, save, sizeof save);

@@ -174,6 +174,24 @@ static float *engine_rows(const seq_fix *f, int D, int from, int cnt) {
     return o;
 }
 
+/* a block drafter of `kind` (arch(extra); vocab: a draft vocabulary of 30 of the 48 ids) with every
+ * parameter moved off its start by amp, saved into dir (tag names it) */
+static void saved_block(tiny_target *tt, const char *kind, const char *extra, int vocab, uint64_t seed, float amp,
+                        const char *tag, bd_config *c, bd_model *m, char *dir, size_t n) {
+    cJSON *j = arch(extra);
+    if (bd_config_init(c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
+    cJSON_Delete(j);
+    int vids[30];
+    for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48;
+    if (vocab) c->contract.draft_vocab = 30;
+    assert_int_equal(bd_model_init_vocab(m, c, &tt->t.m, 3, 0, vocab ? vids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+    snprintf(dir, n, "%s", tmp_path(tag));
+    assert_int_equal(bd_save(m, dir), 0);
+}
+
 /* The block drafters trained and served, through the drafter's own commits: each round the drafter
  * samples gamma drafts at T = 1 from its committed context; the sequence is made that text followed by
  * those drafts (the Markov / RNN head's teacher forcing then feeds the tokens the drafter fed itself),
@@ -183,26 +201,12 @@ static float *engine_rows(const seq_fix *f, int D, int from, int cnt) {
  * context cache across commits and the new anchor's position are compared. Returns the worst |dq|. */
 static double bd_train_serve_chain(const char *kind, const char *extra, const char *serve, int vocab) {
     tiny_target *tt = tiny_open();
-    cJSON *j = arch(extra);
     bd_config c;
-    if (bd_config_init(&c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(j);
-    int vids[30];
-    for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48;
-    if (vocab) c.contract.draft_vocab = 30;
     bd_model m;
-    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 3, 0, vocab ? vids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, 19);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5);
-    char dir[600], cj[900];
-    snprintf(dir, sizeof dir, "%s", tmp_path("bd-chain"));
-    assert_int_equal(bd_save(&m, dir), 0);
-    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\"%s}", dir, serve);
-    cJSON *cfg = cJSON_Parse(cj);
+    char dir[600];
+    saved_block(tt, kind, extra, vocab, 19, 0.2f, "bd-chain", &c, &m, dir, sizeof dir);
     drafter dr;
-    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(cfg);
+    serve_checkpoint(&dr, &tt->t, kind, dir, serve);
     seq_fix f;
     make_seq(tt, &f, c.gamma);
     int D = c.dim, V = c.vocab, Vd = m.Vd, G = c.gamma, at = 4, one = G;
@@ -227,17 +231,8 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
         bd_stats st;
         memset(&st, 0, sizeof st);
         if (bd_train_seq(&m, &sq, NULL, 1, &st)) fail_msg("%s", ds_errmsg());
-        for (int k = 0; k < G; k++) {
-            const float *z = m.ws.Z + (size_t)k * Vd; /* one anchor: row k is position k + 1 */
-            double mx = -INFINITY, sum = 0, mass = 0;
-            for (int i = 0; i < Vd; i++) mx = fmax(mx, z[i]);
-            for (int i = 0; i < Vd; i++) sum += exp(z[i] - mx);
-            for (int i = 0; i < Vd; i++) {
-                int v = vocab ? m.sv.vid[i] : i;
-                mass += b.q[(size_t)k * V + v];
-                worst = fmax(worst, fabs(b.q[(size_t)k * V + v] - exp(z[i] - mx) / sum));
-            }
-            assert_true(fabs(mass - 1) < 1e-4); /* nothing outside the draft vocabulary */
+        for (int k = 0; k < G; k++) { /* one anchor: row k is position k + 1 */
+            worst = fmax(worst, law_gap(m.ws.Z + (size_t)k * Vd, Vd, m.sv.vid, b.q + (size_t)k * V));
             if (c.conf) worst_c = fmax(worst_c, fabs(b.conf_raw[k] - 1 / (1 + exp(-(double)m.ws.clog[k]))));
         }
         /* commit jc drafts and a next token other than draft jc + 1 (the rows' states end at draft jc) */
@@ -270,27 +265,13 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
  * on the path computes each law from scratch. Returns the worst relative error. */
 static double bd_tree_paths(const char *kind, int vocab) {
     tiny_target *tt = tiny_open();
-    cJSON *j = arch("");
     bd_config c;
-    if (bd_config_init(&c, &tt->t.m, kind, j)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(j);
-    int vids[30];
-    for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48;
-    if (vocab) c.contract.draft_vocab = 30;
     bd_model m;
-    assert_int_equal(bd_model_init_vocab(&m, &c, &tt->t.m, 3, 0, vocab ? vids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, 31);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.4f * (float)(rng_uniform(&r) - 0.5);
-    char dir[600], cj[900];
-    snprintf(dir, sizeof dir, "%s", tmp_path("bd-tree"));
-    assert_int_equal(bd_save(&m, dir), 0);
-    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\", \"layer_precision\": \"f32\", \"head_precision\": \"f32\", "
-                            "\"tree_nodes\": 14, \"tree_width\": 3}", dir);
-    cJSON *cfg = cJSON_Parse(cj);
+    char dir[600];
+    saved_block(tt, kind, "", vocab, 31, 0.4f, "bd-tree", &c, &m, dir, sizeof dir);
     drafter dr;
-    if (drafter_open(&dr, kind, cfg, &tt->t)) fail_msg("%s", ds_errmsg());
-    cJSON_Delete(cfg);
+    serve_checkpoint(&dr, &tt->t, kind, dir, ", \"layer_precision\": \"f32\", \"head_precision\": \"f32\", "
+                                             "\"tree_nodes\": 14, \"tree_width\": 3");
     seq_fix f;
     make_seq(tt, &f, c.gamma);
     int D = c.dim, V = c.vocab, Vd = m.Vd, G = c.gamma, deepest = 0;
@@ -310,11 +291,9 @@ static double bd_tree_paths(const char *kind, int vocab) {
         int save[16];
         memcpy(save, f.tokens + at + 1, sizeof(int) * (size_t)G);
         for (int i = 0; i < b.n; i++) {
-            int path[16], d = 0;
-            for (int u = i; u >= 0; u = b.parent[u]) d++;
+            int path[16], d = tree_path(&b, i, path);
             assert_true(d <= G);
             deepest = DS_MAX(deepest, d);
-            for (int u = i, k = d - 1; u >= 0; u = b.parent[u], k--) path[k] = b.tok[u];
             for (int k = 0; k < d; k++) f.tokens[at + 1 + k] = path[k];
             /* the block pass reads the context before the anchor, the head the path: no new states needed */
             bd_seq sq = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &d};
@@ -323,13 +302,9 @@ static double bd_tree_paths(const char *kind, int vocab) {
             if (bd_train_seq(&m, &sq, NULL, 1, &st)) fail_msg("%s", ds_errmsg());
             double want = 1;
             for (int k = 0; k < d; k++) {
-                const float *z = m.ws.Z + (size_t)k * Vd;
-                double mx = -INFINITY, sum = 0;
-                for (int q = 0; q < Vd; q++) mx = fmax(mx, z[q]);
-                for (int q = 0; q < Vd; q++) sum += exp(z[q] - mx);
                 int row = vocab ? m.sv.vmap[path[k]] : path[k];
                 assert_true(row >= 0);
-                want *= exp(z[row] - mx) / sum;
+                want *= softmax_at(m.ws.Z + (size_t)k * Vd, Vd, row);
             }
             worst = fmax(worst, fabs(b.conf_raw[i] - want) / want);
             memcpy(f.tokens + at + 1, save, sizeof(int) * (size_t)G);

@@ -183,6 +183,45 @@ static void checkpoint_refusals(const char *dir, const model *t, checkpoint_load
     }
 }
 
+/* the checkpoint in dir served as `kind`: {"checkpoint": dir EXTRA} (a failure fails the test) */
+static void serve_checkpoint(drafter *dr, target *t, const char *kind, const char *dir, const char *extra) {
+    char cj[1200];
+    snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\"%s}", dir, extra);
+    cJSON *cfg = cJSON_Parse(cj);
+    assert_non_null(cfg);
+    if (drafter_open(dr, kind, cfg, t)) fail_msg("%s: %s", kind, ds_errmsg());
+    cJSON_Delete(cfg);
+}
+
+/* softmax at T = 1 of the logits z[0..n) (in double): entry i's probability */
+static double softmax_at(const float *z, int n, int i) {
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) mx = fmax(mx, z[j]);
+    for (int j = 0; j < n; j++) sum += exp(z[j] - mx);
+    return exp(z[i] - mx) / sum;
+}
+
+/* a served q row over the V ids against softmax of the trained logits z over Vd draft rows (row j is id
+ * vid[j]; vid NULL: id j): the worst |difference|; q must put all its mass on the draft rows */
+static double law_gap(const float *z, int Vd, const int *vid, const float *q) {
+    double worst = 0, mass = 0;
+    for (int j = 0; j < Vd; j++) {
+        double qj = q[vid ? vid[j] : j];
+        mass += qj;
+        worst = fmax(worst, fabs(qj - softmax_at(z, Vd, j)));
+    }
+    if (fabs(mass - 1) > 1e-4) fail_msg("a q row holds %g of its mass outside the draft vocabulary", 1 - mass);
+    return worst;
+}
+
+/* node i's path from the anchor (tokens into path[0..depth)): its depth */
+static int tree_path(const draft_block *b, int i, int *path) {
+    int d = 0;
+    for (int u = i; u >= 0; u = b->parent[u]) d++;
+    for (int u = i, k = d - 1; u >= 0; u = b->parent[u], k--) path[k] = b->tok[u];
+    return d;
+}
+
 /* The overfit gate's frame: one sequence of OVERFIT_N tokens (a prompt of OVERFIT_NP, then random
  * ones) cached for training until a drafter memorises it; overfit_serve then serves the run's last
  * checkpoint through the registry. */
