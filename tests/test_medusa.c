@@ -273,6 +273,7 @@ static double train_serve(const char *precision, int vocab) {
     assert_int_equal(request_init(&rq, &tt->t, 0, f.tokens, anchors[2], 8, 1), 0);
     assert_int_equal(ivec_push(&rq.toks, f.tokens[anchors[2]]), 0);
     if (dt.ops->begin(&dt, &rq, f.taps) || dt.ops->propose(&dt, &rq, 10, &sp, &bt)) fail_msg("%s", ds_errmsg());
+    tree_budget_one(&dt, &rq, &sp, &bt);
     assert_int_equal(bt.n, 10);
     double worst_t = 0;
     int deepest = 0;
@@ -724,7 +725,7 @@ static void tree_family(tiny_target *tt, const char *name, const char *chain_cfg
         int asks = ps.asks;
         if (dc.ops->propose(&dc, &rc, depth_max, &greedy, &bc)) fail_msg("%s: %s", name, ds_errmsg());
         assert_int_equal(bc.n, yes || !paced ? depth_max : 1);
-        if (paced) assert_true(ps.asks > asks);
+        if (paced) assert_int_equal(ps.asks - asks, yes ? depth_max - 1 : 1); /* before each draft after the first */
         b4.more = bc.more = NULL;
     }
     /* an end token ends its path: made EOG, the first node's token (a parent in the tree above) has no

@@ -347,6 +347,7 @@ static double tree_paths(const char *kind, int vocab) {
         if (dr.ops->begin(&dr, &rq, pref)) fail_msg("%s", ds_errmsg());
         free(pref);
         if (dr.ops->propose(&dr, &rq, 12, &sp, &b)) fail_msg("%s", ds_errmsg());
+        tree_budget_one(&dr, &rq, &sp, &b);
         assert_int_equal(b.n, 12);
         int save[DEPTH];
         memcpy(save, f.tokens + at + 1, sizeof save);

@@ -196,7 +196,8 @@ static void saved_block(tiny_target *tt, const char *kind, const char *extra, in
  * samples gamma drafts at T = 1 from its committed context; the sequence is made that text followed by
  * those drafts (the Markov / RNN head's teacher forcing then feeds the tokens the drafter fed itself),
  * and the training step's logits rows at the anchor (block pass plus head) must give the drafter's q
- * rows, its confidence logits the drafter's raw confidences. The round commits j = 0..gamma drafts and
+ * rows, its confidence logits the drafter's raw confidences (and, through the checkpoint's temperatures,
+ * its calibrated ones). The round commits j = 0..gamma drafts and
  * a next token (the target's states of that text as the context rows), so every block position, the
  * context cache across commits and the new anchor's position are compared. Returns the worst |dq|. */
 static double bd_train_serve_chain(const char *kind, const char *extra, const char *serve, int vocab) {
@@ -205,6 +206,9 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
     bd_model m;
     char dir[600];
     saved_block(tt, kind, extra, vocab, 19, 0.2f, "bd-chain", &c, &m, dir, sizeof dir);
+    /* calibration temperatures for the first two positions, one below and one above 1 */
+    m.cfg.contract.n_calib = 2, m.cfg.contract.calib[0] = 0.5f, m.cfg.contract.calib[1] = 2.0f;
+    assert_int_equal(bd_save(&m, dir), 0);
     drafter dr;
     serve_checkpoint(&dr, &tt->t, kind, dir, serve);
     seq_fix f;
@@ -233,7 +237,10 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
         if (bd_train_seq(&m, &sq, NULL, 1, &st)) fail_msg("%s", ds_errmsg());
         for (int k = 0; k < G; k++) { /* one anchor: row k is position k + 1 */
             worst = fmax(worst, law_gap(m.ws.Z + (size_t)k * Vd, Vd, m.sv.vid, b.q + (size_t)k * V));
-            if (c.conf) worst_c = fmax(worst_c, fabs(b.conf_raw[k] - 1 / (1 + exp(-(double)m.ws.clog[k]))));
+            if (!c.conf) continue;
+            double lg = m.ws.clog[k], tk = k < 2 ? m.cfg.contract.calib[k] : 1;
+            worst_c = fmax(worst_c, fabs(b.conf_raw[k] - 1 / (1 + exp(-lg))));
+            worst_c = fmax(worst_c, fabs(b.conf[k] - 1 / (1 + exp(-lg / tk)))); /* the checkpoint's temperatures */
         }
         /* commit jc drafts and a next token other than draft jc + 1 (the rows' states end at draft jc) */
         if (jc < G) f.tokens[at + 1 + jc] = (b.tok[jc] + 7) % 46;
@@ -287,6 +294,7 @@ static double bd_tree_paths(const char *kind, int vocab) {
         if (dr.ops->begin(&dr, &rq, pref)) fail_msg("%s", ds_errmsg());
         free(pref);
         if (dr.ops->propose(&dr, &rq, 14, &sp, &b)) fail_msg("%s", ds_errmsg());
+        tree_budget_one(&dr, &rq, &sp, &b);
         assert_int_equal(b.n, 14);
         int save[16];
         memcpy(save, f.tokens + at + 1, sizeof(int) * (size_t)G);
@@ -514,33 +522,52 @@ static void test_layout_every_family(void **state) {
     tiny_close(tt);
 }
 
-/* Every trainable family's untrained drafter (the gate's configuration) draws its weights from the
- * documented default seed, 1: the same drafter as with "seed": 1, another with "seed": 2 (its
- * fingerprint tags the weights). */
-static void test_untrained_default_seed(void **state) {
+/* the fingerprint (it tags the weights) of `name` opened on the gate's untrained configuration with key
+ * set to value (value < 0: the key left out; unset: 0 when the family refuses the key by name) */
+static int untrained_fp(tiny_target *tt, const drafter_ops *ops, const char *key, double value, char *fp, size_t n) {
+    cJSON *j = cJSON_Parse(ops->gate_config);
+    assert_non_null(j);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
+    if (value >= 0) cJSON_AddNumberToObject(j, key, value);
+    if (!strcmp(ops->name, "vanilla")) cJSON_AddFalseToObject(j, "init_layers"); /* else the target's layers */
+    drafter d;
+    int rc = drafter_open(&d, ops->name, j, &tt->t);
+    cJSON_Delete(j);
+    if (rc) {
+        if (!strstr(ds_errmsg(), key)) fail_msg("%s with \"%s\": %s", ops->name, key, ds_errmsg());
+        return 0;
+    }
+    snprintf(fp, n, "%s", d.fingerprint);
+    drafter_close(&d);
+    return 1;
+}
+
+/* Every trainable family's untrained drafter (the gate's configuration, its other keys as they are)
+ * takes the documented defaults of the keys it reads: "seed" 1 (seed 2 other weights), "init_std" 0
+ * and "init_noise" 0: left out, the same weights as given explicitly. */
+static void test_untrained_defaults(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
-    int seen = 0;
+    const char *keys[3] = {"seed", "init_std", "init_noise"};
+    const double defaults[3] = {1, 0, 0};
+    int seen = 0, read = 0;
     for (int k = 0; drafter_nth(k); k++) {
         const drafter_ops *ops = drafter_nth(k);
         if (!ops->train) continue;
-        char fp[3][sizeof ((drafter *)0)->fingerprint];
         for (int i = 0; i < 3; i++) {
-            cJSON *j = cJSON_Parse(ops->gate_config);
-            assert_non_null(j);
-            if (i) cJSON_AddNumberToObject(j, "seed", i);
-            if (!strcmp(ops->name, "vanilla")) cJSON_AddFalseToObject(j, "init_layers"); /* else the target's layers */
-            drafter d;
-            if (drafter_open(&d, ops->name, j, &tt->t)) fail_msg("%s: %s", ops->name, ds_errmsg());
-            snprintf(fp[i], sizeof fp[i], "%s", d.fingerprint);
-            drafter_close(&d);
-            cJSON_Delete(j);
+            char fp[3][sizeof ((drafter *)0)->fingerprint];
+            if (!untrained_fp(tt, ops, keys[i], defaults[i], fp[1], sizeof fp[1])) continue; /* not its key */
+            assert_int_equal(untrained_fp(tt, ops, keys[i], -1, fp[0], sizeof fp[0]), 1);
+            if (strcmp(fp[0], fp[1])) fail_msg("%s: no \"%s\" gave %s, %g gave %s", ops->name, keys[i], fp[0], defaults[i], fp[1]);
+            if (i == 0) {
+                assert_int_equal(untrained_fp(tt, ops, "seed", 2, fp[2], sizeof fp[2]), 1);
+                if (!strcmp(fp[1], fp[2])) fail_msg("%s: seeds 1 and 2 gave the same weights (%s)", ops->name, fp[1]);
+            }
+            read++;
         }
-        if (strcmp(fp[0], fp[1])) fail_msg("%s: no seed gave %s, seed 1 %s", ops->name, fp[0], fp[1]);
-        if (!strcmp(fp[1], fp[2])) fail_msg("%s: seeds 1 and 2 gave the same weights (%s)", ops->name, fp[1]);
         seen++;
     }
-    assert_true(seen >= 6);
+    assert_true(seen >= 6 && read >= seen + 3); /* every family's seed; Medusa's init_std, the block drafters' both */
     tiny_close(tt);
 }
 
@@ -1019,7 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_layout_every_family),
-        cmocka_unit_test(test_untrained_default_seed),
+        cmocka_unit_test(test_untrained_defaults),
         cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),

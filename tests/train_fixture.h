@@ -222,6 +222,18 @@ static int tree_path(const draft_block *b, int i, int *path) {
     return d;
 }
 
+/* a top-k tree's budget of one node: the anchor's best child, the full tree's first node (the tree is a
+ * function of the context) */
+static void tree_budget_one(drafter *dr, request *rq, const sampling_params *sp, const draft_block *full) {
+    draft_block one;
+    assert_int_equal(draft_block_init(&one, 4, full->V, 1), 0);
+    if (dr->ops->propose(dr, rq, 1, sp, &one)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(one.n, 1);
+    assert_int_equal(one.parent[0], -1);
+    assert_int_equal(one.tok[0], full->tok[0]);
+    draft_block_free(&one);
+}
+
 /* The overfit gate's frame: one sequence of OVERFIT_N tokens (a prompt of OVERFIT_NP, then random
  * ones) cached for training until a drafter memorises it; overfit_serve then serves the run's last
  * checkpoint through the registry. */
