@@ -7,6 +7,7 @@
 
 #include "../datasets/traindata.h"
 #include "../drafters/medusa.h"
+#include "../drafters/train_family.h"
 #include "../drafters/tree_build.h"
 #include "../engine/decode.h"
 #include "../engine/train.h"
@@ -151,7 +152,7 @@ static int load_md(const char *dir, const model *t) {
 
 /* md_model_init's draw: with init_std s every head's W_k ~ N(0, s^2 / dim) (each head's own sample
  * moments, the whole matrix), every bias b_k = 0; with 0, Medusa's zero start (the residual block is
- * then the identity). */
+ * then the identity); `train`'s fresh model the zero start, its step running. */
 static void test_init_draw(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -181,6 +182,32 @@ static void test_init_draw(void **state) {
         }
         md_model_free(&m);
     }
+    /* made the way `train` makes it: Medusa's zero start, the last layer tapped, and a step that runs (the
+     * training head is there) and moves the blocks */
+    const train_family *tf = drafter_find("medusa")->train;
+    void *fam = calloc(1, tf->state_size);
+    int taps[8], n_tap = 0;
+    trainable tr;
+    char describe[200];
+    if (tf->configure(fam, "medusa", NULL, &tt->t, taps, &n_tap) || tf->init(fam, &tt->t, NULL, 3, 1, NULL, &tr, describe, sizeof describe))
+        fail_msg("%s", ds_errmsg());
+    assert_int_equal(n_tap, 1);
+    assert_int_equal(taps[0], tt->t.m.cfg.n_layers - 1);
+    for (size_t i = 0; i < tr.n_params; i++)
+        if (tr.params[i] != 0) fail_msg("a fresh Medusa's parameter %zu is %g", i, tr.params[i]);
+    seq_fix f;
+    make_seq(tt, &f);
+    train_seq sf = {f.T, f.taps, f.final, f.tokens, FIX_PROMPT, FIX_K, NULL, NULL, 6, f.anchor, f.n_valid};
+    float *g = calloc(tr.n_params, sizeof(float));
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (tr.step(&tr, &sf, g, tr.seq_weight(&tr, 6, f.n_valid), &st)) fail_msg("%s", ds_errmsg());
+    double gn = 0;
+    for (size_t i = 0; i < tr.n_params; i++) gn += (double)g[i] * g[i];
+    assert_true(gn > 0);
+    free(g), free(f.taps), free(f.final);
+    tf->release(fam);
+    free(fam);
     tiny_close(tt);
 }
 

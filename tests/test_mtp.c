@@ -99,6 +99,8 @@ static void gradcheck(const char *kind, int target, int vocab) {
     c.contract.draft_vocab = vocab ? 40 : 0;
     mtp_model m;
     assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 3, 1, vocab ? ids : NULL), 0);
+    /* the fusion F: none in an mtp, [dim][n_tap dim] in an eagle3 */
+    assert_int_equal(m.tt[13].numel, strcmp(kind, "eagle3") ? 0 : (size_t)c.dim * c.n_tap * c.dim);
     rng_t r;
     rng_seed(&r, 9);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* the norms too */
@@ -419,6 +421,47 @@ static void test_train_serve_first(void **state) {
     }
 }
 
+/* mtp_model_init's draw with a random block (init_layer -1): every norm 1 but the shared head's (the
+ * target's final norm), every matrix N(0, 0.02^2) but the residual outputs wo and w_down (N(0, 0.02^2 / 2),
+ * GPT-2's scaling), each tensor's own sample moments; eagle3's fusion F = [0 .. 0 I] */
+static void test_init_draw(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    const char *kinds[2] = {"mtp", "eagle3"};
+    for (int ki = 0; ki < 2; ki++) {
+        mtp_config c;
+        assert_int_equal(mtp_config_init(&c, &tt->t.m, kinds[ki], NULL), 0);
+        c.init_layer = -1;
+        mtp_model m;
+        assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 5, 0, NULL), 0);
+        int D = c.dim;
+        for (int i = 0; i < MTP_N_TENSORS; i++) {
+            const train_tensor *t = &m.tt[i];
+            const float *p = m.params + t->offset;
+            if (!t->numel) continue;
+            if (i == 12) { /* shared_head.norm */
+                assert_memory_equal(p, tt->t.m.out_norm, sizeof(float) * D);
+            } else if (i == 13) { /* F: [D][n_tap D], the identity on the last tap's columns */
+                size_t W = (size_t)c.n_tap * D;
+                for (size_t r = 0; r < (size_t)D; r++)
+                    for (size_t k = 0; k < W; k++)
+                        if (p[r * W + k] != (k == W - D + r ? 1.0f : 0.0f)) fail_msg("%s: F[%zu][%zu] = %g", kinds[ki], r, k, p[r * W + k]);
+            } else if (!t->decay) {
+                for (size_t k = 0; k < t->numel; k++)
+                    if (p[k] != 1.0f) fail_msg("%s: %s[%zu] = %g, not 1", kinds[ki], MTP_TENSOR_NAMES[i], k, p[k]);
+            } else {
+                double s1 = 0, s2 = 0, n = (double)t->numel, want = i == 7 || i == 11 ? 0.02 / sqrt(2.0) : 0.02;
+                for (size_t k = 0; k < t->numel; k++) s1 += p[k], s2 += (double)p[k] * p[k];
+                double mean = s1 / n, sd = sqrt(s2 / n - mean * mean);
+                if (fabs(sd - want) > 0.08 * want || fabs(mean) > 0.1 * want)
+                    fail_msg("%s: %s mean %g, sd %g (want 0, %g)", kinds[ki], MTP_TENSOR_NAMES[i], mean, sd, want);
+            }
+        }
+        mtp_model_free(&m);
+    }
+    tiny_close(tt);
+}
+
 /* begin on seq[0..c), propose (its speculative rows enter the module's cache), commit j of them:
  * the next proposal must equal a fresh begin's on seq[0..c+j+1) — the rejected rows left nothing */
 static void cache_rollback(const char *kind) {
@@ -619,6 +662,7 @@ int main(void) {
         cmocka_unit_test(test_train_serve_first),
         cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_tree_paths),
+        cmocka_unit_test(test_init_draw),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),
