@@ -10,6 +10,7 @@
 
 #include "../datasets/traindata.h"
 #include "../drafters/mtp.h"
+#include "../drafters/tree_build.h"
 #include "../engine/decode.h"
 #include "../engine/train.h"
 #include "../schedulers/scheduler.h"
@@ -321,11 +322,71 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
     return worst;
 }
 
-/* EAGLE-2's tree against the training step, path by path: every node's confidence is its path
- * probability, the product of the module's T = 1 laws of each token on the path given the tokens
- * before it; the training step teacher-forced on that path gives those laws, so each node (its rows
- * read their parent's y and attend to their ancestors' speculative rows alone) is compared with a
- * chain the step computes from scratch. Returns the worst relative error. */
+/* the training step's logits rows (position k + 1 at row k, over the draft rows) at anchor `at` with the
+ * tokens after it made path[0..d) (the target's states of that text): m->ws.Z, until the next call */
+static const float *step_rows(tiny_target *tt, const mtp_config *c, mtp_model *m, seq_fix *f, int at, const int *path, int d) {
+    int save[DEPTH], one = DEPTH;
+    memcpy(save, f->tokens + at + 1, sizeof save);
+    memcpy(f->tokens + at + 1, path, sizeof(int) * (size_t)d);
+    free(f->taps), free(f->cap), free(f->final);
+    seq_states(tt, c, f); /* (the states before at + 1 are the same text's) */
+    train_seq sf = {f->T, f->taps, NULL, f->tokens, FIX_PROMPT, FIX_K, f->tk_id, f->tk_lp, 1, &at, &one};
+    train_stats st;
+    memset(&st, 0, sizeof st);
+    if (mtp_step_f(&m->cfg, &m->pv, NULL, m->Ein, m->E, m->sv.Vd, m->sv.vmap, &sf, 1, &st, &m->ws)) fail_msg("%s", ds_errmsg());
+    memcpy(f->tokens + at + 1, save, sizeof save);
+    free(f->taps), free(f->cap), free(f->final);
+    seq_states(tt, c, f);
+    return m->ws.Z;
+}
+
+typedef struct {
+    int tok, par, dep, i;
+    float score;
+} ref_cand;
+
+/* by path probability, then depth, then age: the order EAGLE-2 ranks its candidates in */
+static int ref_cmp(const void *x, const void *y) {
+    const ref_cand *a = x, *b = y;
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    return a->dep != b->dep ? a->dep - b->dep : a->i - b->i;
+}
+
+/* EAGLE-2's tree of `budget` nodes, width W, rebuilt from the training step's laws (an independent
+ * builder): the anchor's top W; at each depth the W candidates of highest path probability (ties: the
+ * older) each add their top W children; the budget best candidates in ref_cmp's order. Into tok/par. */
+static void ref_tree(tiny_target *tt, const mtp_config *c, mtp_model *m, seq_fix *f, int at, int W, int budget, int *tok,
+                     int *par) {
+    ref_cand cd[128];
+    int nc = 0, Vd = m->sv.Vd, ids[TREE_MAX_K];
+    float pr[TREE_MAX_K], *tmp = malloc(sizeof(float) * (size_t)c->vocab);
+    for (int dd = 0; dd < DEPTH; dd++) {
+        ref_cand lvl[128];
+        int nl = 0;
+        for (int i = 0; i < nc; i++)
+            if (cd[i].dep == dd) lvl[nl++] = cd[i];
+        qsort(lvl, (size_t)nl, sizeof *lvl, ref_cmp);
+        if (dd == 0) lvl[0] = (ref_cand){-1, -1, 0, -1, 1.0f}, nl = 1; /* the anchor */
+        for (int r = 0; r < DS_MIN(nl, W); r++) {
+            int path[DEPTH];
+            for (int u = lvl[r].i, k = dd - 1; u >= 0; u = cd[u].par, k--) path[k] = cd[u].tok;
+            const float *Z = step_rows(tt, c, m, f, at, path, dd);
+            int n = tree_topk_softmax(Z + (size_t)dd * Vd, Vd, m->sv.vid, W, ids, pr, tmp);
+            for (int k = 0; k < n; k++, nc++) cd[nc] = (ref_cand){ids[k], lvl[r].i, dd + 1, nc, lvl[r].score * pr[k]};
+        }
+    }
+    qsort(cd, (size_t)nc, sizeof *cd, ref_cmp);
+    int rank[128];
+    for (int k = 0; k < nc; k++) rank[cd[k].i] = k;
+    for (int k = 0; k < budget; k++) tok[k] = cd[k].tok, par[k] = cd[k].par < 0 ? -1 : rank[cd[k].par];
+    free(tmp);
+}
+
+/* EAGLE-2's tree against the training step: the whole tree (which nodes, in which order, under which
+ * parents) equals the one an independent builder makes from the step's laws, and every node's
+ * confidence is its path probability, the product of the step's T = 1 laws of the path's tokens (each
+ * node's rows read their parent's y and attend to their ancestors' speculative rows alone). Returns the
+ * worst relative error of a path probability. */
 static double tree_paths(const char *kind, int vocab) {
     tiny_target *tt = tiny_open();
     mtp_config c;
@@ -336,7 +397,7 @@ static double tree_paths(const char *kind, int vocab) {
     serve_checkpoint(&dr, &tt->t, kind, dir, ", \"block_precision\": \"f32\", \"tree_nodes\": 12, \"tree_width\": 3");
     seq_fix f;
     make_seq(tt, &c, &f);
-    int D = c.dim, V = c.vocab, Vd = m.sv.Vd, one = DEPTH, deepest = 0;
+    int D = c.dim, V = c.vocab, Vd = m.sv.Vd, deepest = 0;
     sampling_params sp = {1.0f, 0, 1.0f};
     draft_block b;
     assert_int_equal(draft_block_init(&b, 12, V, 1), 0);
@@ -351,35 +412,31 @@ static double tree_paths(const char *kind, int vocab) {
         if (dr.ops->propose(&dr, &rq, 12, &sp, &b)) fail_msg("%s", ds_errmsg());
         tree_budget_one(&dr, &rq, &sp, &b);
         assert_int_equal(b.n, 12);
-        int save[DEPTH];
-        memcpy(save, f.tokens + at + 1, sizeof save);
+        int rtok[12], rpar[12];
+        ref_tree(tt, &c, &m, &f, at, 3, 12, rtok, rpar);
+        for (int i = 0; i < b.n; i++)
+            if (b.tok[i] != rtok[i] || b.parent[i] != rpar[i])
+                fail_msg("%s at %d: node %d is %d under %d, the reference's %d under %d", kind, at, i, b.tok[i], b.parent[i],
+                         rtok[i], rpar[i]);
         for (int i = 0; i < b.n; i++) {
             int path[16], d = tree_path(&b, i, path);
             assert_true(d <= DEPTH);
             deepest = DS_MAX(deepest, d);
-            for (int k = 0; k < d; k++) f.tokens[at + 1 + k] = path[k];
-            free(f.taps), free(f.cap), free(f.final);
-            seq_states(tt, &c, &f); /* (the states before at + 1 are the same text's) */
-            train_seq sf = {f.T, f.taps, NULL, f.tokens, FIX_PROMPT, FIX_K, f.tk_id, f.tk_lp, 1, &at, &one};
-            train_stats st;
-            memset(&st, 0, sizeof st);
-            if (mtp_step_f(&m.cfg, &m.pv, NULL, m.Ein, m.E, Vd, m.sv.vmap, &sf, 1, &st, &m.ws)) fail_msg("%s", ds_errmsg());
+            const float *Z = step_rows(tt, &c, &m, &f, at, path, d);
             double want = 1;
             for (int k = 0; k < d; k++) {
                 int row = vocab ? m.sv.vmap[path[k]] : path[k];
                 assert_true(row >= 0);
-                want *= softmax_at(m.ws.Z + (size_t)k * Vd, Vd, row);
+                want *= softmax_at(Z + (size_t)k * Vd, Vd, row);
             }
             worst = fmax(worst, fabs(b.conf_raw[i] - want) / want);
-            memcpy(f.tokens + at + 1, save, sizeof save);
-            free(f.taps), free(f.cap), free(f.final);
-            seq_states(tt, &c, &f);
         }
         dr.ops->end(&dr, &rq);
         request_free(&rq, &tt->t);
     }
-    printf("  %s%s: EAGLE-2 tree of 12 nodes (width 3) at 3 anchors, each node's path probability vs the training "
-           "step on its path: worst relative error %.2e\n", kind, vocab ? ", draft vocabulary 40 of 48" : "", worst);
+    printf("  %s%s: EAGLE-2 tree of 12 nodes (width 3) at 3 anchors equal to the reference builder's; each node's path "
+           "probability vs the training step on its path: worst relative error %.2e\n",
+           kind, vocab ? ", draft vocabulary 40 of 48" : "", worst);
     assert_int_equal(deepest, DEPTH); /* the third level's pass ran */
     draft_block_free(&b);
     mtp_model_free(&m);
@@ -423,7 +480,8 @@ static void test_train_serve_first(void **state) {
 
 /* mtp_model_init's draw with a random block (init_layer -1): every norm 1 but the shared head's (the
  * target's final norm), every matrix N(0, 0.02^2) but the residual outputs wo and w_down (N(0, 0.02^2 / 2),
- * GPT-2's scaling), each tensor's own sample moments; eagle3's fusion F = [0 .. 0 I] */
+ * GPT-2's scaling), each tensor's own sample moments; eagle3's fusion F = [0 .. 0 I]; a copied layer; none
+ * on a target whose layers the training ops cannot run */
 static void test_init_draw(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -459,6 +517,29 @@ static void test_init_draw(void **state) {
         }
         mtp_model_free(&m);
     }
+    /* init_layer L: the block starts as the target's layer L, layer 0 included (its norms are the target's
+     * own, not 1) */
+    for (int L = 0; L < tt->t.m.cfg.n_layers; L += tt->t.m.cfg.n_layers - 1) {
+        mtp_config c;
+        assert_int_equal(mtp_config_init(&c, &tt->t.m, "mtp", NULL), 0);
+        c.init_layer = L;
+        mtp_model m;
+        assert_int_equal(mtp_model_init(&m, &c, &tt->t.m, 5, 0, NULL), 0);
+        assert_memory_equal(m.pv.attn_norm, tt->t.m.layers[L].attn_norm, sizeof(float) * c.dim);
+        assert_memory_equal(m.pv.ffn_norm, tt->t.m.layers[L].ffn_norm, sizeof(float) * c.dim);
+        mtp_model_free(&m);
+    }
+    tiny_close(tt);
+    /* a Qwen2 target (half-rotation RoPE, which the training ops do not rotate): no layer to copy, the
+     * block random by default, and a layer asked for refused by its key */
+    tt = tiny_open_family(2);
+    mtp_config c;
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, "mtp", NULL), 0);
+    assert_int_equal(c.init_layer, -1);
+    cJSON *j = cJSON_Parse("{\"kind\": \"mtp\", \"init_layer\": 2}");
+    assert_int_equal(mtp_config_init(&c, &tt->t.m, "mtp", j), -1);
+    assert_non_null(strstr(ds_errmsg(), "init_layer"));
+    cJSON_Delete(j);
     tiny_close(tt);
 }
 
