@@ -573,6 +573,50 @@ static void test_untrained_defaults(void **state) {
     tiny_close(tt);
 }
 
+/* bd_model_init's draw: norms 1; the Markov / RNN head's W2 and br and the confidence head zero (no
+ * correction at the start, a confidence of 1/2), or N(0, noise^2) when given init noise; every other matrix
+ * N(0, 0.02^2), the residual outputs (wo, w_down) N(0, 0.02^2 / (2 layers)); each tensor's own moments */
+static void test_init_draw(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    const char *kinds[2] = {"dspark-rnn", "dspark-markov"};
+    for (int ki = 0; ki < 2; ki++) {
+        cJSON *j = arch(", \"confidence\": 1");
+        bd_config c;
+        if (bd_config_init(&c, &tt->t.m, kinds[ki], j)) fail_msg("%s", ds_errmsg());
+        cJSON_Delete(j);
+        float noise = ki ? 0.5f : 0;
+        bd_model m;
+        assert_int_equal(bd_model_init(&m, &c, &tt->t.m, 7, noise), 0);
+        int zeros = 0;
+        for (int i = 0; i < m.n_t; i++) {
+            const bd_tensor *t = &m.t[i];
+            const float *p = m.params + t->offset;
+            int is_zero = !strcmp(t->name, "head.W2") || !strcmp(t->name, "head.br") || !strncmp(t->name, "conf.", 5);
+            double want = strstr(t->name, "norm") ? -1 : is_zero ? noise
+                          : strstr(t->name, "wo.") || strstr(t->name, "w_down.") ? 0.02 / sqrt(2.0 * c.n_layers) : 0.02;
+            zeros += is_zero;
+            if (want <= 0) { /* 1 for a norm, 0 for the heads that start as nothing */
+                for (size_t k = 0; k < t->numel; k++)
+                    if (p[k] != (want < 0 ? 1.0f : 0.0f)) fail_msg("%s: %s[%zu] = %g", kinds[ki], t->name, k, p[k]);
+                continue;
+            }
+            if (t->numel < 16) { /* too few for moments: drawn, not left at a constant */
+                for (size_t k = 0; k < t->numel; k++)
+                    if (p[k] == 0 || p[k] == 1) fail_msg("%s: %s[%zu] = %g, not drawn", kinds[ki], t->name, k, p[k]);
+                continue;
+            }
+            double s1 = 0, s2 = 0, n = (double)t->numel;
+            for (size_t k = 0; k < t->numel; k++) s1 += p[k], s2 += (double)p[k] * p[k];
+            double mean = s1 / n, sd = sqrt(s2 / n - mean * mean), tol = n >= 256 ? 0.15 : 0.5;
+            if (fabs(sd - want) > tol * want) fail_msg("%s: %s (%zu values) sd %g, want %g", kinds[ki], t->name, t->numel, sd, want);
+        }
+        assert_true(zeros >= 3); /* W2, conf.w, conf.b (and br) */
+        bd_model_free(&m);
+    }
+    tiny_close(tt);
+}
+
 /* init_layers: each draft layer starts as the named target layer (norms and dequantized matrices),
  * the final norm as the target's, everything else as the random init; the checkpoint records it;
  * bad lists are refused by name */
@@ -1049,6 +1093,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_layout_every_family),
         cmocka_unit_test(test_untrained_defaults),
+        cmocka_unit_test(test_init_draw),
         cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),
