@@ -136,6 +136,19 @@ python3 scripts/mutants.py --seed 19 --timeout 40 --drafters test:test_training_
 # the drafters' contract with their checkpoints, and the rest of the best-first tree builder (the eleventh round's sample resumed)
 python3 scripts/mutants.py --seed 19 --timeout 200 --drafters test:test_contract,test:test_medusa --out out/mutants-contract12 drafters/contract.c
 python3 scripts/mutants.py --seed 17 --timeout 200 --drafters test:test_medusa,test:test_vanilla,medusa --out out/mutants-treebuild drafters/tree_build.c
+# thirteenth round: the learned drafters' own files (Medusa whole; samples of DSpark's serving, MTP / EAGLE-3 and the
+# block drafters' model), judged by their suites and a gate; the unkilled judged again (--again) against the round's
+# trained-vs-served, tree-path and init cases
+python3 scripts/mutants.py --seed 23 --timeout 120 --drafters test:test_medusa,test:test_train,medusa --out out/mutants-medusa13 drafters/medusa.c
+python3 scripts/mutants.py --timeout 120 --drafters test:test_medusa,test:test_train --again out/mutants-medusa13/results.jsonl \
+  --out out/mutants-medusa13-again drafters/medusa.c
+python3 scripts/mutants.py --timeout 150 --drafters test:test_medusa,test:test_train --again out/mutants-medusa13-again/results.jsonl \
+  --out out/mutants-medusa13-again2 drafters/medusa.c
+python3 scripts/mutants.py --seed 23 --limit 90 --timeout 150 --drafters test:test_train,test:test_medusa,dspark-markov --out out/mutants-dspark13 drafters/dspark.c
+python3 scripts/mutants.py --seed 23 --limit 110 --timeout 150 --drafters test:test_mtp,test:test_train,test:test_medusa,mtp --out out/mutants-mtp13 drafters/mtp.c
+python3 scripts/mutants.py --timeout 150 --drafters test:test_mtp,test:test_train --again out/mutants-mtp13/results.jsonl \
+  --out out/mutants-mtp13-again drafters/mtp.c
+python3 scripts/mutants.py --seed 23 --limit 30 --timeout 150 --drafters test:test_train,test:test_medusa,dspark-markov --out out/mutants-block13 drafters/blockdraft.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12 medusa13 medusa13-again medusa13-again2 dspark13 mtp13 mtp13-again block13; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
