@@ -68,21 +68,29 @@ static double loss_d(void *ctx) {
     return (x->c->w_ce * st.ce + x->c->w_l1 * st.l1) / x->w;
 }
 
+/* Medusa heads of HEADS on the tiny target (vocab: a draft vocabulary of 40 of the 48 ids, scrambled),
+ * drawn at std 1 then every parameter moved by amp (biases too), with the training head */
+static void moved_model(tiny_target *tt, int vocab, uint64_t seed, float amp, md_config *c, md_model *m, int *ids) {
+    assert_int_equal(md_config_init(c, &tt->t.m, NULL), 0);
+    c->heads = HEADS;
+    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c->vocab;
+    c->contract.draft_vocab = vocab ? 40 : 0;
+    assert_int_equal(md_model_init(m, c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
+    rng_t r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+}
+
 /* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of
  * 40 of the 48 ids in a scrambled order (labels and top-K entries fall outside it) */
 static void gradcheck(int target, int vocab) {
     tiny_target *tt = tiny_open();
     md_config c;
-    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
-    c.heads = HEADS;
-    int ids[40];
-    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
-    c.contract.draft_vocab = vocab ? 40 : 0;
     md_model m;
-    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
+    int ids[40];
+    moved_model(tt, vocab, 9, 0.2f, &c, &m, ids);
     rng_t r;
-    rng_seed(&r, 9);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.2f * (float)(rng_uniform(&r) - 0.5); /* biases too */
+    rng_seed(&r, 9); /* the finite differences' directions */
     seq_fix f;
     make_seq(tt, &f);
     int D = c.dim;
@@ -221,17 +229,12 @@ static void test_init_draw(void **state) {
 static double train_serve(const char *precision, int vocab) {
     tiny_target *tt = tiny_open();
     md_config c;
-    assert_int_equal(md_config_init(&c, &tt->t.m, NULL), 0);
-    c.heads = HEADS;
-    c.eps = 1e-3f; /* not the target's, so that serving must read the checkpoint's */
-    int ids[40];
-    for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c.vocab;
-    c.contract.draft_vocab = vocab ? 40 : 0;
     md_model m;
-    assert_int_equal(md_model_init(&m, &c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
+    int ids[40];
+    moved_model(tt, vocab, 21, 0.3f, &c, &m, ids);
+    m.cfg.eps = 1e-3f; /* not the target's, so that serving must read the checkpoint's */
     rng_t r;
-    rng_seed(&r, 21);
-    for (size_t i = 0; i < m.n_params; i++) m.params[i] += 0.3f * (float)(rng_uniform(&r) - 0.5); /* biases too */
+    rng_seed(&r, 22);
     for (int k = 0; k < HEADS; k++) /* biases as large as the rows they add to: one left out moves q past q8_0's rounding */
         for (int i = 0; i < c.dim; i++) m.params[((size_t)k * (c.dim + 1) + c.dim) * c.dim + i] += 4.0f * (float)(rng_uniform(&r) - 0.5);
     char dir[600], prec[80], tree[160];

@@ -323,7 +323,8 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
 }
 
 /* the training step's logits rows (position k + 1 at row k, over the draft rows) at anchor `at` with the
- * tokens after it made path[0..d) (the target's states of that text): m->ws.Z, until the next call */
+ * tokens after it made path[0..d) (the target's states of that text): m->ws.Z, until the next call. f's
+ * tokens are restored; its states stay the path's (those before at + 1 are the same): restore_states. */
 static const float *step_rows(tiny_target *tt, const mtp_config *c, mtp_model *m, seq_fix *f, int at, const int *path, int d) {
     int save[DEPTH], one = DEPTH;
     memcpy(save, f->tokens + at + 1, sizeof save);
@@ -335,9 +336,12 @@ static const float *step_rows(tiny_target *tt, const mtp_config *c, mtp_model *m
     memset(&st, 0, sizeof st);
     if (mtp_step_f(&m->cfg, &m->pv, NULL, m->Ein, m->E, m->sv.Vd, m->sv.vmap, &sf, 1, &st, &m->ws)) fail_msg("%s", ds_errmsg());
     memcpy(f->tokens + at + 1, save, sizeof save);
+    return m->ws.Z;
+}
+
+static void restore_states(tiny_target *tt, const mtp_config *c, seq_fix *f) {
     free(f->taps), free(f->cap), free(f->final);
     seq_states(tt, c, f);
-    return m->ws.Z;
 }
 
 typedef struct {
@@ -431,6 +435,7 @@ static double tree_paths(const char *kind, int vocab) {
             }
             worst = fmax(worst, fabs(b.conf_raw[i] - want) / want);
         }
+        restore_states(tt, &c, &f); /* the next anchor's prompt rows are the sequence's own */
         dr.ops->end(&dr, &rq);
         request_free(&rq, &tt->t);
     }
