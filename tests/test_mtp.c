@@ -19,12 +19,14 @@
 #define FIX_PROMPT 3
 #define FIX_K 8
 #define DEPTH 3
+#define LONG_AT 293 /* a prompt begin() runs in three chunks of MTP_CHUNK (128): 128 + 128 + 37 rows */
+#define SEQ_MAX (LONG_AT + 40)
 
 typedef struct {
-    int T, tokens[40], anchor[6], n_valid[6], nc;
+    int T, tokens[SEQ_MAX], anchor[6], n_valid[6], nc;
     float *taps, *cap, *final; /* taps: the training layout [T][nc dim]; cap: the serving one [nc][T][dim] */
-    int32_t tk_id[40 * FIX_K];
-    float tk_lp[40 * FIX_K];
+    int32_t tk_id[SEQ_MAX * FIX_K];
+    float tk_lp[SEQ_MAX * FIX_K];
 } seq_fix;
 
 /* rows from..from+cnt-1 of every captured layer of cap [nc][n][dim], packed as the loop hands them */
@@ -55,10 +57,10 @@ static void seq_states(tiny_target *tt, const mtp_config *c, seq_fix *f) {
     kv_cache_free(tt->t.be, kv);
 }
 
-static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) {
+static void make_seq_n(tiny_target *tt, const mtp_config *c, seq_fix *f, int T) {
     rng_t r;
     rng_seed(&r, 5);
-    f->T = 36;
+    f->T = T;
     for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
     seq_states(tt, c, f);
     int anchors[6] = {3, 9, 14, 20, 32, 34};
@@ -67,6 +69,8 @@ static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) {
         f->n_valid[a] = DS_MIN(DEPTH, f->T - 1 - anchors[a]); /* the last chains are cut short */
     }
 }
+
+static void make_seq(tiny_target *tt, const mtp_config *c, seq_fix *f) { make_seq_n(tt, c, f, 36); }
 
 typedef struct {
     const mtp_config *c;
@@ -265,7 +269,8 @@ static void saved_module(tiny_target *tt, const char *kind, int vocab, uint64_t 
  * The round then commits j = 0..3 of the drafts and a next token (the target's states of that text as
  * the hidden rows), so positions 2..DEPTH, the module's cache across commits and the new anchor's
  * position are compared, not only position 1. Returns the worst |dq|. */
-static double train_serve_chain(const char *kind, const char *precision, int vocab) {
+static double train_serve_chain(const char *kind, const char *precision, int vocab, int at) {
+    int at0 = at;
     tiny_target *tt = tiny_open();
     mtp_config c;
     mtp_model m;
@@ -275,8 +280,8 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
     drafter dr;
     serve_checkpoint(&dr, &tt->t, kind, dir, prec);
     seq_fix f;
-    make_seq(tt, &c, &f);
-    int D = c.dim, V = c.vocab, Vd = m.sv.Vd, at = 4, one = DEPTH;
+    make_seq_n(tt, &c, &f, at + 32);
+    int D = c.dim, V = c.vocab, Vd = m.sv.Vd, one = DEPTH;
     sampling_params sp = {1.0f, 0, 1.0f};
     draft_block b;
     assert_int_equal(draft_block_init(&b, DEPTH, V, 1), 0);
@@ -308,8 +313,8 @@ static double train_serve_chain(const char *kind, const char *precision, int voc
         free(rows);
         at += j + 1;
     }
-    printf("  %s%s, blocks %s: trained vs served q over %d rounds (positions 1-%d, commits of 0-%d): worst |dq| %.2e\n",
-           kind, vocab ? ", draft vocabulary 40 of 48" : "", precision, rounds, DEPTH, DEPTH, worst);
+    printf("  %s%s, blocks %s, prompt %d: trained vs served q over %d rounds (positions 1-%d, commits of 0-%d): worst |dq| %.2e\n",
+           kind, vocab ? ", draft vocabulary 40 of 48" : "", precision, at0, rounds, DEPTH, DEPTH, worst);
     assert_true(rounds >= 8);
     dr.ops->end(&dr, &rq);
     request_free(&rq, &tt->t);
@@ -462,10 +467,14 @@ static void test_train_serve_chain(void **state) {
     (void)state;
     const char *kinds[] = {"mtp", "eagle3"};
     for (int i = 0; i < 2; i++) {
-        assert_true(train_serve_chain(kinds[i], "f32", 0) < 1e-5);
-        assert_true(train_serve_chain(kinds[i], "f32", 1) < 1e-5);
-        double q8 = train_serve_chain(kinds[i], "q8_0", 1);
+        assert_true(train_serve_chain(kinds[i], "f32", 0, 4) < 1e-5);
+        assert_true(train_serve_chain(kinds[i], "f32", 1, 4) < 1e-5);
+        double q8 = train_serve_chain(kinds[i], "q8_0", 1, 4);
         assert_true(q8 < 0.05 && q8 > 1e-7);
+        /* a prompt longer than begin's chunk: its rows' caches and the last row's state across chunks */
+        assert_true(train_serve_chain(kinds[i], "f32", 0, LONG_AT) < 1e-5);
+        q8 = train_serve_chain(kinds[i], "q8_0", 0, LONG_AT); /* the rounding spreads 0.02-0.065 over prompts of 100-293 */
+        assert_true(q8 < 0.1 && q8 > 1e-7);
     }
 }
 
@@ -546,6 +555,35 @@ static void test_init_draw(void **state) {
     assert_non_null(strstr(ds_errmsg(), "init_layer"));
     cJSON_Delete(j);
     tiny_close(tt);
+}
+
+/* the layers each kind reads by default, in its config and in what the drafter asks the loop to capture:
+ * mtp the last; eagle3 EAGLE-3's low, middle and high (layers 2, L/2 and L-3 counted from 1) from 8
+ * layers on, a shallower target's first and last */
+static void test_default_taps(void **state) {
+    (void)state;
+    struct { int L, n, t[3]; } want[] = {{3, 2, {0, 2}}, {7, 2, {0, 6}}, {8, 3, {1, 3, 5}}, {13, 3, {1, 5, 10}}};
+    for (int w = 0; w < 4; w++) {
+        tiny_spec s = {32, want[w].L, 4, 2, 64, 48, GGML_F32, GGML_F32, 0, 10000};
+        tiny_target *tt = tiny_open_spec(&s);
+        const char *kinds[2] = {"mtp", "eagle3"};
+        for (int k = 0; k < 2; k++) {
+            int n = k ? want[w].n : 1, last = want[w].L - 1;
+            const int *t = k ? want[w].t : &last;
+            mtp_config c;
+            assert_int_equal(mtp_config_init(&c, &tt->t.m, kinds[k], NULL), 0);
+            drafter dr;
+            cJSON *cfg = cJSON_Parse("{\"seed\": 2}");
+            if (drafter_open(&dr, kinds[k], cfg, &tt->t)) fail_msg("%s", ds_errmsg());
+            cJSON_Delete(cfg);
+            if (c.n_tap != n || dr.n_capture != n) fail_msg("%s, %d layers: %d taps, %d captured, want %d", kinds[k], s.n_layers, c.n_tap, dr.n_capture, n);
+            for (int i = 0; i < n; i++)
+                if (c.taps[i] != t[i] || dr.capture_layers[i] != t[i])
+                    fail_msg("%s, %d layers: tap %d is layer %d (captured %d), want %d", kinds[k], s.n_layers, i, c.taps[i], dr.capture_layers[i], t[i]);
+            drafter_close(&dr);
+        }
+        tiny_close(tt);
+    }
 }
 
 /* begin on seq[0..c), propose (its speculative rows enter the module's cache), commit j of them:
@@ -749,6 +787,7 @@ int main(void) {
         cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_draw),
+        cmocka_unit_test(test_default_taps),
         cmocka_unit_test(test_cache_rollback),
         cmocka_unit_test(test_checkpoint),
         cmocka_unit_test(test_overfit_gate),

@@ -21,11 +21,14 @@ static cJSON *arch(const char *extra) {
 }
 
 /* one sequence of random tokens with the tiny target's real states */
+#define LONG_AT 200 /* a prompt longer than any other case's: the drafters' context over many rows */
+#define SEQ_MAX (LONG_AT + 40)
+
 typedef struct {
-    int T, tokens[40], anchor[6], n_valid[6];
+    int T, tokens[SEQ_MAX], anchor[6], n_valid[6];
     float *taps, *final;
-    int32_t tk_id[40 * 8];
-    float tk_lp[40 * 8];
+    int32_t tk_id[SEQ_MAX * 8];
+    float tk_lp[SEQ_MAX * 8];
     bd_seq s;
 } seq_fix;
 
@@ -53,10 +56,10 @@ static void seq_states(tiny_target *tt, seq_fix *f) {
     free(cap);
 }
 
-static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
+static void make_seq_n(tiny_target *tt, seq_fix *f, int gamma, int T) {
     rng_t r;
     rng_seed(&r, 5);
-    f->T = 36;
+    f->T = T;
     for (int i = 0; i < f->T; i++) f->tokens[i] = (int)(rng_u64(&r) % 46);
     seq_states(tt, f);
     int anchors[6] = {3, 9, 14, 20, 31, 33};
@@ -66,6 +69,8 @@ static void make_seq(tiny_target *tt, seq_fix *f, int gamma) {
     }
     f->s = (bd_seq){f->T, f->taps, f->final, f->tokens, FIX_PROMPT, FIX_K, NULL, NULL, 6, f->anchor, f->n_valid};
 }
+
+static void make_seq(tiny_target *tt, seq_fix *f, int gamma) { make_seq_n(tt, f, gamma, 36); }
 
 typedef struct {
     const bd_model *m;
@@ -200,7 +205,7 @@ static void saved_block(tiny_target *tt, const char *kind, const char *extra, in
  * its calibrated ones). The round commits j = 0..gamma drafts and
  * a next token (the target's states of that text as the context rows), so every block position, the
  * context cache across commits and the new anchor's position are compared. Returns the worst |dq|. */
-static double bd_train_serve_chain(const char *kind, const char *extra, const char *serve, int vocab) {
+static double bd_train_serve_chain(const char *kind, const char *extra, const char *serve, int vocab, int at) {
     tiny_target *tt = tiny_open();
     bd_config c;
     bd_model m;
@@ -212,8 +217,8 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
     drafter dr;
     serve_checkpoint(&dr, &tt->t, kind, dir, serve);
     seq_fix f;
-    make_seq(tt, &f, c.gamma);
-    int D = c.dim, V = c.vocab, Vd = m.Vd, G = c.gamma, at = 4, one = G;
+    make_seq_n(tt, &f, c.gamma, at + 32);
+    int D = c.dim, V = c.vocab, Vd = m.Vd, G = c.gamma, at0 = at, one = G;
     sampling_params sp = {1.0f, 0, 1.0f};
     draft_block b;
     assert_int_equal(draft_block_init(&b, G, V, 1), 0);
@@ -250,9 +255,9 @@ static double bd_train_serve_chain(const char *kind, const char *extra, const ch
         free(rows);
         at += jc + 1;
     }
-    printf("  %s%s%s, served {%s}: trained vs served over %d rounds (positions 1-%d, commits of 0-%d): worst |dq| "
-           "%.2e, |dconf| %.2e\n",
-           kind, extra, vocab ? ", draft vocabulary 30 of 48" : "", serve[0] ? serve + 2 : "", rounds, G, G, worst, worst_c);
+    printf("  %s%s%s, served {%s}, prompt %d: trained vs served over %d rounds (positions 1-%d, commits of 0-%d): "
+           "worst |dq| %.2e, |dconf| %.2e\n",
+           kind, extra, vocab ? ", draft vocabulary 30 of 48" : "", serve[0] ? serve + 2 : "", at0, rounds, G, G, worst, worst_c);
     assert_true(rounds >= 6);
     assert_true(worst_c < (strstr(serve, "q8_0") ? 0.05 : 1e-5)); /* 0 when there is no confidence head */
     dr.ops->end(&dr, &rq);
@@ -342,13 +347,16 @@ static void test_tree_paths(void **state) {
 static void test_train_serve_chain(void **state) {
     (void)state;
     const char *f32 = ", \"layer_precision\": \"f32\", \"head_precision\": \"f32\"";
-    assert_true(bd_train_serve_chain("dflash", "", f32, 0) < 1e-5);
-    assert_true(bd_train_serve_chain("dflash", ", \"anchor_first\": 0", f32, 0) < 1e-5);
-    assert_true(bd_train_serve_chain("dspark-markov", "", f32, 1) < 1e-5);
-    assert_true(bd_train_serve_chain("dspark-rnn", "", f32, 0) < 1e-5);
-    assert_true(bd_train_serve_chain("dspark-rnn", "", f32, 1) < 1e-5);
-    double q8 = bd_train_serve_chain("dspark-markov", "", ", \"layer_precision\": \"q8_0\"", 1);
+    assert_true(bd_train_serve_chain("dflash", "", f32, 0, 4) < 1e-5);
+    assert_true(bd_train_serve_chain("dflash", ", \"anchor_first\": 0", f32, 0, 4) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-markov", "", f32, 1, 4) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-rnn", "", f32, 0, 4) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-rnn", "", f32, 1, 4) < 1e-5);
+    double q8 = bd_train_serve_chain("dspark-markov", "", ", \"layer_precision\": \"q8_0\"", 1, 4);
     assert_true(q8 < 0.05 && q8 > 1e-7); /* the quantized layers really ran */
+    /* a long prompt: the context's rows, positions and the block's attention over them */
+    assert_true(bd_train_serve_chain("dflash", "", f32, 0, LONG_AT) < 1e-5);
+    assert_true(bd_train_serve_chain("dspark-markov", "", f32, 1, LONG_AT) < 1e-5);
 }
 
 /* The top-K L1 against the full-vocabulary L1, on the tiny target's real distributions and random

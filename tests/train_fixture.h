@@ -22,18 +22,23 @@ typedef struct {
     char path[512];
 } tiny_target;
 
-/* a tiny target of a family (tiny_model.h: 0 Llama, 2 Qwen2 with q/k/v biases and half-rotation RoPE;
- * F32 so its logits are smooth in the inputs), opened like the real one */
-static tiny_target *tiny_open_family(int family) {
+/* a tiny target of spec s, opened like the real one */
+static tiny_target *tiny_open_spec(const tiny_spec *s) {
     tiny_target *tt = calloc(1, sizeof *tt);
-    tiny_spec s = {32, 3, 4, 2, 64, 48, GGML_F32, GGML_F32, family, 10000};
     size_t n;
-    uint8_t *img = tiny_model_gguf(&s, 21, &n);
+    uint8_t *img = tiny_model_gguf(s, 21, &n);
     snprintf(tt->path, sizeof tt->path, "%s", tmp_path("tiny-target.gguf"));
     write_file(tt->path, img, n);
     free(img);
     if (target_open(&tt->t, tt->path, &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
     return tt;
+}
+
+/* the tiny target of a family (tiny_model.h: 0 Llama, 2 Qwen2 with q/k/v biases and half-rotation RoPE;
+ * F32 so its logits are smooth in the inputs) */
+static tiny_target *tiny_open_family(int family) {
+    tiny_spec s = {32, 3, 4, 2, 64, 48, GGML_F32, GGML_F32, family, 10000};
+    return tiny_open_spec(&s);
 }
 
 static tiny_target *tiny_open(void) { return tiny_open_family(0); }
