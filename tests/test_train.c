@@ -482,6 +482,44 @@ static void test_checkpoint_every_kind(void **state) {
  * checkpoint both read the parameters through them), and a checkpoint written from parameters set at
  * random, every one of them, reads back bit for bit. A family that initialises and saves through
  * the same wrong offsets round-trips its own layout; this does not. */
+/* a checkpoint that served once, then loses a file or half of it: every way in refuses it with the file's
+ * name (training's resume and serving), never serving what the family's init left in place */
+static void bad_checkpoint(tiny_target *tt, const char *name, trainable *tr, const char *dir) {
+    char st[700], cj[700], keep[700];
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    snprintf(keep, sizeof keep, "%s/kept", dir);
+    drafter d;
+    serve_checkpoint(&d, &tt->t, name, dir, ""); /* it serves as written */
+    drafter_close(&d);
+    const char *files[2] = {st, cj};
+    for (int f = 0; f < 2; f++)
+        for (int cut = 0; cut < 2; cut++) { /* the file gone, or half of it */
+            assert_int_equal(rename(files[f], keep), 0);
+            if (cut) {
+                size_t n;
+                char *buf;
+                assert_int_equal(ds_read_file(keep, &buf, &n), 0);
+                write_file(files[f], buf, n / 2);
+                free(buf);
+            }
+            char cfg[900];
+            snprintf(cfg, sizeof cfg, "{\"checkpoint\": \"%s\"}", dir);
+            cJSON *c = cJSON_Parse(cfg);
+            int rc = drafter_open(&d, name, c, &tt->t);
+            cJSON_Delete(c);
+            if (rc == 0) fail_msg("%s: served a checkpoint whose %s is %s", name, files[f], cut ? "cut in half" : "missing");
+            const char *base = f ? "config.json" : "model.safetensors";
+            if (!strstr(ds_errmsg(), base)) fail_msg("%s, %s %s: the error does not name it: %s", name, base, cut ? "cut" : "gone", ds_errmsg());
+            if (f == 0) { /* resuming training reads the tensors */
+                if (tr->read_params(tr, dir) == 0) fail_msg("%s: resumed from a checkpoint whose %s is %s", name, base, cut ? "cut" : "gone");
+                if (!strstr(ds_errmsg(), base)) fail_msg("%s, resume: the error does not name %s: %s", name, base, ds_errmsg());
+            }
+            remove(files[f]);
+            assert_int_equal(rename(keep, files[f]), 0);
+        }
+}
+
 static void test_layout_every_family(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -521,6 +559,7 @@ static void test_layout_every_family(void **state) {
         printf("  %s: %d tensors tile %zu parameters; a checkpoint of random values reads back whole\n", ops->name, tr.n_t,
                tr.n_params);
         free(want);
+        bad_checkpoint(tt, ops->name, &tr, dir);
         rm_dir(dir);
         tf->release(fam);
         free(fam);
@@ -578,6 +617,73 @@ static void test_untrained_defaults(void **state) {
         seen++;
     }
     assert_true(seen >= 6 && read >= seen + 3); /* every family's seed; Medusa's init_std, the block drafters' both */
+    tiny_close(tt);
+}
+
+/* "vocab_ids" (an untrained drafter's draft vocabulary, the gate's case) in every family that reads it:
+ * 30 ids open a drafter whose drafts' laws live on them alone; a value that is not a list of distinct ids inside the vocabulary is
+ * refused by name, never read as no draft vocabulary at all */
+static void test_vocab_ids(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char many[2400] = "[0";
+    for (int i = 1; i < 257; i++) snprintf(many + strlen(many), sizeof many - strlen(many), ", %d", i % 48);
+    strcat(many, "]");
+    const char *bad[] = {"\"x\"", "[]", "[1.5]", "[-1]", "[48]", "[3, 3]", "[1, \"a\"]", "{\"a\": 1}", many};
+    int seen = 0;
+    for (int k = 0; drafter_nth(k); k++) {
+        const drafter_ops *ops = drafter_nth(k);
+        if (!ops->train) continue;
+        int opened = 0;
+        for (int b = -1; b < (int)(sizeof bad / sizeof *bad); b++) {
+            cJSON *j = cJSON_Parse(ops->gate_config);
+            assert_non_null(j);
+            cJSON_DeleteItemFromObjectCaseSensitive(j, "vocab_ids");
+            cJSON *v = b < 0 ? cJSON_CreateArray() : cJSON_Parse(bad[b]);
+            assert_non_null(v);
+            for (int i = 0; b < 0 && i < 30; i++) cJSON_AddItemToArray(v, cJSON_CreateNumber(i + 10));
+            cJSON_AddItemToObject(j, "vocab_ids", v);
+            drafter d;
+            int rc = drafter_open(&d, ops->name, j, &tt->t);
+            cJSON_Delete(j);
+            if (b < 0) { /* the good list: the family's key, or not its key at all */
+                if (rc && strstr(ds_errmsg(), "unknown key")) break;
+                if (rc) fail_msg("%s: 30 ids refused: %s", ops->name, ds_errmsg());
+                /* its drafts' laws live on those ids (10..39) and nowhere else */
+                int prompt[6] = {12, 5, 33, 41, 20, 7}, V = tt->t.m.cfg.vocab_size;
+                float *hid = target_states(&tt->t, prompt, 6, d.n_capture, d.capture_layers);
+                request rq;
+                draft_block blk;
+                assert_int_equal(request_init(&rq, &tt->t, 0, prompt, 5, 16, 3), 0);
+                assert_int_equal(draft_block_init(&blk, 2, V, 1), 0);
+                assert_int_equal(ivec_push(&rq.toks, prompt[5]), 0);
+                if (d.ops->begin(&d, &rq, hid) || d.ops->propose(&d, &rq, 2, &(sampling_params){1.0f, 0, 1.0f}, &blk))
+                    fail_msg("%s: %s", ops->name, ds_errmsg());
+                assert_true(blk.n >= 1);
+                for (int i = 0; i < blk.n; i++) {
+                    double in = 0;
+                    for (int v = 0; v < V; v++) {
+                        if (v < 10 || v >= 40) {
+                            if (blk.q[(size_t)i * V + v] != 0) fail_msg("%s: draft %d has q %g at id %d, outside vocab_ids", ops->name, i, blk.q[(size_t)i * V + v], v);
+                        } else in += blk.q[(size_t)i * V + v];
+                    }
+                    if (fabs(in - 1) > 1e-5 || blk.tok[i] < 10 || blk.tok[i] >= 40) fail_msg("%s: draft %d (%d), mass %g on vocab_ids", ops->name, i, blk.tok[i], in);
+                }
+                d.ops->end(&d, &rq);
+                request_free(&rq, &tt->t);
+                draft_block_free(&blk);
+                free(hid);
+                drafter_close(&d);
+                opened = 1;
+                continue;
+            }
+            if (!rc) fail_msg("%s: \"vocab_ids\": %.40s opened", ops->name, bad[b]);
+            if (!strstr(ds_errmsg(), "vocab")) fail_msg("%s: \"vocab_ids\": %.40s: %s", ops->name, bad[b], ds_errmsg());
+        }
+        seen += opened;
+        if (opened) printf("  %s: 30 vocab_ids: its drafts' q on them alone; %d malformed lists refused by name\n", ops->name, (int)(sizeof bad / sizeof *bad));
+    }
+    assert_true(seen >= 6); /* vanilla, dflash, dspark-markov, dspark-rnn, medusa, mtp, eagle3 */
     tiny_close(tt);
 }
 
@@ -1101,6 +1207,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_layout_every_family),
         cmocka_unit_test(test_untrained_defaults),
+        cmocka_unit_test(test_vocab_ids),
         cmocka_unit_test(test_init_draw),
         cmocka_unit_test(test_train_serve_chain),
         cmocka_unit_test(test_tree_paths),

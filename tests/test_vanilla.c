@@ -314,6 +314,138 @@ static int pinned_tok(const tokenizer *tk, int v) {
            v == tk->bos;
 }
 
+/* subvocab_by_rank on a tokenizer written by hand (10 entries, a model vocabulary of 12): pinned are the
+ * control, byte, end-of-generation, eos and bos ids whatever their type; unused ids and ids past the
+ * tokenizer's never enter; a list longer than the usable ids or shorter than the pinned ones is refused.
+ * Without token types, eos, bos and the end-of-generation ids alone are pinned. And the ids' hash (what a
+ * checkpoint records) against FNV-1a over their little-endian bytes computed apart, so a checkpoint of an
+ * earlier build still loads. */
+static void test_subvocab_by_hand(void **state) {
+    (void)state;
+    int type[10] = {TOK_CONTROL, TOK_NORMAL, TOK_NORMAL, TOK_NORMAL, TOK_UNUSED, TOK_NORMAL, TOK_UNUSED, TOK_NORMAL,
+                    TOK_NORMAL, TOK_BYTE};
+    tokenizer tk;
+    memset(&tk, 0, sizeof tk);
+    tk.n_vocab = 10, tk.type = type, tk.bos = 1, tk.eos = 2, tk.eog[0] = 3, tk.n_eog = 1, tk.unk = tk.pad = -1;
+    struct { int Vd, n, ids[8]; } want[] = {{5, 5, {0, 1, 2, 3, 9}}, {6, 6, {0, 1, 2, 3, 5, 9}},
+                                            {7, 7, {0, 1, 2, 3, 5, 7, 9}}, {8, 8, {0, 1, 2, 3, 5, 7, 8, 9}}};
+    subvocab s;
+    for (int w = 0; w < 4; w++) {
+        assert_int_equal(subvocab_by_rank(&s, &tk, 12, want[w].Vd), 0);
+        assert_int_equal(s.Vd, want[w].n);
+        assert_non_null(s.vid);
+        for (int j = 0; j < want[w].n; j++)
+            if (s.vid[j] != want[w].ids[j]) fail_msg("draft_vocab %d: id %d is %d, want %d", want[w].Vd, j, s.vid[j], want[w].ids[j]);
+        for (int v = 0; v < 12; v++) {
+            int j = -1;
+            for (int i = 0; i < want[w].n; i++)
+                if (want[w].ids[i] == v) j = i;
+            assert_int_equal(s.vmap[v], j);
+        }
+        subvocab_free(&s);
+    }
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 9), -1); /* 8 usable */
+    assert_non_null(strstr(ds_errmsg(), "usable"));
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 4), -1); /* 5 pinned */
+    assert_non_null(strstr(ds_errmsg(), "must be in it"));
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 12), 0);
+    assert_null(s.vid);
+    assert_int_equal(s.Vd, 12);
+    subvocab_free(&s);
+    tk.type = NULL; /* no types: every id of the tokenizer usable, eos, bos and the end pinned */
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 5), 0);
+    int plain[5] = {0, 1, 2, 3, 4};
+    assert_memory_equal(s.vid, plain, sizeof plain);
+    subvocab_free(&s);
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 2), -1);
+    tk.bos = 7, tk.eos = 8, tk.eog[0] = 9;
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 4), 0);
+    int ends[4] = {0, 7, 8, 9};
+    assert_memory_equal(s.vid, ends, sizeof ends);
+    subvocab_free(&s);
+    /* a head of another vocabulary's size is refused; a head re-quantized only to Q5_0 / Q4_1 and whole blocks */
+    float hw[12 * 48];
+    for (int i = 0; i < 12 * 48; i++) hw[i] = (float)(i % 7) - 3;
+    qmat head = {GGML_F32, 10, 48, 48 * sizeof(float), hw};
+    tk.type = type;
+    assert_int_equal(subvocab_by_rank(&s, &tk, 12, 6), 0);
+    assert_int_equal(subvocab_gather_head(&s, &head), -1);
+    assert_non_null(strstr(ds_errmsg(), "10 rows"));
+    head.rows = 12;
+    assert_int_equal(subvocab_gather_head(&s, &head), 0);
+    assert_int_equal(s.head.rows, 6);
+    assert_memory_equal((const char *)s.head.data + 4 * head.row_bytes, hw + (size_t)s.vid[4] * 48, head.row_bytes); /* row 4: its id's */
+    assert_int_equal(subvocab_requant_head(&s, GGML_Q5_0), -1); /* 48 columns: not whole blocks of 32 */
+    assert_non_null(strstr(ds_errmsg(), "48 columns"));
+    head.cols = 32, head.row_bytes = 32 * sizeof(float);
+    assert_int_equal(subvocab_gather_head(&s, &head), 0);
+    assert_int_equal(subvocab_requant_head(&s, GGML_Q8_0), -1);
+    assert_int_equal(subvocab_requant_head(&s, GGML_Q4_1), 0);
+    assert_int_equal(s.head.type, GGML_Q4_1);
+    subvocab_free(&s);
+    char h[20];
+    subvocab_hash((const int[]){0, 1, 300, 151643}, 4, h);
+    assert_string_equal(h, "75e6293ebf583cda");
+}
+
+/* subvocab's checkpoint: what it writes reads back; a tensor whose shape differs in any dimension, the
+ * first included, is refused by name; a checkpoint over other draft ids is refused (resuming a run whose
+ * cache chose another vocabulary); a folder that cannot be made fails the save */
+static void test_subvocab_checkpoint(void **state) {
+    (void)state;
+    int a_ids[30], b_ids[30];
+    for (int i = 0; i < 30; i++) a_ids[i] = i, b_ids[i] = i + 1;
+    subvocab a, b, full;
+    assert_int_equal(subvocab_set(&a, 48, a_ids, 30, NULL), 0);
+    assert_int_equal(subvocab_set(&b, 48, b_ids, 30, NULL), 0);
+    subvocab_full(&full, 48);
+    float m[3 * 8], n[5], got_m[3 * 8], got_n[5];
+    for (int i = 0; i < 24; i++) m[i] = 0.25f * (float)i - 1;
+    for (int i = 0; i < 5; i++) n[i] = (float)i + 0.5f;
+    const char *dir = tmp_path("subvocab-ckpt");
+    st_write_tensor w[3] = {{"m", m, 2, {3, 8}}, {"n", n, 1, {5}}};
+    assert_int_equal(subvocab_write_checkpoint(&a, dir, w, 2, cJSON_CreateObject()), 0);
+    st_write_tensor r[2] = {{"m", got_m, 2, {3, 8}}, {"n", got_n, 1, {5}}};
+    assert_int_equal(subvocab_read_checkpoint(&a, dir, r, 2), 0);
+    assert_memory_equal(got_m, m, sizeof m);
+    assert_memory_equal(got_n, n, sizeof n);
+    /* shapes: each dimension of each tensor one short */
+    for (int t = 0; t < 2; t++)
+        for (int d = 0; d < r[t].n_dims; d++) {
+            r[t].shape[d]--;
+            assert_int_equal(subvocab_read_checkpoint(&a, dir, r, 2), -1);
+            if (!strstr(ds_errmsg(), "wrong shape") || !strstr(ds_errmsg(), r[t].name))
+                fail_msg("tensor %s, dimension %d one short: %s", r[t].name, d, ds_errmsg());
+            r[t].shape[d]++;
+        }
+    r[1].n_dims = 2, r[1].shape[1] = 1; /* [5] read as [5][1] */
+    assert_int_equal(subvocab_read_checkpoint(&a, dir, r, 2), -1);
+    r[1].n_dims = 1;
+    /* another draft vocabulary of the same size: refused; the ids of the file are not read as the model's */
+    assert_int_equal(subvocab_read_checkpoint(&b, dir, r, 2), -1);
+    assert_non_null(strstr(ds_errmsg(), "vocab"));
+    char p[700];
+    snprintf(p, sizeof p, "%s/config.json", dir); /* a regular file where a folder is needed */
+    snprintf(p + strlen(p), sizeof p - strlen(p), "/sub");
+    assert_int_equal(subvocab_write_checkpoint(&a, p, w, 2, cJSON_CreateObject()), -1);
+    rm_dir(dir);
+    assert_int_equal(subvocab_write_checkpoint(&full, dir, w, 2, cJSON_CreateObject()), 0); /* no vocab.ids */
+    assert_int_equal(subvocab_read_checkpoint(&full, dir, r, 2), 0);
+    assert_int_equal(subvocab_read_checkpoint(&a, dir, r, 2), -1); /* a draft vocabulary the file lacks */
+    rm_dir(dir);
+    subvocab_free(&b);
+    /* malformed id lists, each named for what is wrong with it */
+    assert_int_equal(subvocab_set(&b, 48, (const int[]){4, 0, 0}, 3, NULL), -1);
+    assert_non_null(strstr(ds_errmsg(), "id 0 (row 2) is repeated"));
+    assert_int_equal(subvocab_set(&b, 48, (const int[]){4, 48}, 2, NULL), -1);
+    assert_non_null(strstr(ds_errmsg(), "id 48 (row 1) is outside"));
+    assert_int_equal(subvocab_set(&b, 48, (const int[]){-1}, 1, NULL), -1);
+    assert_non_null(strstr(ds_errmsg(), "is outside"));
+    assert_int_equal(subvocab_set(&b, 48, a_ids, 30, "0123456789abcdef"), -1); /* the recorded hash */
+    assert_non_null(strstr(ds_errmsg(), "vocab_hash 0123456789abcdef"));
+    subvocab_free(&a);
+}
+
 static void test_draft_vocab_rank(void **state) {
     (void)state;
     target t;
@@ -1058,6 +1190,8 @@ int main(void) {
         cmocka_unit_test(test_tree_calibration),
         cmocka_unit_test(test_tree_dynamic),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_subvocab_by_hand),
+        cmocka_unit_test(test_subvocab_checkpoint),
         cmocka_unit_test(test_draft_vocab_rank),
         cmocka_unit_test(test_overfit_gate),
     };
