@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include "../drafters/contract.h"
+#include "../drafters/drafter.h"
 
 /* the contract's keys through contract_json and back through contract_read, nothing left unread */
 static void round_trip(const draft_contract *k, const model *m, draft_contract *back) {
@@ -104,8 +105,25 @@ static void test_serving(void **state) {
     target_close(&t);
 }
 
+/* a confidence through its position's temperature: the odds to the power 1 / T (p = 0.8: T = 0.5 squares
+ * the odds 4 to 16, 16 / 17; T = 2 roots them to 2, 2 / 3), untouched past the listed positions, for a
+ * temperature of 0 (none fitted) and without a contract */
+static void test_calibrated_conf(void **state) {
+    (void)state;
+    draft_contract ck;
+    memset(&ck, 0, sizeof ck);
+    ck.n_calib = 3, ck.calib[0] = 0.5f, ck.calib[1] = 2.0f, ck.calib[2] = 0;
+    assert_true(fabs(draft_conf_calibrated(0.8, &ck, 0) - 16.0 / 17) < 1e-9);
+    assert_true(fabs(draft_conf_calibrated(0.8, &ck, 1) - 2.0 / 3) < 1e-9);
+    assert_true(fabs(draft_conf_calibrated(0.8, &ck, 2) - 0.8) < 1e-9);
+    assert_true(fabs(draft_conf_calibrated(0.8, &ck, 3) - 0.8) < 1e-9);
+    assert_true(fabs(draft_conf_calibrated(0.8, NULL, 0) - 0.8) < 1e-9);
+    assert_true(fabs(draft_conf_calibrated(0.2, &ck, 0) - 1.0 / 17) < 1e-9);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calibrated_conf),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_bad_keys),
         cmocka_unit_test(test_serving),

@@ -579,6 +579,19 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(ds_errmsg(), "vocabulary of 300 tokens, the target has 49152"));
     cJSON_Delete(bad);
     remove(p);
+    /* the target's vocabulary size and no tokenizer in the file: the size is all there is to check, and it
+     * opens (and the unknown-drafter message lists every family, the training-free ones too) */
+    ts.vocab = c->t.m.cfg.vocab_size, ts.dim = 32, ts.hidden = 64;
+    img = tiny_model_gguf(&ts, 3, &n);
+    write_file(p, img, n);
+    free(img);
+    bad = cJSON_Parse(cfg);
+    if (drafter_open(&d, "vanilla", bad, &c->t)) fail_msg("a tokenizer-less draft of the target's size: %s", ds_errmsg());
+    drafter_close(&d);
+    cJSON_Delete(bad);
+    remove(p);
+    assert_int_equal(drafter_open(&d, "nope", NULL, &c->t), -1);
+    assert_non_null(strstr(ds_errmsg(), "ngram, suffix"));
     /* the target's own file with token 0's text changed: the same size, another vocabulary (ids below 5
      * went unchecked) */
     {
@@ -597,6 +610,31 @@ static void test_config_errors(void **state) {
         bad = cJSON_Parse(cfg);
         assert_int_equal(drafter_open(&d, "vanilla", bad, &c->t), -1);
         assert_non_null(strstr(ds_errmsg(), "vocabulary differs from the target's at token id 0 ('[|endoftext|>' vs '<|endoftext|>')"));
+        cJSON_Delete(bad);
+        remove(p2);
+    }
+    /* the same texts with the end or the start token moved, each alone: another model's specials */
+    const char *special[2] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id"};
+    for (int sp = 0; sp < 2; sp++) {
+        char *img2;
+        size_t n2;
+        assert_int_equal(ds_read_file(real_model_path(), &img2, &n2), 0);
+        size_t kl = strlen(special[sp]);
+        char *k = memmem(img2, n2, special[sp], kl);
+        assert_non_null(k);
+        uint32_t ty, id;
+        memcpy(&ty, k + kl, 4);
+        assert_int_equal(ty, 4); /* GGUF uint32 */
+        memcpy(&id, k + kl + 4, 4);
+        id += 7;
+        memcpy(k + kl + 4, &id, 4);
+        const char *p2 = tmp_path("other-special.gguf");
+        write_file(p2, img2, n2);
+        free(img2);
+        snprintf(cfg, sizeof cfg, "{\"model\": \"%s\"}", p2);
+        bad = cJSON_Parse(cfg);
+        assert_int_equal(drafter_open(&d, "vanilla", bad, &c->t), -1);
+        if (!strstr(ds_errmsg(), "special ids differ")) fail_msg("%s moved: %s", special[sp], ds_errmsg());
         cJSON_Delete(bad);
         remove(p2);
     }

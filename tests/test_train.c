@@ -952,6 +952,23 @@ static void test_draft_vocab_choose(void **state) {
     }
     assert_int_equal(draft_vocab_choose(&d, tk, pin - 1, ids, &rep), -1);
     assert_non_null(strstr(ds_errmsg(), "draft_vocab"));
+    /* what a trainable family starts from: the same choice, none for 0, the whole vocabulary or full_vocab,
+     * and a size below the pinned ones refused (never trained over the whole vocabulary instead) */
+    int *got = NULL;
+    assert_int_equal(train_family_vocab(&d, &t, pin + 2, 0, &got), 0);
+    assert_non_null(got);
+    assert_int_equal(draft_vocab_choose(&d, tk, pin + 2, ids, &rep), 0);
+    assert_memory_equal(got, ids, sizeof(int) * (size_t)(pin + 2));
+    free(got);
+    int none[3][2] = {{0, 0}, {V, 0}, {pin + 2, 1}};
+    for (int i = 0; i < 3; i++) {
+        got = (int *)1;
+        assert_int_equal(train_family_vocab(&d, &t, none[i][0], none[i][1], &got), 0);
+        assert_null(got);
+    }
+    assert_int_equal(train_family_vocab(&d, &t, pin - 1, 0, &got), -1);
+    assert_null(got);
+    assert_non_null(strstr(ds_errmsg(), "draft_vocab"));
     printf("  draft vocabulary on SmolLM2's tokenizer: %d pinned (special, end, single bytes), then response tokens by "
            "frequency; coverage sums agree\n", pin);
     free(ids);

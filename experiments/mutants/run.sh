@@ -149,6 +149,18 @@ python3 scripts/mutants.py --seed 23 --limit 110 --timeout 150 --drafters test:t
 python3 scripts/mutants.py --timeout 150 --drafters test:test_mtp,test:test_train --again out/mutants-mtp13/results.jsonl \
   --out out/mutants-mtp13-again drafters/mtp.c
 python3 scripts/mutants.py --seed 23 --limit 30 --timeout 150 --drafters test:test_train,test:test_medusa,dspark-markov --out out/mutants-block13 drafters/blockdraft.c
+# fourteenth round: the draft vocabulary (subvocab.c whole, draft_vocab.c whole) and the registry's shared
+# pieces (a sample outside the lines the second round judged), then the unkilled judged again against the
+# round's by-hand cases (the resumed subvocab sample ran with them already in the tree)
+python3 scripts/mutants.py --seed 29 --limit 126 --timeout 150 --drafters test:test_train,test:test_mtp,test:test_vanilla,test:test_medusa \
+  --out out/mutants-subvocab14 drafters/subvocab.c
+python3 scripts/mutants.py --timeout 150 --drafters test:test_vanilla,test:test_train --again out/mutants-subvocab14/results.jsonl \
+  --out out/mutants-subvocab14-again2 drafters/subvocab.c
+python3 scripts/mutants.py --seed 29 --timeout 150 --drafters test:test_train --out out/mutants-dvocab14 drafters/draft_vocab.c
+python3 scripts/mutants.py --seed 29 --limit 40 --timeout 200 --drafters test:test_vanilla,test:test_train,test:test_mtp,test:test_medusa,test:test_training_free,test:test_contract,test:test_engine \
+  --out out/mutants-registry14 drafters/registry.c:1-99 drafters/registry.c:121-213
+python3 scripts/mutants.py --timeout 200 --drafters test:test_contract,test:test_train,test:test_engine,vanilla \
+  --again out/mutants-registry14/results.jsonl --out out/mutants-registry14-again drafters/registry.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12 medusa13 medusa13-again medusa13-again2 dspark13 mtp13 mtp13-again block13; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12 medusa13 medusa13-again medusa13-again2 dspark13 mtp13 mtp13-again block13 subvocab14 subvocab14-again2 dvocab14 registry14 registry14-again; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
