@@ -76,9 +76,7 @@ static void moved_model(tiny_target *tt, int vocab, uint64_t seed, float amp, md
     for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c->vocab;
     c->contract.draft_vocab = vocab ? 40 : 0;
     assert_int_equal(md_model_init(m, c, &tt->t.m, 3, 1.0f, 1, vocab ? ids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < m->n_params; i++) m->params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+    jitter_params(m->params, m->n_params, seed, amp);
 }
 
 /* target: 0 = the final states (full law), 1 = the cached top-8 rows; vocab: a draft vocabulary of

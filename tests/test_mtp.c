@@ -255,9 +255,7 @@ static void saved_module(tiny_target *tt, const char *kind, int vocab, uint64_t 
     for (int j = 0; j < 40; j++) ids[j] = (j * 5 + 1) % c->vocab;
     c->contract.draft_vocab = vocab ? 40 : 0;
     assert_int_equal(mtp_model_init(m, c, &tt->t.m, 6, 1, vocab ? ids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < m->n_params; i++) m->params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+    jitter_params(m->params, m->n_params, seed, amp);
     snprintf(dir, n, "%s", tmp_path(tag));
     assert_int_equal(mtp_save(m, dir), 0);
 }

@@ -190,9 +190,7 @@ static void saved_block(tiny_target *tt, const char *kind, const char *extra, in
     for (int i = 0; i < 30; i++) vids[i] = (i * 7) % 48;
     if (vocab) c->contract.draft_vocab = 30;
     assert_int_equal(bd_model_init_vocab(m, c, &tt->t.m, 3, 0, vocab ? vids : NULL), 0);
-    rng_t r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < m->n_params; i++) m->params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+    jitter_params(m->params, m->n_params, seed, amp);
     snprintf(dir, n, "%s", tmp_path(tag));
     assert_int_equal(bd_save(m, dir), 0);
 }

@@ -189,6 +189,14 @@ static void checkpoint_refusals(const char *dir, const model *t, checkpoint_load
 }
 
 /* the checkpoint in dir served as `kind`: {"checkpoint": dir EXTRA} (a failure fails the test) */
+/* params[0..n) moved by amp * U(-1/2, 1/2) from seed: a model away from its init, so a value served from
+ * the wrong place shows */
+static void jitter_params(float *params, size_t n, uint64_t seed, float amp) {
+    rng_t r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) params[i] += amp * (float)(rng_uniform(&r) - 0.5);
+}
+
 static void serve_checkpoint(drafter *dr, target *t, const char *kind, const char *dir, const char *extra) {
     char cj[1200];
     snprintf(cj, sizeof cj, "{\"checkpoint\": \"%s\"%s}", dir, extra);
