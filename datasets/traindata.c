@@ -141,10 +141,18 @@ static void file_sizes(const traindata_layout *l, long n_tok, long n_resp, off_t
     want[F_FINAL] = l->has_final ? (off_t)n_tok * l->dim * 4 : 0;
 }
 
-/* bring the data files back to what the index records (a build killed mid-append) */
+/* bring the data files back to what the index records (a build killed mid-append), and the index to its
+ * whole records: a short write's partial record kept would put every later record at a wrong offset */
 static int trim_files(const char *dir, const traindata_layout *l, const sidx *x) {
     off_t want[N_FILES];
     file_sizes(l, x->n_tok, x->n_resp, want);
+    char ip[4200];
+    struct stat ist;
+    snprintf(ip, sizeof ip, "%s/index.bin", dir);
+    if (stat(ip, &ist) == 0 && ist.st_size > (off_t)x->n_seq * 12 && truncate(ip, (off_t)x->n_seq * 12) != 0) {
+        ds_error("%s: cannot truncate: %s", ip, strerror(errno));
+        return -1;
+    }
     for (int i = 0; i < N_FILES; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%s/%s", dir, FILES[i]);

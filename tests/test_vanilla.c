@@ -606,7 +606,18 @@ static void test_checkpoint(void **state) {
                             {"{\"kind\": \"vanilla\", \"n_layrs\": 3}", "n_layrs"},
                             {"{\"kind\": \"vanilla\", \"n_layers\": 40}", "n_layers"},
                             {"{\"kind\": \"vanilla\", \"n_layers\": 4}", "needs as many target layers"},
-                            {"{\"kind\": \"vanilla\", \"hidden_dim\": 16}", "init_layers"}};
+                            {"{\"kind\": \"vanilla\", \"hidden_dim\": 16}", "init_layers"},
+                            /* every size's lower bound: 0 is not a size */
+                            {"{\"kind\": \"vanilla\", \"n_layers\": 0}", "n_layers"},
+                            {"{\"kind\": \"vanilla\", \"depth\": 0}", "depth"},
+                            {"{\"kind\": \"vanilla\", \"hidden_dim\": 0, \"init_layers\": false}", "hidden_dim"},
+                            {"{\"kind\": \"vanilla\", \"dim\": 0}", "dim"},
+                            {"{\"kind\": \"vanilla\", \"vocab\": 0}", "vocab"},
+                            {"{\"kind\": \"vanilla\", \"n_heads\": 0}", "n_heads"},
+                            {"{\"kind\": \"vanilla\", \"n_kv_heads\": 0}", "n_kv_heads"},
+                            {"{\"kind\": \"vanilla\", \"head_dim\": 0}", "head_dim"},
+                            {"{\"kind\": \"vanilla\", \"rope_theta\": 0.5}", "rope_theta"},
+                            {"{\"kind\": \"vanilla\", \"w_ce\": -1}", "w_ce"}};
     checkpoint_refusals(dir, &tt->t.m, load_vlm, bad, sizeof bad / sizeof *bad);
     snprintf(p, sizeof p, "%s/config.json", dir);
     /* a checkpoint that says 3 layers over a file of 2: the missing tensor is named */
@@ -647,6 +658,127 @@ static void test_checkpoint(void **state) {
     vlm_model_free(&m2);
     vlm_model_free(&m);
     rm_dir(dir);
+    tiny_close(tt);
+}
+
+/* the config against its target: defaults (2 layers or the target's fewer, depth 4, the target's FFN width
+ * and geometry, biases where the target has them, w_ce 0.1 / w_l1 0.9); a target the training ops cannot
+ * mirror (Qwen3's q/k norms, linear RoPE scaling, Llama-3 frequency factors) refused by name */
+static void test_lm_config_targets(void **state) {
+    (void)state;
+    const struct { int family, n_layers; float linear; int freqs; const char *refused; } T[] = {
+        {0, 3, 0, 0, NULL}, {2, 3, 0, 0, NULL}, {0, 1, 0, 0, NULL}, {1, 3, 0, 0, "q/k norms"},
+        {0, 3, 2.0f, 0, "scaled RoPE"}, {0, 3, 0, 1, "scaled RoPE"}};
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+        tiny_spec sp = {32, T[i].n_layers, 4, 2, 64, 48, GGML_F32, GGML_F32, T[i].family, 10000};
+        sp.rope_linear = T[i].linear, sp.rope_freqs = T[i].freqs;
+        tiny_target *tt = tiny_open_spec(&sp);
+        const model_config *t = &tt->t.m.cfg;
+        vlm_config c;
+        int rc = vlm_config_init(&c, &tt->t.m, NULL);
+        if (T[i].refused) {
+            assert_int_equal(rc, -1);
+            if (!strstr(ds_errmsg(), "vanilla") || !strstr(ds_errmsg(), T[i].refused))
+                fail_msg("target %zu: %s", i, ds_errmsg());
+            cJSON *j = cJSON_Parse("{\"n_layers\": 1}"); /* the untrained LM through the registry too */
+            drafter d;
+            assert_int_equal(drafter_open(&d, "vanilla", j, &tt->t), -1);
+            assert_non_null(strstr(ds_errmsg(), T[i].refused));
+            cJSON_Delete(j);
+        } else {
+            if (rc) fail_msg("target %zu: %s", i, ds_errmsg());
+            assert_int_equal(c.n_layers, DS_MIN(2, T[i].n_layers));
+            assert_int_equal(c.init_layers, 1);
+            assert_int_equal(c.qkv_bias, T[i].family == 2);
+            assert_int_equal(c.c.depth, 4);
+            assert_int_equal(c.c.dim, t->dim);
+            assert_int_equal(c.c.vocab, t->vocab_size);
+            assert_int_equal(c.c.n_heads, t->n_heads);
+            assert_int_equal(c.c.n_kv_heads, t->n_kv_heads);
+            assert_int_equal(c.c.head_dim, t->head_dim);
+            assert_int_equal(c.c.hidden_dim, t->hidden_dim);
+            assert_int_equal(c.c.rope_neox, t->rope_neox);
+            assert_true(c.c.eps == t->norm_eps && c.c.rope_theta == t->rope_theta);
+            assert_true(c.c.w_ce == 0.1f && c.c.w_l1 == 0.9f);
+            assert_string_equal(c.c.kind, "vanilla");
+        }
+        tiny_close(tt);
+    }
+}
+
+/* vlm_model_init's draw without init_layers (a Qwen2 target, so the biases exist): the norms 1, the q/k/v
+ * biases 0, the final norm the target's, every matrix N(0, 0.02^2) and the residual outputs (wo, w_down)
+ * N(0, 0.02^2 / (2 layers)); with init_layers the target's layers, biases included. In the checkpoint a norm
+ * or a bias is a vector and a matrix [rows][cols] in the target's orientation. */
+static void test_lm_init_draw(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open_family(2);
+    const model *t = &tt->t.m;
+    for (int from_target = 0; from_target < 2; from_target++) {
+        vlm_config c;
+        lm_config(tt, &c, 2, 0);
+        c.init_layers = from_target;
+        vlm_model m;
+        assert_int_equal(vlm_model_init(&m, &c, t, 9, 0, NULL), 0);
+        assert_int_equal(m.per_layer, VLM_PER_LAYER);
+        assert_int_equal(m.n_t, 2 * VLM_PER_LAYER + 1);
+        assert_memory_equal(m.final_norm, t->out_norm, sizeof(float) * (size_t)c.c.dim);
+        char dir[600], p[700];
+        snprintf(dir, sizeof dir, "%s", tmp_path("vanilla-init"));
+        assert_int_equal(vlm_save(&m, dir), 0);
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        st_file sf;
+        if (st_open(&sf, p)) fail_msg("%s", ds_errmsg());
+        for (int l = 0; l < 2; l++) {
+            const mtp_pv_f *P = &m.lay[l];
+            const layer_weights *tl = &t->layers[l];
+            const struct { const char *name; const float *x, *tgt; int rows, cols; double sd; } W[] = {
+                {"attn_norm", P->attn_norm, tl->attn_norm, c.c.dim, 0, -1},
+                {"ffn_norm", P->ffn_norm, tl->ffn_norm, c.c.dim, 0, -1},
+                {"attn.bq", P->bq, tl->bq, c.c.n_heads * c.c.head_dim, 0, 0},
+                {"attn.bk", P->bk, tl->bk, c.c.n_kv_heads * c.c.head_dim, 0, 0},
+                {"attn.bv", P->bv, tl->bv, c.c.n_kv_heads * c.c.head_dim, 0, 0},
+                {"attn.wq", P->wq, NULL, c.c.n_heads * c.c.head_dim, c.c.dim, 0.02},
+                {"attn.wk", P->wk, NULL, c.c.n_kv_heads * c.c.head_dim, c.c.dim, 0.02},
+                {"attn.wv", P->wv, NULL, c.c.n_kv_heads * c.c.head_dim, c.c.dim, 0.02},
+                {"attn.wo", P->wo, NULL, c.c.dim, c.c.n_heads * c.c.head_dim, 0.02 / 2},
+                {"mlp.w_gate", P->w_gate, NULL, c.c.hidden_dim, c.c.dim, 0.02},
+                {"mlp.w_up", P->w_up, NULL, c.c.hidden_dim, c.c.dim, 0.02},
+                {"mlp.w_down", P->w_down, NULL, c.c.dim, c.c.hidden_dim, 0.02 / 2}};
+            for (size_t w = 0; w < sizeof W / sizeof *W; w++) {
+                char name[80];
+                snprintf(name, sizeof name, "layers.%d.%s.weight", l, W[w].name);
+                const st_tensor *st = st_find(&sf, name);
+                if (!st) fail_msg("%s: not in the checkpoint", name);
+                assert_int_equal(st->n_dims, W[w].cols ? 2 : 1);
+                assert_int_equal(st->shape[0], W[w].rows);
+                if (W[w].cols) assert_int_equal(st->shape[1], W[w].cols);
+                size_t n = (size_t)W[w].rows * (W[w].cols ? W[w].cols : 1);
+                if (from_target) {
+                    if (W[w].tgt) assert_memory_equal(W[w].x, W[w].tgt, sizeof(float) * n);
+                    continue; /* the matrices: dequantized copies (test_checkpoint, train_serve) */
+                }
+                if (W[w].sd <= 0) {
+                    for (size_t k = 0; k < n; k++)
+                        if (W[w].x[k] != (W[w].sd < 0 ? 1.0f : 0.0f)) fail_msg("%s[%zu] = %g", name, k, W[w].x[k]);
+                    continue;
+                }
+                double s1 = 0, s2 = 0;
+                for (size_t k = 0; k < n; k++) s1 += W[w].x[k], s2 += (double)W[w].x[k] * W[w].x[k];
+                double mean = s1 / n, sd = sqrt(s2 / n - mean * mean);
+                if (fabs(sd - W[w].sd) > 0.15 * W[w].sd || fabs(mean) > 4 * W[w].sd / sqrt((double)n))
+                    fail_msg("%s (%zu values): mean %g, sd %g, want 0 and %g", name, n, mean, sd, W[w].sd);
+            }
+        }
+        const st_tensor *fn = st_find(&sf, "norm.weight");
+        assert_non_null(fn);
+        assert_int_equal(fn->n_dims, 1);
+        assert_int_equal(fn->shape[0], c.c.dim);
+        assert_int_equal(sf.n_tensors, 2 * VLM_PER_LAYER + 1);
+        st_close(&sf);
+        rm_dir(dir);
+        vlm_model_free(&m);
+    }
     tiny_close(tt);
 }
 
@@ -1190,6 +1322,8 @@ int main(void) {
         cmocka_unit_test(test_tree_calibration),
         cmocka_unit_test(test_tree_dynamic),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_lm_config_targets),
+        cmocka_unit_test(test_lm_init_draw),
         cmocka_unit_test(test_subvocab_by_hand),
         cmocka_unit_test(test_subvocab_checkpoint),
         cmocka_unit_test(test_draft_vocab_rank),
