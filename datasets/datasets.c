@@ -252,6 +252,18 @@ static int load_file(const dataset_def *def, const char *path, int limit, int sk
     return rc;
 }
 
+int dataset_present(const char *name, const char *root) {
+    if (!root) root = dataset_default_root();
+    for (int i = 0; i < N_DATASETS; i++) {
+        if (strcmp(name, DATASETS[i].name) != 0) continue;
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", DATASETS[i].bundled ? dataset_bundled_dir() : root, DATASETS[i].file);
+        return stat(path, &st) == 0;
+    }
+    return 0;
+}
+
 int dataset_load(const char *name, const char *root, int limit, int skip_bad, prompt_set *out) {
     memset(out, 0, sizeof *out);
     if (!root) root = dataset_default_root();

@@ -33,6 +33,8 @@ int trainset_load(const char *root, prompt_set *out);
 /* drop every prompt equal, after normalisation, to a prompt of an evaluation set under root;
  * n_eval = evaluation prompts compared against */
 int dataset_drop_eval_overlap(prompt_set *s, const char *root, int *n_eval, int *n_dropped);
+/* 1 when the named set's file exists under root (NULL: the default root), whether or not it reads */
+int dataset_present(const char *name, const char *root);
 const char *dataset_default_root(void);
 /* where the prompt files that come with the project are (datasets/prompts) */
 const char *dataset_bundled_dir(void);

@@ -327,10 +327,16 @@ static int provenance_check(const char *dir, const cJSON *want) {
     cJSON *have = ds_read_json(p);
     if (!have) return -1;
     char msg[600];
-    int rc = jcfg_diff(want, have, msg, sizeof msg) ? -1 : 0;
-    if (rc)
+    /* how many evaluation prompts were compared is a record, not a setting: a build that checks more sets
+     * (Spec-Bench's since format 2) keeps the same prompts, which prompts_hash pins */
+    cJSON *w = cJSON_Duplicate(want, 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(w, "evaluation_prompts_checked");
+    cJSON_DeleteItemFromObjectCaseSensitive(have, "evaluation_prompts_checked");
+    int rc = !w || jcfg_diff(w, have, msg, sizeof msg) ? -1 : 0;
+    if (rc && w)
         ds_error("%s: the cache was built with data.%s; use another data.cache folder, or data.rebuild: true to replace it",
                  dir, msg);
+    cJSON_Delete(w);
     cJSON_Delete(have);
     return rc;
 }

@@ -23,7 +23,7 @@ static const char *SHAREGPT_DROP[] = {"k5HzBL1", "BRNEIhb", "k0S032L", "YId9B8p"
 
 /* the evaluation sets whose prompts must never be trained on */
 static const char *EVAL_SETS[] = {"gsm8k", "math500", "aime25", "mbpp", "humaneval", "livecodebench", "mtbench",
-                                  "alpaca", "arenahard"};
+                                  "alpaca", "arenahard", "sb-mt", "sb-trans", "sb-sum", "sb-qa", "sb-math", "sb-rag"};
 
 static uint64_t prompt_norm_hash(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -139,15 +139,18 @@ static int rec_sharegpt(prompt_set *o, const cJSON *r, int i, const char *path) 
     return add(o, v, "sharegpt", "chat", i);
 }
 
-/* sorted hashes of every evaluation prompt found under root (both MT-Bench turns) */
+/* sorted hashes of every evaluation prompt found under root (both MT-Bench turns). A set absent here
+ * cannot leak; one present that does not read is an error (skipping it would let its prompts through). */
 static int eval_hashes(const char *root, uint64_t **out, int *n_out) {
     uint64_t *h = NULL;
     int n = 0, cap = 0;
     for (size_t e = 0; e < sizeof EVAL_SETS / sizeof *EVAL_SETS; e++) {
         prompt_set ps;
-        if (dataset_load(EVAL_SETS[e], root, 0, 1, &ps)) { /* a set absent here cannot leak */
-            ds_error_clear();
-            continue;
+        if (!dataset_present(EVAL_SETS[e], root)) continue;
+        if (dataset_load(EVAL_SETS[e], root, 0, 1, &ps)) {
+            ds_error_prefix("the overlap check reads every evaluation set present (evaluation set '%s')", EVAL_SETS[e]);
+            free(h);
+            return -1;
         }
         for (int i = 0; i < ps.n; i++)
             for (int t = 0; t < 2; t++) {

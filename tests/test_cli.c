@@ -455,6 +455,27 @@ static void test_train_errors(void **state) {
         snprintf(txt, sizeof txt, fmt, run1, "0.2", cache);
         put(cfg, txt);
         expect_error(args, 1, "the cache was built with data.target_contract");
+        /* the contract back, and another count of evaluation prompts compared (a build checking more
+         * sets keeps the same prompts): the cache is taken; the prompts' hash moved is not */
+        assert_int_equal(ds_read_file(bf, &j, &jn), 0);
+        at = strstr(j, "\"cpu int8 c0\"");
+        assert_non_null(at);
+        at[11] = (char)('0' + DS_CONTRACT_VERSION);
+        char *ev = strstr(j, "\"evaluation_prompts_checked\":");
+        assert_non_null(ev);
+        ev += strlen("\"evaluation_prompts_checked\":");
+        while (*ev == ' ' || *ev == '\t') ev++;
+        *ev = *ev == '9' ? '8' : '9'; /* its first digit: another count */
+        put(bf, j);
+        run(&r, "train --config %s", cfg);
+        if (r.status != 0) fail_msg("another evaluation count refused the cache:\n%s", r.out);
+        char *ph = strstr(j, "\"prompts_hash\":");
+        assert_non_null(ph);
+        ph = strchr(ph + 15, '"') + 1;
+        *ph = *ph == 'f' ? '0' : 'f';
+        put(bf, j);
+        free(j);
+        expect_error(args, 1, "the cache was built with data.prompts_hash");
         assert_int_equal(system(rm), 0);
     }
     remove(cfg);

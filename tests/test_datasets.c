@@ -256,9 +256,57 @@ static void test_train_mix_and_overlap(void **state) {
     prompt_set_free(&s), prompt_set_free(&g), prompt_set_free(&m);
 }
 
+/* The overlap check on a data root the test writes (no shared datasets needed): evaluation prompts planted
+ * in a training set - re-cased, re-punctuated, MT-Bench's second turn, Spec-Bench's translation and QA
+ * prompts - are dropped, prompts a word apart kept; a set absent from the root is not needed; a set present
+ * that does not read is refused by name (it was skipped: its prompts would have reached training) */
+static void test_overlap_own_root(void **state) {
+    (void)state;
+    char root[600], p[700];
+    snprintf(root, sizeof root, "%s", tmp_path("overlap-root"));
+    rm_dir(root);
+    const char *files[][2] = {
+        {"mtbench/question.jsonl", "{\"category\": \"writing\", \"turns\": [\"Compose a travel blog post.\", "
+                                   "\"Rewrite your previous response, starting every sentence with A.\"]}\n"},
+        {"specbench/question.jsonl", "{\"category\": \"translation\", \"turns\": [\"Translate German to English: Guten Morgen.\"]}\n"
+                                     "{\"category\": \"qa\", \"turns\": [\"Who wrote Hamlet?\"]}\n"},
+        {"gsm8k/deepspec_gsm8k.jsonl", "{\"turns\": [\"Natalia sold 48 clips.\"]}\n"}};
+    for (int f = 0; f < 3; f++) {
+        snprintf(p, sizeof p, "%s/%s", root, files[f][0]);
+        *strrchr(p, '/') = 0;
+        assert_int_equal(ds_mkdirs(p, "test"), 0);
+        snprintf(p, sizeof p, "%s/%s", root, files[f][0]);
+        write_file(p, files[f][1], strlen(files[f][1]));
+    }
+    const char *texts[] = {"compose a TRAVEL blog post!!", "  Rewrite your previous response: starting every sentence with A",
+                           "Translate German to English -- Guten Morgen", "who wrote hamlet", "Natalia sold 48 clips",
+                           "Natalia sold 49 clips.", "Compose a travel blog", "Who wrote Hamlet? Twice"};
+    const int kept[] = {5, 6, 7};
+    prompt_set s = {0};
+    s.n = s.cap = 8;
+    s.v = calloc(8, sizeof *s.v);
+    for (int i = 0; i < 8; i++) s.v[i].text = strdup(texts[i]), s.v[i].index = i;
+    int n_eval = 0, dropped = 0;
+    if (dataset_drop_eval_overlap(&s, root, &n_eval, &dropped)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(n_eval, 5); /* two MT-Bench turns, translation, QA, GSM8K */
+    assert_int_equal(dropped, 5);
+    assert_int_equal(s.n, 3);
+    for (int i = 0; i < 3; i++) assert_int_equal(s.v[i].index, kept[i]);
+    /* an evaluation set present but cut short (a JSON array without its end): refused by name */
+    const char *cut = "[{\"turns\": [\"Natalia sold 48 clips.\"]}";
+    snprintf(p, sizeof p, "%s/%s", root, files[2][0]);
+    write_file(p, cut, strlen(cut));
+    assert_int_equal(dataset_drop_eval_overlap(&s, root, &n_eval, &dropped), -1);
+    if (!strstr(ds_errmsg(), "evaluation set 'gsm8k'") || !strstr(ds_errmsg(), p)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(s.n, 3); /* nothing dropped by the refused call */
+    prompt_set_free(&s);
+    rm_dir(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_mix_and_overlap),
+        cmocka_unit_test(test_overlap_own_root),
         cmocka_unit_test(test_malformed_lines),
         cmocka_unit_test(test_json_array_and_errors),
         cmocka_unit_test(test_bundled_sets),
