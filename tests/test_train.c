@@ -1135,6 +1135,79 @@ static void test_cache_torn_append(void **state) {
     tiny_close(tt);
 }
 
+/* traindata_build's lockstep generation on SmolLM2 - prompts of different lengths prefilled together in one
+ * varlen forward, then one row per live sequence a step, finished ones dropping out - against teacher-forced
+ * capture of the same tokens one sequence at a time: taps, top-k ids and log-probs and final states equal
+ * bit for bit (the int8 contract is batch-invariant); at T = 0 each response token is its row's top-1 and
+ * no response runs past max_new or an end token; a build stopped after one shard (max_shards), or killed
+ * inside one after an indexed sequence, resumes to the cache built straight through. */
+static void test_generated_cache(void **state) {
+    (void)state;
+    if (!need_real_model()) return;
+    target t;
+    if (target_open(&t, real_model_path(), &(backend_opts){.n_threads = 2})) fail_msg("%s", ds_errmsg());
+    char a[512], b[512], c[512], shard[600], cmd[1700];
+    snprintf(a, sizeof a, "%s", tmp_path("gen-a"));
+    snprintf(b, sizeof b, "%s", tmp_path("gen-b"));
+    snprintf(c, sizeof c, "%s", tmp_path("gen-c"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", a, b, c);
+    assert_int_equal(system(cmd), 0);
+    traindata_opts o = {.dir = a, .dataset = "builtin", .limit = 5, .sp = {0, 0, 1, 0}, .max_new = 7, .max_prompt = 400,
+                        .seed = 3, .n_tap = 2, .taps = {1, 5}, .top_k = 6, .store_final = 1, .batch = 2, .shard_size = 3,
+                        .quiet = 1};
+    if (traindata_build(&t, &o)) fail_msg("%s", ds_errmsg());
+    train_cache A, B, C;
+    if (traindata_open(&A, a, &t, 0)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(A.n_seq, 5);
+    assert_int_equal(A.n_shard, 2);
+    traindata_layout lay = {.n_tap = 2, .taps = {1, 5}, .top_k = 6, .has_final = 1};
+    snprintf(shard, sizeof shard, "%s/shard-0000", b);
+    int lens[5];
+    for (int i = 0; i < A.n_seq; i++) {
+        const int *tok = traindata_tokens(&A, i);
+        const int32_t *id = traindata_topk_id(&A, i);
+        int np = A.n_prompt[i], R = A.len[i] - np;
+        lens[i] = np;
+        assert_true(R >= 1 && R <= o.max_new);
+        for (int r = 0; r < R; r++) {
+            assert_int_equal(tok[np + r], id[(size_t)r * A.top_k]); /* greedy: the top-1 */
+            if (r < R - 1) assert_false(tokenizer_is_eog(&t.tk, tok[np + r])); /* an end token ends it */
+        }
+        if (R < o.max_new) assert_true(tokenizer_is_eog(&t.tk, tok[A.len[i] - 1]));
+        if (traindata_append(&t, shard, tok, A.len[i], np, A.source[i], &lay)) fail_msg("%s", ds_errmsg());
+    }
+    assert_true(lens[0] != lens[1] || lens[1] != lens[2]); /* the batches held prompts of different lengths */
+    if (traindata_open(&B, b, &t, 0)) fail_msg("%s", ds_errmsg());
+    assert_caches_equal(&A, &B);
+    /* stopped after its first shard, then resumed */
+    o.dir = c, o.max_shards = 1;
+    if (traindata_build(&t, &o)) fail_msg("%s", ds_errmsg());
+    if (traindata_open(&C, c, &t, 0)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(C.n_seq, 3);
+    traindata_close(&C);
+    o.max_shards = 0;
+    if (traindata_build(&t, &o)) fail_msg("%s", ds_errmsg());
+    if (traindata_open(&C, c, &t, 0)) fail_msg("%s", ds_errmsg());
+    assert_caches_equal(&A, &C);
+    traindata_close(&C);
+    /* killed inside its second shard after one sequence was indexed: it goes on after that prompt */
+    char p[700];
+    snprintf(p, sizeof p, "%s/shard-0001/done", c);
+    assert_int_equal(remove(p), 0);
+    snprintf(p, sizeof p, "%s/shard-0001/index.bin", c);
+    assert_int_equal(truncate(p, 12), 0);
+    if (traindata_build(&t, &o)) fail_msg("%s", ds_errmsg());
+    if (traindata_open(&C, c, &t, 0)) fail_msg("%s", ds_errmsg());
+    assert_caches_equal(&A, &C);
+    printf("  generated cache (5 prompts, batches of 2, prompts of %d-%d tokens) equals teacher-forced capture; stopped after a "
+           "shard or killed inside one, the resumed build equals the straight one\n", DS_MIN(DS_MIN(lens[0], lens[1]), lens[2]), DS_MAX(DS_MAX(lens[0], lens[1]), lens[2]));
+    traindata_close(&A);
+    traindata_close(&B);
+    traindata_close(&C);
+    assert_int_equal(system(cmd), 0);
+    target_close(&t);
+}
+
 /* ---- the training loop against a hand-computed AdamW: a quadratic "drafter" (two tensors, one decayed)
  * whose gradient is known in closed form, so the loop's batching, clipping, schedule and update can be
  * recomputed here in double from the sequences it was handed */
@@ -1512,7 +1585,7 @@ int main(void) {
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve),
-        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_cache_torn_append), cmocka_unit_test(test_optimizer_by_hand), cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_cache_torn_append), cmocka_unit_test(test_optimizer_by_hand), cmocka_unit_test(test_generated_cache), cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_head_precision),
         cmocka_unit_test(test_draft_vocab_choose),
     };
