@@ -103,6 +103,12 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libdspark.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdspark.a $(LDLIBS) $(CMOCKA_LIBS)
 
+# the config readers live with the command line (cli/); their suite links them beside the library
+CONFIG_OBJ := $(BUILD)/cli/config.o $(BUILD)/cli/train_config.o
+$(BUILD)/tests/test_config: tests/test_config.c $(wildcard tests/*.h) $(BUILD)/libdspark.a $(CONFIG_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CONFIG_OBJ) $(BUILD)/libdspark.a $(LDLIBS) $(CMOCKA_LIBS)
+
 # MODEL=NAME: smollm2-135m (the default), qwen2.5-coder-1.5b, qwen2.5-coder-0.5b (~1.1 GB / 0.5 GB, resumable)
 MODEL ?= smollm2-135m
 model:
