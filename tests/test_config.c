@@ -126,6 +126,45 @@ static void test_run_ranges(void **state) {
     refused(&c, longname, "target must be a string of at most 1023 characters");
     run_config_free(&c);
     assert_int_equal(run_config_apply(&c, NULL, "cfg.json", 0), -1);
+    run_config_defaults(&c);
+    refused(&c, "[1, 2]", "cfg.json");
+    refused(&c, "3", "cfg.json");
+    refused(&c, "\"gamma\"", "cfg.json");
+}
+
+/* a config file: read and applied over what is there, a missing or malformed file refused by its path; a
+ * second file naming another drafter replaces the first's (files do not merge, the command line does) */
+static void test_run_files(void **state) {
+    (void)state;
+    run_config c;
+    run_config_defaults(&c);
+    char p1[600], p2[600];
+    snprintf(p1, sizeof p1, "%s", tmp_path("cfg1.json"));
+    snprintf(p2, sizeof p2, "%s", tmp_path("cfg2.json"));
+    const char *a = "{\"drafter\": {\"name\": \"ngram\", \"n_max\": 3}, \"gamma\": 5}";
+    const char *b = "{\"drafter\": {\"name\": \"suffix\", \"max_depth\": 4}}";
+    write_file(p1, a, strlen(a));
+    write_file(p2, b, strlen(b));
+    if (run_config_load(&c, p1)) fail_msg("%s", ds_errmsg());
+    assert_string_equal(c.drafter, "ngram");
+    assert_int_equal(c.gamma, 5);
+    if (run_config_load(&c, p2)) fail_msg("%s", ds_errmsg());
+    assert_string_equal(c.drafter, "suffix");
+    assert_null(cJSON_GetObjectItem(c.drafter_cfg, "n_max"));
+    assert_int_equal(c.gamma, 5);
+    const char *bad = "{\"gamma\": 4,";
+    write_file(p2, bad, strlen(bad));
+    assert_int_equal(run_config_load(&c, p2), -1);
+    assert_non_null(strstr(ds_errmsg(), p2));
+    remove(p2);
+    assert_int_equal(run_config_load(&c, p2), -1);
+    assert_non_null(strstr(ds_errmsg(), p2));
+    const char *unk = "{\"gamma\": 4, \"gammma\": 5}";
+    write_file(p1, unk, strlen(unk));
+    assert_int_equal(run_config_load(&c, p1), -1);
+    if (!strstr(ds_errmsg(), p1) || !strstr(ds_errmsg(), "gammma")) fail_msg("%s", ds_errmsg());
+    remove(p1);
+    run_config_free(&c);
 }
 
 static void test_run_datasets(void **state) {
@@ -199,6 +238,26 @@ static void test_run_modules(void **state) {
     refused(&c, "{\"drafter\": {\"name\": \"ngram\", \"n_max\": 3, \"n_max\": 4}}", "twice");
     refused(&c, "{\"drafter\": {\"name\": \"a-name-longer-than-sixty-three-characters-is-not-a-drafter-name-at-all\"}}",
             "at most 63 characters");
+    /* a name of exactly the buffer's size (64) is refused, not cut to 63; 31 fits the drafter's 32 */
+    char nm[200];
+    snprintf(nm, sizeof nm, "{\"drafter\": \"%064d\"}", 0);
+    refused(&c, nm, "at most 63 characters");
+    snprintf(nm, sizeof nm, "{\"drafter\": {\"name\": \"%031d\"}}", 0);
+    assert_int_equal(apply(&c, nm, 0), 0);
+    assert_int_equal(strlen(c.drafter), 31);
+    /* a file's object without a name while a drafter is configured: refused (only the command line may
+     * leave the name out, meaning the configured one) */
+    assert_int_equal(apply(&c, "{\"drafter\": \"ngram\"}", 0), 0);
+    refused(&c, "{\"drafter\": {\"n_max\": 3}}", "drafter needs a \"name\"");
+    /* a file naming the same family again replaces its object: the earlier settings do not linger */
+    assert_int_equal(apply(&c, "{\"drafter\": {\"name\": \"ngram\", \"n_max\": 3}}", 0), 0);
+    assert_int_equal(apply(&c, "{\"drafter\": {\"name\": \"ngram\", \"n_min\": 2}}", 0), 0);
+    assert_null(cJSON_GetObjectItem(c.drafter_cfg, "n_max"));
+    assert_int_equal(cJSON_GetObjectItem(c.drafter_cfg, "n_min")->valueint, 2);
+    /* nested settings are copied whole (arrays, objects) */
+    assert_int_equal(apply(&c, "{\"drafter\": {\"name\": \"ngram\", \"taps\": [1, 2], \"o\": {\"k\": [3]}}}", 0), 0);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(c.drafter_cfg, "taps")), 2);
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c.drafter_cfg, "o"), "k"), 0)->valueint, 3);
     /* the scheduler the same way */
     assert_int_equal(apply(&c, "{\"scheduler\": {\"name\": \"threshold\", \"threshold\": 0.3}}", 0), 0);
     assert_string_equal(c.scheduler, "threshold");
@@ -216,12 +275,12 @@ static void test_run_roundtrip(void **state) {
     run_config c, d;
     run_config_defaults(&c);
     assert_int_equal(apply(&c, "{\"drafter\": {\"name\": \"ngram\", \"n_max\": 3}, \"scheduler\": {\"name\": \"threshold\", "
-                               "\"threshold\": 0.25}, \"gamma\": 6, \"datasets\": [\"gsm8k\", \"mbpp\"], \"limit\": 4, "
+                               "\"threshold\": 0.25, \"arms\": [2, 4]}, \"gamma\": 6, \"datasets\": [\"gsm8k\", \"mbpp\"], \"limit\": 4, "
                                "\"temperature\": 0.75, \"top_p\": 0.5, \"min_p\": 0.125, \"top_k\": 9, \"seed\": 12345678901, "
                                "\"max_new_tokens\": 33, \"threads\": 3, \"exact\": true, \"isa\": \"scalar\", \"out\": \"x.h5\", "
                                "\"prompts_out\": \"p.jsonl\", \"baseline\": false, \"concurrency\": 4, \"sps\": \"s.json\", "
                                "\"verifier\": \"block\", \"compare_verifiers\": true, \"skip_bad_lines\": true, "
-                               "\"data_root\": \"/r\", \"target\": \"t.gguf\", \"serve\": {\"rate\": 1.5}}",
+                               "\"data_root\": \"/r\", \"target\": \"t.gguf\", \"serve\": {\"rate\": 1.5, \"arrivals\": [1, 2]}}",
                          0),
                      0);
     cJSON *j = run_config_json(&c);
@@ -232,6 +291,8 @@ static void test_run_roundtrip(void **state) {
     assert_string_equal(a, b);
     assert_non_null(strstr(a, "\"seed\":12345678901"));
     assert_non_null(strstr(a, "\"n_max\":3"));
+    assert_non_null(strstr(a, "\"arms\":[2,4]"));
+    assert_non_null(strstr(a, "\"arrivals\":[1,2]"));
     free(a), free(b);
     cJSON_Delete(j), cJSON_Delete(k);
     /* the scalar fields compared directly, the module objects by their text above */
@@ -328,6 +389,19 @@ static void test_train_config(void **state) {
                 o->seed == 8 && o->eval_every == 0 && o->ckpt_every == 0 && o->holdout == 0.9f && o->eval_seqs == 1 &&
                 o->warm_start && o->reference);
     cJSON_Delete(j);
+    /* the other bound of each range */
+    if (parse_train("{\"drafter\": {\"name\": \"mtp\"}, \"out\": \"o\", \"data\": {\"limit\": 0, \"temperature\": 0, "
+                    "\"top_k\": 0, \"max_shards\": 0, \"min_p\": 0, \"top_p\": 1e-6, \"target_top_k\": 1, \"batch\": 1, "
+                    "\"shard_size\": 1, \"max_new_tokens\": 65536, \"max_prompt\": 65536}, \"train\": {\"steps\": 1, "
+                    "\"seqs_per_step\": 1, \"anchors\": 1, \"lr\": 0, \"min_lr_frac\": 1, \"warmup_frac\": 0, "
+                    "\"weight_decay\": 0, \"clip\": 1e6, \"beta1\": 1, \"beta2\": 0, \"holdout\": 0, \"eval_seqs\": 1000000}}",
+                    &tc, &j))
+        fail_msg("%s", ds_errmsg());
+    assert_true(d->limit == 0 && d->sp.temperature == 0 && d->sp.top_k == 0 && d->max_shards == 0 && d->top_k == 1 &&
+                d->batch == 1 && d->shard_size == 1 && d->max_new == 65536 && d->max_prompt == 65536);
+    assert_true(o->steps == 1 && o->lr == 0 && o->min_lr_frac == 1 && o->warmup_frac == 0 && o->weight_decay == 0 &&
+                o->clip == 1e6f && o->beta1 == 1 && o->beta2 == 0 && o->holdout == 0 && o->eval_seqs == 1000000);
+    cJSON_Delete(j);
     /* one step past each bound */
     const char *bad[][2] = {
         {"\"data\": {\"limit\": -1}", "limit"}, {"\"data\": {\"temperature\": -1}", "temperature"},
@@ -361,6 +435,11 @@ static void test_train_config(void **state) {
     train_refused("{\"drafter\": {\"name\": \"nope\"}, \"out\": \"o\"}", "nope");
     train_refused("{\"drafter\": {\"name\": \"ngram\"}, \"out\": \"o\"}", "'ngram' is not trained");
     train_refused("{\"drafter\": {\"name\": \"ngram\"}, \"out\": \"o\"}", "dflash");
+    { /* the list after "trainable:" names trainable families only */
+        const char *tl = strstr(ds_errmsg(), "trainable: ");
+        assert_non_null(tl);
+        if (strstr(tl, "suffix") || strstr(tl, "ngram") || strstr(tl, "recycling")) fail_msg("%s", ds_errmsg());
+    }
     train_refused("{\"drafter\": {\"name\": \"dflash\"}, \"out\": 3}", "out");
     train_refused("{\"drafter\": {\"name\": \"dflash\"}, \"out\": \"o\", \"extra\": 1}", "extra");
     train_refused("[1]", "train.json");
@@ -373,10 +452,37 @@ static void test_train_config(void **state) {
     assert_string_equal(train_config_expand_home("/abs", out, sizeof out), "/abs");
 }
 
+/* a block drafter's architecture from the config, stamped with the target's tokenizer and chat template
+ * (what a checkpoint is later checked against); a bad architecture refused by the family */
+static void test_train_drafter(void **state) {
+    (void)state;
+    if (!need_real_model()) return;
+    target t;
+    if (target_open(&t, real_model_path(), &(backend_opts){.n_threads = 1})) fail_msg("%s", ds_errmsg());
+    train_config tc;
+    cJSON *j;
+    if (parse_train("{\"drafter\": {\"name\": \"dflash\", \"layers\": 1}, \"out\": \"o\"}", &tc, &j)) fail_msg("%s", ds_errmsg());
+    bd_config c;
+    if (train_config_drafter(&tc, &t, &c)) fail_msg("%s", ds_errmsg());
+    char fp[20];
+    tokenizer_fingerprint(&t.tk, fp);
+    assert_string_equal(c.contract.tokenizer, fp);
+    assert_string_equal(c.contract.chat_template, chat_family_name(&t.ct));
+    assert_int_equal(c.n_layers, 1);
+    cJSON_Delete(j);
+    if (parse_train("{\"drafter\": {\"name\": \"dflash\", \"layers\": 0}, \"out\": \"o\"}", &tc, &j)) fail_msg("%s", ds_errmsg());
+    memset(&c, 0, sizeof c);
+    assert_int_equal(train_config_drafter(&tc, &t, &c), -1);
+    assert_non_null(strstr(ds_errmsg(), "layers"));
+    cJSON_Delete(j);
+    target_close(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_defaults),  cmocka_unit_test(test_run_ranges),   cmocka_unit_test(test_run_datasets),
         cmocka_unit_test(test_run_modules),   cmocka_unit_test(test_run_roundtrip), cmocka_unit_test(test_train_config),
+        cmocka_unit_test(test_run_files),     cmocka_unit_test(test_train_drafter),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
