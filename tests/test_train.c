@@ -567,6 +567,66 @@ static void test_layout_every_family(void **state) {
     tiny_close(tt);
 }
 
+/* The loop divides a batch's summed gradient by the sequences' seq_weight: for the loss to be the mean over
+ * supervised positions, each family's seq_weight must be the weight its step adds for the same anchors
+ * (st.weight). Every trainable family, on a cache tapping every layer, three sequences. */
+static void test_seq_weight_every_family(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char dir[512], shard[600];
+    snprintf(dir, sizeof dir, "%s", tmp_path("weight-cache"));
+    rm_dir(dir);
+    snprintf(shard, sizeof shard, "%s/shard-0000", dir);
+    traindata_layout lay = {.n_tap = 3, .taps = {0, 1, 2}, .top_k = 8, .has_final = 1};
+    rng_t r;
+    rng_seed(&r, 13);
+    for (int i = 0; i < 3; i++) {
+        int n = 14 + 5 * i, toks[40];
+        for (int k = 0; k < n; k++) toks[k] = (int)(rng_u64(&r) % 46);
+        if (traindata_append(&tt->t, shard, toks, n, 4, i, &lay)) fail_msg("%s", ds_errmsg());
+    }
+    train_cache d;
+    if (traindata_open(&d, dir, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    int seen = 0;
+    for (int k = 0; drafter_nth(k); k++) {
+        const drafter_ops *ops = drafter_nth(k);
+        if (!ops->train) continue;
+        const train_family *tf = ops->train;
+        void *fam = calloc(1, tf->state_size);
+        cJSON *a = cJSON_CreateObject();
+        int taps[8], n_tap = 0;
+        if (tf->configure(fam, ops->name, a, &tt->t, taps, &n_tap)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        cJSON_Delete(a);
+        trainable tr;
+        char describe[256];
+        if (tf->init(fam, &tt->t, &d, 3, 1, NULL, &tr, describe, sizeof describe)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        train_seq_buf b = {0};
+        b.n_sel = tr.n_tap ? tr.n_tap : -1;
+        if (tr.n_tap && traindata_select_taps(&d, tr.taps, tr.n_tap, b.sel)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        for (int i = 0; i < d.n_seq; i++) {
+            rng_t ar;
+            rng_seed(&ar, 100 + (uint64_t)i);
+            if (train_load_seq(&d, i, tr.positions, 4, 0, &ar, &b)) fail_msg("%s: %s", ops->name, ds_errmsg());
+            assert_true(b.s.A > 0);
+            train_stats st;
+            memset(&st, 0, sizeof st);
+            if (tr.step(&tr, &b.s, NULL, 1, &st)) fail_msg("%s: %s", ops->name, ds_errmsg());
+            double w = tr.seq_weight(&tr, b.s.A, b.s.n_valid);
+            if (!(w > 0) || fabs(st.weight - w) > 1e-9 * w)
+                fail_msg("%s, sequence %d (%d anchors): seq_weight %.12g, the step's weight %.12g", ops->name, i, b.s.A, w,
+                         st.weight);
+        }
+        train_seq_buf_free(&b);
+        tf->release(fam);
+        free(fam);
+        seen++;
+    }
+    assert_true(seen >= 6);
+    traindata_close(&d);
+    rm_dir(dir);
+    tiny_close(tt);
+}
+
 /* the fingerprint (it tags the weights) of `name` opened on the gate's untrained configuration with key
  * set to value (value < 0: the key left out); 0 when the family does not know the key */
 static int untrained_fp(tiny_target *tt, const drafter_ops *ops, const char *key, double value, char *fp, size_t n) {
@@ -1135,6 +1195,52 @@ static void test_cache_torn_append(void **state) {
     tiny_close(tt);
 }
 
+/* train_load_seq at the short end: a one-token response has no anchor (its only prediction is the anchor
+ * token itself), a two-token one exactly one, at the prompt's end with one prediction; max_a caps the
+ * anchors, distinct and ascending; the reference path refused on a cache without final states */
+static void test_load_seq_short(void **state) {
+    (void)state;
+    tiny_target *tt = tiny_open();
+    char dir[512], shard[600];
+    snprintf(dir, sizeof dir, "%s", tmp_path("short-cache"));
+    rm_dir(dir);
+    snprintf(shard, sizeof shard, "%s/shard-0000", dir);
+    traindata_layout lay = {.n_tap = 1, .taps = {0}, .top_k = 4};
+    int toks[30];
+    for (int k = 0; k < 30; k++) toks[k] = (k * 7 + 3) % 46;
+    if (traindata_append(&tt->t, shard, toks, 7, 6, 0, &lay) || traindata_append(&tt->t, shard, toks, 8, 6, 1, &lay) ||
+        traindata_append(&tt->t, shard, toks, 30, 6, 2, &lay))
+        fail_msg("%s", ds_errmsg());
+    train_cache d;
+    if (traindata_open(&d, dir, &tt->t, 0)) fail_msg("%s", ds_errmsg());
+    train_seq_buf b = {0};
+    b.n_sel = -1;
+    rng_t r;
+    rng_seed(&r, 5);
+    for (int i = 0; i < 2; i++) {
+        memset(b.anchor, 0x55, sizeof b.anchor);
+        assert_int_equal(train_load_seq(&d, i, 3, 40, 0, &r, &b), 0);
+        assert_int_equal(b.s.A, i);
+    }
+    assert_int_equal(b.s.anchor[0], 6);
+    assert_int_equal(b.s.n_valid[0], 1);
+    for (int rep = 0; rep < 20; rep++) { /* 23 candidates (6..28), 5 drawn */
+        assert_int_equal(train_load_seq(&d, 2, 3, 5, 0, &r, &b), 0);
+        assert_int_equal(b.s.A, 5);
+        for (int a = 0; a < 5; a++) {
+            assert_true(b.s.anchor[a] >= 6 && b.s.anchor[a] <= 28);
+            if (a) assert_true(b.s.anchor[a] > b.s.anchor[a - 1]);
+            assert_int_equal(b.s.n_valid[a], DS_MIN(3, 29 - b.s.anchor[a]));
+        }
+    }
+    assert_int_equal(train_load_seq(&d, 2, 3, 5, 1, &r, &b), -1);
+    assert_non_null(strstr(ds_errmsg(), "store_final"));
+    train_seq_buf_free(&b);
+    traindata_close(&d);
+    rm_dir(dir);
+    tiny_close(tt);
+}
+
 /* traindata_build's lockstep generation on SmolLM2 - prompts of different lengths prefilled together in one
  * varlen forward, then one row per live sequence a step, finished ones dropping out - against teacher-forced
  * capture of the same tokens one sequence at a time: taps, top-k ids and log-probs and final states equal
@@ -1578,6 +1684,7 @@ int main(void) {
         cmocka_unit_test(test_grad_dflash),          cmocka_unit_test(test_grad_dspark_markov),
         cmocka_unit_test(test_grad_dspark_rnn),      cmocka_unit_test(test_checkpoint_every_kind), cmocka_unit_test(test_checkpoint_roundtrip),
         cmocka_unit_test(test_layout_every_family),
+        cmocka_unit_test(test_seq_weight_every_family),
         cmocka_unit_test(test_untrained_defaults),
         cmocka_unit_test(test_vocab_ids),
         cmocka_unit_test(test_init_draw),
@@ -1585,7 +1692,7 @@ int main(void) {
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve),
-        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_cache_torn_append), cmocka_unit_test(test_optimizer_by_hand), cmocka_unit_test(test_generated_cache), cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_cache_torn_append), cmocka_unit_test(test_optimizer_by_hand), cmocka_unit_test(test_load_seq_short), cmocka_unit_test(test_generated_cache), cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_head_precision),
         cmocka_unit_test(test_draft_vocab_choose),
     };
