@@ -1488,6 +1488,21 @@ static void test_optimizer_by_hand(void **state) {
             fail_msg("parameter %d (%s tensor): the loop %.7g, by hand %.7g", i, i < 6 ? "decayed" : "undecayed", params[i], p[i]);
     /* and it did move: toward the goals, the decayed tensor held short of them */
     assert_true(fabs(params[9] - quad_goal(9)) < fabs(quad_goal(9)));
+    /* eval_every 0: no evaluation at all, held-out sequences or not (a modulo by it would divide by zero) */
+    {
+        char run0[600];
+        snprintf(run0, sizeof run0, "%s-noeval", run);
+        train_opts o0 = o;
+        o0.eval_every = 0, o0.steps = 3, o0.out = run0;
+        float keep[QN];
+        memcpy(keep, params, sizeof keep);
+        QL.n_evals = QL.n_visits = 0;
+        if (train_run(&tr, &d, &o0, NULL, 0, NULL)) fail_msg("%s", ds_errmsg());
+        assert_int_equal(QL.n_evals, 0);
+        assert_int_equal(QL.n_visits, 3 * o.seqs_per_step);
+        memcpy(params, keep, sizeof keep);
+        rm_dir(run0);
+    }
     printf("  training loop vs AdamW by hand: %d steps (%d clipped), %d training / %d held-out sequences, "
            "%d evaluations: parameters within 1e-4\n", S, clipped, n_train, n_eval, n_evaluations);
     traindata_close(&d);
@@ -1655,6 +1670,32 @@ static void test_resume_continues_the_curve(void **state) {
         assert_int_equal(lines, 8);
         assert_int_equal(six, 1);
         assert_null(strstr(txt, "\"loss\": 99}"));
+        /* and, line by line, the uninterrupted run's log (its timings aside) */
+        char pa[600], *ta;
+        size_t na;
+        snprintf(pa, sizeof pa, "%s/train_log.jsonl", runA);
+        assert_int_equal(ds_read_file(pa, &ta, &na), 0);
+        char *sa = ta, *sb = txt;
+        for (int l = 0; l < 8; l++) {
+            char *ea = strchr(sa, '\n'), *eb = strchr(sb, '\n');
+            assert_non_null(ea);
+            assert_non_null(eb);
+            *ea = *eb = 0;
+            cJSON *ja = cJSON_Parse(sa), *jb = cJSON_Parse(sb);
+            if (!ja || !jb) fail_msg("log line %d is not JSON: '%s' / '%s'", l + 1, sa, sb);
+            for (int k = 0; k < 2; k++) {
+                const char *tkey = k ? "load_seconds" : "seconds";
+                cJSON_DeleteItemFromObjectCaseSensitive(ja, tkey);
+                cJSON_DeleteItemFromObjectCaseSensitive(jb, tkey);
+            }
+            char *pa2 = cJSON_PrintUnformatted(ja), *pb2 = cJSON_PrintUnformatted(jb);
+            if (strcmp(pa2, pb2)) fail_msg("log line %d: uninterrupted %s, resumed %s", l + 1, pa2, pb2);
+            free(pa2), free(pb2);
+            cJSON_Delete(ja), cJSON_Delete(jb);
+            sa = ea + 1, sb = eb + 1;
+        }
+        assert_int_equal(*sb, 0);
+        free(ta);
         free(txt);
     }
     assert_int_equal(nb2, 3);
