@@ -21,26 +21,28 @@ static const char *FILES[N_FILES] = {"tokens.bin", "taps.bin", "topk_id.bin", "t
 
 /* ------------------------------------------------------------------------------- top-K */
 
+/* heap order: a below b when its logit is smaller, or equal with the larger id (evicted first: ties
+ * keep the smaller id) */
+static int topk_below(const float *z, int a, int b) { return z[a] < z[b] || (z[a] == z[b] && a > b); }
+
 void topk_logprobs(const float *z, int V, int K, int32_t *id, float *lp) {
-    /* a min-heap of the K largest (value, id), ties to the smaller id */
+    /* a min-heap of the K largest (value, id) under topk_below */
     int n = 0;
     float mx = -INFINITY;
     for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
     double se = 0;
     for (int v = 0; v < V; v++) {
         se += expf(z[v] - mx);
-        float x = z[v];
         if (n < K) {
             int i = n++;
-            while (i > 0 && z[id[(i - 1) / 2]] > x) id[i] = id[(i - 1) / 2], i = (i - 1) / 2;
+            while (i > 0 && topk_below(z, v, id[(i - 1) / 2])) id[i] = id[(i - 1) / 2], i = (i - 1) / 2;
             id[i] = v;
-        } else if (x > z[id[0]]) {
+        } else if (topk_below(z, id[0], v)) {
             int i = 0;
             for (;;) {
-                int l = 2 * i + 1, r = l + 1, m = i;
-                float vm = x;
-                if (l < K && z[id[l]] < vm) m = l, vm = z[id[l]];
-                if (r < K && z[id[r]] < vm) m = r;
+                int l = 2 * i + 1, r = l + 1, m = i, vm = v;
+                if (l < K && topk_below(z, id[l], vm)) m = l, vm = id[l];
+                if (r < K && topk_below(z, id[r], vm)) m = r;
                 if (m == i) break;
                 id[i] = id[m], i = m;
             }
@@ -49,7 +51,7 @@ void topk_logprobs(const float *z, int V, int K, int32_t *id, float *lp) {
     }
     /* heap -> descending (insertion sort; K is small) */
     for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && (z[id[b - 1]] < z[id[b]] || (z[id[b - 1]] == z[id[b]] && id[b - 1] > id[b])); b--) {
+        for (int b = a; b > 0 && topk_below(z, id[b - 1], id[b]); b--) {
             int t = id[b];
             id[b] = id[b - 1], id[b - 1] = t;
         }

@@ -1195,6 +1195,52 @@ static void test_cache_torn_append(void **state) {
     tiny_close(tt);
 }
 
+/* topk_logprobs (the cache's target side) against sorting every id: the K largest logits, descending, ties
+ * to the smaller id, each with its log-probability under the full softmax; rows with many ties (logits on
+ * a grid of 5 values), K of 1, K = V, and V < K (the empty slots id 0 with no mass) */
+static int by_value_then_id(const void *a, const void *b, void *zv) {
+    const float *z = zv;
+    int x = *(const int *)a, y = *(const int *)b;
+    if (z[x] != z[y]) return z[x] > z[y] ? -1 : 1;
+    return x - y;
+}
+static void test_topk_brute(void **state) {
+    (void)state;
+    rng_t r;
+    rng_seed(&r, 17);
+    const int shapes[][2] = {{500, 8}, {500, 64}, {37, 1}, {37, 37}, {5, 8}, {1000, 3}, {64, 63}};
+    int checked = 0;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int V = shapes[sh][0], K = shapes[sh][1];
+        float *z = malloc(sizeof(float) * V), *lp = malloc(sizeof(float) * K);
+        int *ord = malloc(sizeof(int) * V), *id = malloc(sizeof(int) * K);
+        for (int rep = 0; rep < 40; rep++) {
+            int grid = rep % 2; /* every other row: 5 distinct values, so ties everywhere */
+            for (int v = 0; v < V; v++) z[v] = grid ? (float)(rng_u64(&r) % 5) - 2.0f : (float)(4 * rng_uniform(&r) - 2);
+            topk_logprobs(z, V, K, id, lp);
+            for (int v = 0; v < V; v++) ord[v] = v;
+            qsort_r(ord, (size_t)V, sizeof *ord, by_value_then_id, z);
+            double mx = z[ord[0]], se = 0;
+            for (int v = 0; v < V; v++) se += exp((double)z[v] - mx);
+            for (int k = 0; k < K; k++) {
+                if (k >= V) {
+                    assert_int_equal(id[k], 0);
+                    assert_true(isinf(lp[k]) && lp[k] < 0);
+                    continue;
+                }
+                if (id[k] != ord[k])
+                    fail_msg("V %d K %d row %d (%s): rank %d is id %d (%g), sorting gives %d (%g)", V, K, rep,
+                             grid ? "ties" : "distinct", k, id[k], z[id[k]], ord[k], z[ord[k]]);
+                double want = z[ord[k]] - mx - log(se);
+                if (fabs(lp[k] - want) > 1e-5) fail_msg("V %d K %d: rank %d log-prob %g, want %g", V, K, k, lp[k], want);
+            }
+            checked++;
+        }
+        free(z), free(lp), free(ord), free(id);
+    }
+    printf("  topk_logprobs equals a full sort on %d rows (half of them all ties)\n", checked);
+}
+
 /* train_load_seq at the short end: a one-token response has no anchor (its only prediction is the anchor
  * token itself), a two-token one exactly one, at the prompt's end with one prediction; max_a caps the
  * anchors, distinct and ascending; the reference path refused on a cache without final states */
@@ -1733,7 +1779,7 @@ int main(void) {
         cmocka_unit_test(test_tree_paths),
         cmocka_unit_test(test_init_from_target_layers),
         cmocka_unit_test(test_resume_continues_the_curve),
-        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_cache_torn_append), cmocka_unit_test(test_optimizer_by_hand), cmocka_unit_test(test_load_seq_short), cmocka_unit_test(test_generated_cache), cmocka_unit_test(test_overfit_gate),
+        cmocka_unit_test(test_cache_layout_refused), cmocka_unit_test(test_cache_torn_append), cmocka_unit_test(test_optimizer_by_hand), cmocka_unit_test(test_load_seq_short), cmocka_unit_test(test_topk_brute), cmocka_unit_test(test_generated_cache), cmocka_unit_test(test_overfit_gate),
         cmocka_unit_test(test_head_precision),
         cmocka_unit_test(test_draft_vocab_choose),
     };
