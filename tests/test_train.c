@@ -1088,6 +1088,43 @@ static void test_cache_layout_refused(void **state) {
     free(good);
     if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());
     traindata_close(&d);
+    /* appending to the shard under another layout, or a second shard of another layout than the first:
+     * refused by name, each field alone (another target, taps, top_k, final states) */
+    const traindata_layout other[] = {{.n_tap = 2, .taps = {0, 2}, .top_k = 8, .has_final = 1},
+                                      {.n_tap = 1, .taps = {0}, .top_k = 8, .has_final = 1},
+                                      {.n_tap = 2, .taps = {0, 1}, .top_k = 4, .has_final = 1},
+                                      {.n_tap = 2, .taps = {0, 1}, .top_k = 8, .has_final = 0}};
+    int toks[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    char shard0[640], shard1[640];
+    snprintf(shard0, sizeof shard0, "%s/shard-0000", cache);
+    snprintf(shard1, sizeof shard1, "%s/shard-0001", cache);
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+        assert_int_equal(traindata_append(&tt->t, shard0, toks, 12, 5, 99, &other[i]), -1);
+        if (!strstr(ds_errmsg(), "built for another target")) fail_msg("layout %zu: %s", i, ds_errmsg());
+        if (traindata_append(&tt->t, shard1, toks, 12, 5, 99, &other[i])) fail_msg("%s", ds_errmsg());
+        if (traindata_open(&d, cache, &tt->t, 0) == 0) fail_msg("a second shard of layout %zu opened", i);
+        if (!strstr(ds_errmsg(), "layout differs from shard-0000's")) fail_msg("layout %zu: %s", i, ds_errmsg());
+        rm_dir(shard1);
+    }
+    /* another target's fingerprint in the first shard: refused as another target's */
+    {
+        char *t0;
+        size_t tn;
+        assert_int_equal(ds_read_file(lay, &t0, &tn), 0);
+        cJSON *j = cJSON_Parse(t0);
+        cJSON_ReplaceItemInObjectCaseSensitive(j, "target_fingerprint", cJSON_CreateString("0123456789abcdef"));
+        char *txt = cJSON_Print(j);
+        assert_int_equal(ds_write_file_atomic(lay, txt, strlen(txt)), 0);
+        free(txt);
+        cJSON_Delete(j);
+        assert_int_equal(traindata_open(&d, cache, &tt->t, 0), -1);
+        assert_non_null(strstr(ds_errmsg(), "the cache was built with target 0123456789abcdef"));
+        traindata_layout same = {.n_tap = 2, .taps = {0, 1}, .top_k = 8, .has_final = 1};
+        assert_int_equal(traindata_append(&tt->t, shard0, toks, 12, 5, 99, &same), -1);
+        assert_non_null(strstr(ds_errmsg(), "built for another target"));
+        assert_int_equal(ds_write_file_atomic(lay, t0, tn), 0);
+        free(t0);
+    }
     assert_int_equal(system(cmd), 0); /* rm -rf the cache */
     tiny_close(tt);
 }
@@ -1351,6 +1388,13 @@ static void test_generated_cache(void **state) {
     if (traindata_build(&t, &o)) fail_msg("%s", ds_errmsg());
     if (traindata_open(&C, c, &t, 0)) fail_msg("%s", ds_errmsg());
     assert_caches_equal(&A, &C);
+    traindata_close(&C);
+    /* rebuilt under other settings (data.rebuild): the old shards go, none of their sequences is kept */
+    o.rebuild = 1, o.limit = 2;
+    if (traindata_build(&t, &o)) fail_msg("%s", ds_errmsg());
+    if (traindata_open(&C, c, &t, 0)) fail_msg("%s", ds_errmsg());
+    assert_int_equal(C.n_seq, 2);
+    assert_int_equal(C.n_shard, 1);
     printf("  generated cache (5 prompts, batches of 2, prompts of %d-%d tokens) equals teacher-forced capture; stopped after a "
            "shard or killed inside one, the resumed build equals the straight one\n", DS_MIN(DS_MIN(lens[0], lens[1]), lens[2]), DS_MAX(DS_MAX(lens[0], lens[1]), lens[2]));
     traindata_close(&A);
