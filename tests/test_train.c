@@ -518,6 +518,20 @@ static void bad_checkpoint(tiny_target *tt, const char *name, trainable *tr, con
         }
 }
 
+/* a trainable family opened through the registry on its default architecture (seed 3, full vocabulary):
+ * its state (tf->release and free it) and its trainable in tr */
+static void *family_open(const drafter_ops *ops, tiny_target *tt, const train_cache *d, trainable *tr) {
+    const train_family *tf = ops->train;
+    void *fam = calloc(1, tf->state_size);
+    cJSON *a = cJSON_CreateObject();
+    int taps[8], n_tap = 0;
+    if (tf->configure(fam, ops->name, a, &tt->t, taps, &n_tap)) fail_msg("%s: %s", ops->name, ds_errmsg());
+    cJSON_Delete(a);
+    char describe[256];
+    if (tf->init(fam, &tt->t, d, 3, 1, NULL, tr, describe, sizeof describe)) fail_msg("%s: %s", ops->name, ds_errmsg());
+    return fam;
+}
+
 static void test_layout_every_family(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
@@ -526,15 +540,8 @@ static void test_layout_every_family(void **state) {
         const drafter_ops *ops = drafter_nth(k);
         if (!ops->train) continue;
         const train_family *tf = ops->train;
-        void *fam = calloc(1, tf->state_size);
-        cJSON *a = cJSON_CreateObject();
-        int taps[8], n_tap = 0;
-        if (tf->configure(fam, ops->name, a, &tt->t, taps, &n_tap)) fail_msg("%s: %s", ops->name, ds_errmsg());
-        cJSON_Delete(a);
         trainable tr;
-        char describe[256];
-        if (tf->init(fam, &tt->t, NULL, 3, 1, NULL, &tr, describe, sizeof describe))
-            fail_msg("%s: %s", ops->name, ds_errmsg());
+        void *fam = family_open(ops, tt, NULL, &tr);
         assert_true(tr.n_t > 0 && tr.n_params > 0);
         size_t end = 0;
         for (int i = 0; i < tr.n_t; i++) {
@@ -567,6 +574,13 @@ static void test_layout_every_family(void **state) {
     tiny_close(tt);
 }
 
+/* a fresh cache folder named by tag and its first shard's path */
+static void fresh_shard(const char *tag, char dir[512], char shard[600]) {
+    snprintf(dir, 512, "%s", tmp_path(tag));
+    rm_dir(dir);
+    snprintf(shard, 600, "%s/shard-0000", dir);
+}
+
 /* The loop divides a batch's summed gradient by the sequences' seq_weight: for the loss to be the mean over
  * supervised positions, each family's seq_weight must be the weight its step adds for the same anchors
  * (st.weight). Every trainable family, on a cache tapping every layer, three sequences. */
@@ -574,9 +588,7 @@ static void test_seq_weight_every_family(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     char dir[512], shard[600];
-    snprintf(dir, sizeof dir, "%s", tmp_path("weight-cache"));
-    rm_dir(dir);
-    snprintf(shard, sizeof shard, "%s/shard-0000", dir);
+    fresh_shard("weight-cache", dir, shard);
     traindata_layout lay = {.n_tap = 3, .taps = {0, 1, 2}, .top_k = 8, .has_final = 1};
     rng_t r;
     rng_seed(&r, 13);
@@ -592,14 +604,8 @@ static void test_seq_weight_every_family(void **state) {
         const drafter_ops *ops = drafter_nth(k);
         if (!ops->train) continue;
         const train_family *tf = ops->train;
-        void *fam = calloc(1, tf->state_size);
-        cJSON *a = cJSON_CreateObject();
-        int taps[8], n_tap = 0;
-        if (tf->configure(fam, ops->name, a, &tt->t, taps, &n_tap)) fail_msg("%s: %s", ops->name, ds_errmsg());
-        cJSON_Delete(a);
         trainable tr;
-        char describe[256];
-        if (tf->init(fam, &tt->t, &d, 3, 1, NULL, &tr, describe, sizeof describe)) fail_msg("%s: %s", ops->name, ds_errmsg());
+        void *fam = family_open(ops, tt, &d, &tr);
         train_seq_buf b = {0};
         b.n_sel = tr.n_tap ? tr.n_tap : -1;
         if (tr.n_tap && traindata_select_taps(&d, tr.taps, tr.n_tap, b.sel)) fail_msg("%s: %s", ops->name, ds_errmsg());
@@ -1129,6 +1135,14 @@ static void test_cache_layout_refused(void **state) {
     tiny_close(tt);
 }
 
+/* two temporary folders named by tag, removed now; cmd removes them again at the end */
+static void fresh_dirs(const char *t1, const char *t2, char a[512], char b[512], char cmd[1200]) {
+    snprintf(a, 512, "%s", tmp_path(t1));
+    snprintf(b, 512, "%s", tmp_path(t2));
+    snprintf(cmd, 1200, "rm -rf '%s' '%s'", a, b);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* the tiny target's four random sequences appended to a shard (the first n_first of them) */
 static void append_seqs(tiny_target *tt, const char *dir, int first, int last) {
     rng_t r;
@@ -1176,10 +1190,7 @@ static void test_cache_torn_append(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     char clean[512], torn[512], cmd[1200];
-    snprintf(clean, sizeof clean, "%s", tmp_path("clean-cache"));
-    snprintf(torn, sizeof torn, "%s", tmp_path("torn-cache"));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", clean, torn);
-    assert_int_equal(system(cmd), 0);
+    fresh_dirs("clean-cache", "torn-cache", clean, torn, cmd);
     append_seqs(tt, clean, 0, 3);
     append_seqs(tt, torn, 0, 2);
     train_cache a, b;
@@ -1285,9 +1296,7 @@ static void test_load_seq_short(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     char dir[512], shard[600];
-    snprintf(dir, sizeof dir, "%s", tmp_path("short-cache"));
-    rm_dir(dir);
-    snprintf(shard, sizeof shard, "%s/shard-0000", dir);
+    fresh_shard("short-cache", dir, shard);
     traindata_layout lay = {.n_tap = 1, .taps = {0}, .top_k = 4};
     int toks[30];
     for (int k = 0; k < 30; k++) toks[k] = (k * 7 + 3) % 46;
@@ -1486,10 +1495,7 @@ static void test_optimizer_by_hand(void **state) {
     (void)state;
     tiny_target *tt = tiny_open();
     char cache[512], run[512], cmd[1200];
-    snprintf(cache, sizeof cache, "%s", tmp_path("quad-cache"));
-    snprintf(run, sizeof run, "%s", tmp_path("quad-run"));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", cache, run);
-    assert_int_equal(system(cmd), 0);
+    fresh_dirs("quad-cache", "quad-run", cache, run, cmd);
     build_cache(tt, cache);
     train_cache d;
     if (traindata_open(&d, cache, &tt->t, 0)) fail_msg("%s", ds_errmsg());

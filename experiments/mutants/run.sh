@@ -166,13 +166,18 @@ python3 scripts/mutants.py --timeout 200 --drafters test:test_contract,test:test
 python3 scripts/mutants.py --seed 31 --timeout 150 --drafters test:test_vanilla,test:test_train,vanilla --out out/mutants-vlm15 drafters/vanilla_lm.c
 python3 scripts/mutants.py --timeout 150 --drafters test:test_vanilla,test:test_train,vanilla --again out/mutants-vlm15/results.jsonl \
   --out out/mutants-vlm15-again drafters/vanilla_lm.c
+python3 scripts/mutants.py --timeout 150 --drafters test:test_train,test:test_vanilla --again out/mutants-vlm15-again/results.jsonl \
+  --out out/mutants-vlm15-again2 drafters/vanilla_lm.c
 python3 scripts/mutants.py --timeout 60 --drafters test:test_config --out out/mutants-config15 cli/config.c cli/train_config.c
 python3 scripts/mutants.py --timeout 60 --drafters test:test_config --again out/mutants-config15/results.jsonl \
   --out out/mutants-config15-again cli/config.c cli/train_config.c
 python3 scripts/mutants.py --seed 31 --limit 100 --timeout 150 --drafters test:test_train,test:test_vanilla,test:test_mtp,test:test_medusa \
   --out out/mutants-train15 engine/train.c
+python3 scripts/mutants.py --timeout 150 --drafters test:test_train,test:test_vanilla,test:test_mtp,test:test_medusa \
+  --again out/mutants-train15/results.jsonl --out out/mutants-train15-again engine/train.c
+# (stopped after 64 of its 100 at the session's time; the rest resume with the same command)
 python3 scripts/mutants.py --seed 31 --limit 100 --timeout 150 --drafters test:test_train,test:test_vanilla,test:test_mtp \
   --out out/mutants-traindata15 datasets/traindata.c
 mkdir -p out/mutants
-for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12 medusa13 medusa13-again medusa13-again2 dspark13 mtp13 mtp13-again block13 subvocab14 subvocab14-again2 dvocab14 registry14 registry14-again vlm15 vlm15-again config15 config15-again train15 traindata15; do cat out/mutants-$c/report.md; done > out/mutants/report.md
+for c in tree block decode verify sampling logits draftq trace vtree round tattn sched combine stats prefill enum observe gate lenum tenum ljudge metrics rwopen attn fwd calib sps tok quant kscalar kcpu amx simd serve trace9 jcfg gguf datasets st model sched10 accstats treebuild model-again2 sched10-again ngram11 ngram12b suffix12 suffix12-again recycling12 recycling12-again stree12 contract12 medusa13 medusa13-again medusa13-again2 dspark13 mtp13 mtp13-again block13 subvocab14 subvocab14-again2 dvocab14 registry14 registry14-again vlm15 vlm15-again vlm15-again2 config15 config15-again train15 train15-again traindata15; do cat out/mutants-$c/report.md; done > out/mutants/report.md
 echo "experiments/mutants: out/mutants/report.md"
