@@ -330,7 +330,8 @@ static int provenance_check(const char *dir, const cJSON *want) {
     if (!have) return -1;
     char msg[600];
     /* how many evaluation prompts were compared is a record, not a setting: a build that checks more sets
-     * (Spec-Bench's since format 2) keeps the same prompts, which prompts_hash pins */
+     * (Spec-Bench's categories joined the list after caches were built) keeps the same prompts, which
+     * prompts_hash pins */
     cJSON *w = cJSON_Duplicate(want, 1);
     cJSON_DeleteItemFromObjectCaseSensitive(w, "evaluation_prompts_checked");
     cJSON_DeleteItemFromObjectCaseSensitive(have, "evaluation_prompts_checked");
