@@ -252,13 +252,18 @@ static int load_file(const dataset_def *def, const char *path, int limit, int sk
     return rc;
 }
 
+/* where a named set's file lies: under root, or with the project for the bundled ones */
+static void def_path(const dataset_def *def, const char *root, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", def->bundled ? dataset_bundled_dir() : root, def->file);
+}
+
 int dataset_present(const char *name, const char *root) {
     if (!root) root = dataset_default_root();
     for (int i = 0; i < N_DATASETS; i++) {
         if (strcmp(name, DATASETS[i].name) != 0) continue;
         char path[4200];
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s", DATASETS[i].bundled ? dataset_bundled_dir() : root, DATASETS[i].file);
+        def_path(&DATASETS[i], root, path, sizeof path);
         return stat(path, &st) == 0;
     }
     return 0;
@@ -276,7 +281,7 @@ int dataset_load(const char *name, const char *root, int limit, int skip_bad, pr
     for (int i = 0; i < N_DATASETS; i++) {
         if (strcmp(name, DATASETS[i].name) != 0) continue;
         char path[4200];
-        snprintf(path, sizeof path, "%s/%s", DATASETS[i].bundled ? dataset_bundled_dir() : root, DATASETS[i].file);
+        def_path(&DATASETS[i], root, path, sizeof path);
         if (load_file(&DATASETS[i], path, limit, skip_bad, out)) {
             struct stat st;
             if (!DATASETS[i].bundled && strncmp(name, "sb-", 3) == 0 && stat(root, &st) != 0)
